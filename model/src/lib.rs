@@ -1,0 +1,6 @@
+//! cuorder's semantic model: the program (`program`), its surface format and validation (`format`), the profile of
+//! undocumented platform behaviour (`profile`), the transition system (`semantics`) and verdicts (`verdict`).
+//! Pure: no randomness, clock, IO, threads or GPU.
+
+pub mod program;
+pub mod format;

@@ -1,0 +1,239 @@
+//! The resolved program: what every host thread of every rank calls, after the SPMD body has been expanded per rank
+//! and every name has been resolved to an index. This is the only input the semantics (`semantics.rs`) reads; the
+//! surface format (`format.rs`) and its validation produce it.
+//!
+//! Indices are plain `u32`-sized newtypes so that states stay small and hashing stays cheap. Every index is only
+//! meaningful together with the rank it belongs to (streams, events and buffers are per device; one rank = one GPU).
+
+use serde::{Deserialize, Serialize};
+
+/// A global rank (one process, one GPU).
+pub type RankId = u32;
+
+/// Index of a communicator in [`Program::comms`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CommId(pub u32);
+
+/// A stream of one device: `rank` owns it, `index` is into that rank's [`Rank::streams`].
+/// Index 0 of every rank is always the legacy default stream `sL` (S2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct StreamRef {
+    pub rank: RankId,
+    pub index: u32,
+}
+
+/// An event of one device (events belong to the device they were created on; S3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EventRef {
+    pub rank: RankId,
+    pub index: u32,
+}
+
+/// A buffer of one rank (device memory or host memory of that rank's process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BufRef {
+    pub rank: RankId,
+    pub index: u32,
+}
+
+/// A byte range of a buffer: `offset` and `len` in bytes. Validation guarantees `offset + len <= buffer bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BufRange {
+    pub buf: BufRef,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// A whole program after expansion.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Program {
+    /// The program's name (the file stem when loaded from a file).
+    pub name: String,
+    /// One entry per global rank, index = rank.
+    pub ranks: Vec<Rank>,
+    /// Every communicator, index = [`CommId`].
+    pub comms: Vec<Comm>,
+    /// Every host barrier, index = `BarrierId` used by [`OpKind::Barrier`].
+    pub barriers: Vec<BarrierDecl>,
+}
+
+/// What one rank (process + GPU) declares and runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rank {
+    /// Streams of this rank's device; index 0 is the legacy default stream.
+    pub streams: Vec<Stream>,
+    /// Events created on this rank's device.
+    pub events: Vec<String>,
+    /// Buffers of this rank.
+    pub buffers: Vec<Buffer>,
+    /// Host threads of this rank, each running its ops in order.
+    pub threads: Vec<Thread>,
+}
+
+/// A stream declaration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stream {
+    pub name: String,
+    pub kind: StreamKind,
+}
+
+/// The kinds of CUDA stream, which differ only in their implicit synchronization with the legacy default stream (S2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum StreamKind {
+    /// Stream 0 under the legacy default-stream semantics: waits for, and is waited on by, every blocking stream.
+    LegacyDefault,
+    /// `cudaStreamCreate` / `cudaStreamCreateWithFlags(cudaStreamDefault)`: synchronizes with the legacy stream.
+    Blocking,
+    /// `cudaStreamNonBlocking`: no implicit synchronization.
+    NonBlocking,
+    /// `cudaStreamPerThread`: no implicit synchronization (S2).
+    PerThreadDefault,
+}
+
+/// A buffer declaration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Buffer {
+    pub name: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    pub space: MemSpace,
+    /// `true` for a buffer of the caching allocator (P4): it holds no memory until an [`OpKind::Alloc`] and loses it at
+    /// [`OpKind::Free`]. `false`: allocated for the whole program.
+    pub pooled: bool,
+}
+
+/// Where a buffer lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MemSpace {
+    Device,
+    /// `cudaHostAlloc` / `cudaMallocHost`: asynchronous copies stay asynchronous (S5).
+    PinnedHost,
+    /// `malloc`: asynchronous copies are host-synchronous (S5).
+    PageableHost,
+}
+
+/// A communicator: its members, in communicator-rank order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Comm {
+    pub name: String,
+    /// Global ranks of the members; position = rank within the communicator.
+    pub members: Vec<RankId>,
+    /// `true` when the program creates it with [`OpKind::CommInit`] ops (N8); `false` when it exists before the
+    /// program starts.
+    pub explicit_init: bool,
+}
+
+/// A host barrier: every listed (rank, thread) must arrive before any leaves; the n-th arrival of each participant
+/// belongs to the n-th round.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BarrierDecl {
+    pub name: String,
+    /// (rank, thread index) of every participant, sorted.
+    pub participants: Vec<(RankId, u32)>,
+}
+
+/// One host thread of a rank.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thread {
+    pub name: String,
+    pub ops: Vec<Op>,
+}
+
+/// One host call, with where it came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Op {
+    pub kind: OpKind,
+    /// Where the op was written, for messages.
+    pub origin: Origin,
+}
+
+/// The place in the source text an op was written: byte offset and 1-based line and column of the op's first
+/// character. `None` fields when the program was built in code.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub offset: Option<usize>,
+    pub line: Option<u32>,
+    pub column: Option<u32>,
+}
+
+/// Kind of NCCL collective (C1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum CollectiveKind {
+    AllReduce,
+    /// Broadcast from the member with this *global* rank.
+    Broadcast { root: RankId },
+    AllGather,
+    ReduceScatter,
+}
+
+/// What a host call does. Every stream-ordered op names its stream explicitly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpKind {
+    /// A kernel launch: enqueues an item that reads and writes the given ranges; `duration_ns` is used by timed runs.
+    Kernel { stream: StreamRef, name: String, reads: Vec<BufRange>, writes: Vec<BufRange>, duration_ns: u64 },
+    /// `cudaMemsetAsync` on `stream`, or synchronous `cudaMemset` (legacy stream, host waits) when `stream` is `None`.
+    Memset { stream: Option<StreamRef>, dst: BufRange },
+    /// `cudaMemcpyAsync` on `stream`, or synchronous `cudaMemcpy` (legacy stream, host waits; S5) when `None`.
+    /// `dst.len == src.len`. The direction follows from the two buffers' [`MemSpace`]s.
+    Memcpy { stream: Option<StreamRef>, dst: BufRange, src: BufRange },
+    /// `cudaEventRecord(event, stream)` (S3).
+    EventRecord { event: EventRef, stream: StreamRef },
+    /// `cudaStreamWaitEvent(stream, event)` (S3).
+    StreamWaitEvent { stream: StreamRef, event: EventRef },
+    /// `cudaEventQuery`: never blocks; answers ready or not ready (S4).
+    EventQuery { event: EventRef },
+    /// `cudaEventSynchronize` (S4).
+    EventSynchronize { event: EventRef },
+    /// `cudaStreamSynchronize` (S4).
+    StreamSynchronize { stream: StreamRef },
+    /// `cudaStreamQuery`: never blocks (S4).
+    StreamQuery { stream: StreamRef },
+    /// `cudaDeviceSynchronize` / `torch.cuda.synchronize()` on the device of `rank` (S4, P5).
+    DeviceSynchronize { rank: RankId },
+    /// The host thread sleeps `ns` nanoseconds (only timed runs care).
+    HostSleep { ns: u64 },
+    /// The host thread reads (`write == false`) or writes host memory directly.
+    HostAccess { range: BufRange, write: bool },
+    /// A host barrier (index into [`Program::barriers`]).
+    Barrier { barrier: u32 },
+    /// `ncclCommInitRank` on a blocking communicator: blocks until every member has called it (N8).
+    CommInit { comm: CommId },
+    /// `ncclSend` of `buf.len` bytes to global rank `peer` (N1-N4).
+    Send { comm: CommId, peer: RankId, buf: BufRange, stream: StreamRef },
+    /// `ncclRecv` of `buf.len` bytes from global rank `peer`.
+    Recv { comm: CommId, peer: RankId, buf: BufRange, stream: StreamRef },
+    /// `ncclGroupStart` (N4).
+    GroupStart,
+    /// `ncclGroupEnd` (N4): the outermost one launches what the group collected.
+    GroupEnd,
+    /// A collective on `comm` (C1): reads `send`, writes `recv` (for Broadcast only the root reads `send`).
+    Collective { comm: CommId, kind: CollectiveKind, send: BufRange, recv: BufRange, stream: StreamRef },
+    /// Caching-allocator allocation of a pooled buffer on `stream` (P4).
+    Alloc { buf: BufRef, stream: StreamRef },
+    /// Caching-allocator free of a pooled buffer (P4): the block returns to its allocation stream's pool at once.
+    Free { buf: BufRef },
+    /// `tensor.record_stream(stream)` (P4): the block is not reused until `stream`'s work at free time has ended.
+    RecordStream { buf: BufRef, stream: StreamRef },
+}
+
+impl Program {
+    /// Total number of host threads over all ranks.
+    pub fn thread_count(&self) -> usize {
+        self.ranks.iter().map(|r| r.threads.len()).sum()
+    }
+
+    /// The stream a reference names. Panics only on an unvalidated program (validation guarantees every reference).
+    pub fn stream(&self, s: StreamRef) -> &Stream {
+        &self.ranks[s.rank as usize].streams[s.index as usize]
+    }
+
+    /// The buffer a reference names.
+    pub fn buffer(&self, b: BufRef) -> &Buffer {
+        &self.ranks[b.rank as usize].buffers[b.index as usize]
+    }
+
+    /// The event's name.
+    pub fn event_name(&self, e: EventRef) -> &str {
+        &self.ranks[e.rank as usize].events[e.index as usize]
+    }
+}
