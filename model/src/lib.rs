@@ -4,3 +4,9 @@
 
 pub mod program;
 pub mod format;
+pub mod clock;
+pub mod describe;
+pub mod profile;
+pub mod semantics;
+pub mod waitfor;
+pub mod verdict;

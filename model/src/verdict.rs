@@ -1,0 +1,58 @@
+//! Verdicts: the problems an execution can show (deadlock, data race, undefined behaviour), each with its witness
+//! schedule, and whether it happens in every execution or only in some (DESIGN.md "Verdicts").
+
+use serde::{Deserialize, Serialize};
+
+use crate::program::BufRef;
+use crate::semantics::{OpLoc, Race, Step, Undefined};
+use crate::waitfor::Stuck;
+
+/// One problem found by exploration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Problem {
+    /// No step can be taken and some host thread or item has not finished; or, with `starvation`, the device can
+    /// refuse to start the item that everything waits for (S1).
+    Deadlock(Stuck),
+    /// Two conflicting accesses that happens-before does not order.
+    DataRace(Race),
+    /// A broken rule of the platform: the program's behaviour is undefined.
+    Undefined(Undefined),
+}
+
+/// How often a problem shows up among the executions explored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Frequency {
+    /// In every execution of the program under the profile.
+    Always,
+    /// In some executions, not all.
+    Sometimes,
+}
+
+/// A problem with the schedule that produces it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub problem: Problem,
+    pub frequency: Frequency,
+    /// The witness: the steps, from the initial state, of one execution that shows the problem.
+    pub witness: Vec<Step>,
+}
+
+/// A key that identifies "the same problem" across executions.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ProblemKey {
+    /// Deadlock: where every unfinished thread is (thread, pc) and whether it is the S1 kind.
+    Deadlock(Vec<(u32, u32)>, bool),
+    DataRace(OpLoc, OpLoc, BufRef, BufRef),
+    Undefined(String, Vec<OpLoc>),
+}
+
+impl Problem {
+    /// Short name: "deadlock", "data race", "undefined".
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Problem::Deadlock(_) => "deadlock",
+            Problem::DataRace(_) => "data race",
+            Problem::Undefined(_) => "undefined",
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The exhaustive explorer: a depth-first search over every reachable state of the model, merging equal states
+//! (items are named by the op that issued them and vector clocks do not depend on the order of independent steps,
+//! so equivalent interleavings meet in one state). It reports every distinct problem with the first witness found
+//! in a fixed order, and whether it happens in every execution.
+
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use cuorder_model::semantics::{Semantics, State, Step};
+use cuorder_model::verdict::{Finding, Frequency, Problem, ProblemKey};
+
+/// Limits on one exploration; hitting one is reported, never silent.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Distinct states visited before the search stops.
+    pub max_states: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_states: 2_000_000 }
+    }
+}
+
+/// What an exploration found.
+#[derive(Clone, Debug)]
+pub struct Exploration {
+    /// Distinct states visited.
+    pub states: usize,
+    /// Distinct final states (no step enabled).
+    pub terminal_states: usize,
+    /// Final states in which everything finished.
+    pub completed_states: usize,
+    /// Every distinct problem, in the order first found.
+    pub findings: Vec<Finding>,
+    /// Set when a limit stopped the search: the verdict then covers only what was explored.
+    pub limit_hit: Option<String>,
+}
+
+impl Exploration {
+    /// `true` when no problem was found and the search was complete.
+    pub fn clean(&self) -> bool {
+        self.findings.is_empty() && self.limit_hit.is_none()
+    }
+}
+
+fn state_hash(st: &State) -> u128 {
+    let mut a = DefaultHasher::new();
+    st.hash(&mut a);
+    let mut b = DefaultHasher::new();
+    0x9e37_79b9_7f4a_7c15u64.hash(&mut b);
+    st.hash(&mut b);
+    (u128::from(a.finish()) << 64) | u128::from(b.finish())
+}
+
+struct Frame {
+    state: State,
+    steps: Vec<Step>,
+    next: usize,
+}
+
+struct Search<'a, 'p> {
+    sem: &'a Semantics<'p>,
+    findings: Vec<Finding>,
+    index: BTreeMap<ProblemKey, usize>,
+    /// Number of distinct final states each problem appears in.
+    terminal_hits: BTreeMap<ProblemKey, usize>,
+    terminal_states: usize,
+    completed_states: usize,
+}
+
+impl Search<'_, '_> {
+    fn record(&mut self, key: ProblemKey, problem: impl FnOnce() -> Problem, path: &[Step]) {
+        if !self.index.contains_key(&key) {
+            self.index.insert(key, self.findings.len());
+            self.findings.push(Finding { problem: problem(), frequency: Frequency::Sometimes, witness: path.to_vec() });
+        }
+    }
+
+    fn deadlock_key(&self, st: &State, starvation: bool) -> ProblemKey {
+        let at = (0..st.threads.len() as u32)
+            .filter(|t| !self.sem.thread_finished(st, *t))
+            .map(|t| (t, st.threads[t as usize].pc))
+            .collect();
+        ProblemKey::Deadlock(at, starvation)
+    }
+
+    /// Looks at a state reached for the first time; returns its enabled steps (empty when final).
+    fn visit(&mut self, st: &State, path: &[Step]) -> Vec<Step> {
+        let sem = self.sem;
+        let race_key = |r: &cuorder_model::semantics::Race| {
+            let (a, b, x, y) = r.key();
+            ProblemKey::DataRace(a, b, x, y)
+        };
+        for r in &st.races {
+            self.record(race_key(r), || Problem::DataRace(r.clone()), path);
+        }
+        let mut present: Vec<ProblemKey> = st.races.iter().map(race_key).collect();
+        let enabled = sem.enabled(st);
+        if let Some(u) = &st.undefined {
+            let key = ProblemKey::Undefined(u.rule.clone(), u.at.clone());
+            self.record(key.clone(), || Problem::Undefined(u.clone()), path);
+            present.push(key);
+        } else if enabled.is_empty() {
+            if sem.is_complete(st) {
+                self.completed_states += 1;
+            } else {
+                let key = self.deadlock_key(st, false);
+                self.record(key.clone(), || Problem::Deadlock(sem.explain(st, false)), path);
+                present.push(key);
+            }
+        } else if !sem.profile.independent_progress && enabled.iter().all(|s| sem.starvable(st, s)) {
+            // S1: the device may keep every remaining item from starting next to a spinning NCCL kernel.
+            let key = self.deadlock_key(st, true);
+            self.record(key, || Problem::Deadlock(sem.explain(st, true)), path);
+        }
+        if enabled.is_empty() {
+            self.terminal_states += 1;
+            present.sort();
+            present.dedup();
+            for k in present {
+                *self.terminal_hits.entry(k).or_default() += 1;
+            }
+        }
+        enabled
+    }
+}
+
+/// Explores every execution of the program under the profile, up to `limits`.
+pub fn explore(sem: &Semantics, limits: &Limits) -> Exploration {
+    let mut search = Search {
+        sem,
+        findings: vec![],
+        index: BTreeMap::new(),
+        terminal_hits: BTreeMap::new(),
+        terminal_states: 0,
+        completed_states: 0,
+    };
+    let mut visited: HashSet<u128> = HashSet::new();
+    let mut path: Vec<Step> = vec![];
+    let init = sem.initial();
+    visited.insert(state_hash(&init));
+    let steps = search.visit(&init, &path);
+    let mut stack = vec![Frame { state: init, steps, next: 0 }];
+    let mut limit_hit = None;
+    while let Some(top) = stack.last_mut() {
+        if top.next >= top.steps.len() {
+            stack.pop();
+            path.pop();
+            continue;
+        }
+        let step = top.steps[top.next].clone();
+        top.next += 1;
+        let mut st = top.state.clone();
+        sem.apply(&mut st, &step);
+        if !visited.insert(state_hash(&st)) {
+            continue;
+        }
+        if visited.len() > limits.max_states {
+            limit_hit = Some(format!(
+                "stopped after {} states (limit max_states = {}); the verdict covers only the executions explored",
+                visited.len() - 1,
+                limits.max_states
+            ));
+            break;
+        }
+        path.push(step);
+        let steps = search.visit(&st, &path);
+        stack.push(Frame { state: st, steps, next: 0 });
+    }
+    let mut findings = search.findings;
+    for (key, idx) in &search.index {
+        let always = match key {
+            ProblemKey::Deadlock(..) => search.completed_states == 0 && limit_hit.is_none(),
+            _ => search.terminal_hits.get(key).copied().unwrap_or(0) == search.terminal_states && limit_hit.is_none(),
+        };
+        findings[*idx].frequency = if always { Frequency::Always } else { Frequency::Sometimes };
+    }
+    Exploration {
+        states: visited.len(),
+        terminal_states: search.terminal_states,
+        completed_states: search.completed_states,
+        findings,
+        limit_hit,
+    }
+}

@@ -1,0 +1,194 @@
+//! Single executions: run the model under a scheduler (seeded random, or a recorded schedule) and record the
+//! execution as a trace with a readable per-rank, per-lane timeline.
+
+use serde::{Deserialize, Serialize};
+
+use cuorder_model::profile::Profile;
+use cuorder_model::semantics::{ItemStatus, Race, Semantics, State, Step, Undefined, Wait};
+use cuorder_model::waitfor::Stuck;
+
+use crate::scheduler::Scheduler;
+
+/// Trace format version; bump on any change to [`Trace`]'s shape.
+pub const TRACE_FORMAT_VERSION: u32 = 1;
+
+/// How one execution ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Completed,
+    Deadlock(Stuck),
+    Undefined(Undefined),
+    /// The run stopped at the step limit.
+    StepLimit(usize),
+}
+
+/// One line of the timeline: at step `step`, on `lane` ("r0 main" for a host thread, "r0 s0" for a stream),
+/// `text` happened.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    pub step: u32,
+    pub lane: String,
+    pub text: String,
+}
+
+/// A recorded model execution: enough to replay it exactly.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trace {
+    pub format_version: u32,
+    pub program: String,
+    pub profile: Profile,
+    /// The scheduler that chose the steps ("random, seed 7", "replay").
+    pub scheduler: String,
+    pub seed: Option<u64>,
+    /// The schedule: replaying it reproduces the execution.
+    pub schedule: Vec<Step>,
+    pub events: Vec<TraceEvent>,
+    pub races: Vec<Race>,
+    pub outcome: Outcome,
+}
+
+/// A recorded schedule that no longer fits the program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diverged {
+    /// Index of the first step that is not enabled.
+    pub at: usize,
+    pub step: Step,
+}
+
+impl std::fmt::Display for Diverged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "replay diverged at step {}: {:?} is not enabled there", self.at, self.step)
+    }
+}
+
+/// Describes what a step did, as timeline events, by comparing the states before and after.
+pub fn describe_step(sem: &Semantics, i: u32, before: &State, step: &Step, after: &State, note: Option<String>) -> Vec<TraceEvent> {
+    let mut out = vec![];
+    let mut ev = |lane: String, text: String| out.push(TraceEvent { step: i, lane, text });
+    match step {
+        Step::Host { thread, .. } => {
+            let t = *thread as usize;
+            let pc = before.threads[t].pc;
+            let (r, ti) = sem.thread_of[t];
+            let label = sem.program.op_label(r, &sem.op(cuorder_model::semantics::OpLoc { thread: *thread, op: pc }).kind);
+            let lane = sem.thread_label(*thread);
+            let note = note.map(|n| format!(": {n}")).unwrap_or_default();
+            let _ = ti;
+            if before.threads[t].wait.is_some() {
+                ev(lane, format!("returns from #{pc} {label}"));
+            } else if after.threads[t].wait.is_some() {
+                let how = match &after.threads[t].wait {
+                    Some(Wait::Connect { .. }) => " (connection set-up, N7)",
+                    _ => "",
+                };
+                ev(lane, format!("calls #{pc} {label} and blocks{how}"));
+            } else {
+                ev(lane, format!("calls #{pc} {label}{note}"));
+            }
+        }
+        Step::Connect { a, b } => {
+            ev(sem.thread_label(*a), format!("connection set-up with {} done (N7)", sem.thread_label(*b)));
+        }
+        _ => {}
+    }
+    for (k, item) in &after.items {
+        let old = before.items.get(k).map(|i| i.status);
+        if old == Some(item.status) || item.status == ItemStatus::Pending {
+            continue;
+        }
+        let s = item.streams[0];
+        let lane = format!("r{} {}", s.rank, item.streams.iter().map(|x| sem.program.stream_label(*x, s.rank)).collect::<Vec<_>>().join("+"));
+        let what = sem.item_label(after, *k);
+        let what = what.split_once(": ").map(|x| x.1.to_string()).unwrap_or(what);
+        let text = match (old, item.status) {
+            (Some(ItemStatus::Pending), ItemStatus::Running) => format!("starts {what}"),
+            (Some(ItemStatus::Running), ItemStatus::Done) => format!("ends {what}"),
+            _ => format!("runs {what}"),
+        };
+        ev(lane, text);
+    }
+    match step {
+        Step::Transfer { send, recv } => {
+            ev(sem.thread_label(send.thread).replace(' ', " ") + " nccl", format!("data of #{} moves to {} #{} (rendezvous)", send.op, sem.thread_label(recv.thread), recv.op));
+        }
+        Step::Eager { send } => ev(sem.thread_label(send.thread) + " nccl", format!("#{} delivers into the connection buffers (eager)", send.op)),
+        Step::Drain { recv } => ev(sem.thread_label(recv.thread) + " nccl", format!("#{} takes its data from the connection buffers", recv.op)),
+        Step::Collective { comm, seq } => ev(
+            format!("{}", sem.program.comms[comm.0 as usize].name),
+            format!("collective #{seq} completes on every member"),
+        ),
+        _ => {}
+    }
+    out
+}
+
+/// Runs one execution under `scheduler` (at most `max_steps` steps) and records it.
+pub fn run(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u64>, max_steps: usize) -> Trace {
+    let mut st = sem.initial();
+    let mut schedule = vec![];
+    let mut events = vec![];
+    let outcome = loop {
+        let enabled = sem.enabled(&st);
+        if let Some(u) = &st.undefined {
+            break Outcome::Undefined(u.clone());
+        }
+        if enabled.is_empty() {
+            break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) };
+        }
+        if schedule.len() >= max_steps {
+            break Outcome::StepLimit(max_steps);
+        }
+        let step = enabled[scheduler.pick(&st, &enabled)].clone();
+        let before = st.clone();
+        let note = sem.apply(&mut st, &step);
+        events.extend(describe_step(sem, schedule.len() as u32, &before, &step, &st, note));
+        schedule.push(step);
+    };
+    Trace {
+        format_version: TRACE_FORMAT_VERSION,
+        program: sem.program.name.clone(),
+        profile: sem.profile.clone(),
+        scheduler: scheduler.describe(),
+        seed,
+        schedule,
+        events,
+        races: st.races.iter().cloned().collect(),
+        outcome,
+    }
+}
+
+/// Replays a recorded schedule exactly.
+///
+/// Errors: [`Diverged`] when a step of the schedule is not enabled where it is replayed (the program or the model
+/// changed since the schedule was recorded).
+pub fn replay(sem: &Semantics, schedule: &[Step]) -> Result<Trace, Diverged> {
+    struct Replay<'a> {
+        steps: &'a [Step],
+        i: usize,
+        diverged: Option<Diverged>,
+    }
+    impl crate::scheduler::Scheduler for Replay<'_> {
+        fn pick(&mut self, _state: &State, enabled: &[Step]) -> usize {
+            let want = &self.steps[self.i];
+            self.i += 1;
+            match enabled.iter().position(|s| s == want) {
+                Some(p) => p,
+                None => {
+                    if self.diverged.is_none() {
+                        self.diverged = Some(Diverged { at: self.i - 1, step: want.clone() });
+                    }
+                    0
+                }
+            }
+        }
+        fn describe(&self) -> String {
+            "replay".into()
+        }
+    }
+    let mut r = Replay { steps: schedule, i: 0, diverged: None };
+    let trace = run(sem, &mut r, None, schedule.len());
+    match r.diverged {
+        Some(d) => Err(d),
+        None => Ok(trace),
+    }
+}
