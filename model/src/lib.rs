@@ -10,3 +10,4 @@ pub mod profile;
 pub mod semantics;
 pub mod waitfor;
 pub mod verdict;
+pub mod build;

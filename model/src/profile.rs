@@ -37,17 +37,19 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Only what the documentation guarantees (the default): rendezvous sends, no guaranteed independent progress,
-    /// lazy connection set-up that hangs when not mirrored (N7, observed), per-communicator serialization (N5).
+    /// Only what the documentation guarantees (the default): rendezvous sends (N2), no guaranteed independent
+    /// progress (S1), per-communicator serialization (N5). Host-blocking lazy connection set-up (N7) is not
+    /// documented behaviour of `ncclSend`, so connections are taken to exist once the communicator does; the `eager`
+    /// profile and calibrated profiles model N7.
     pub fn portable() -> Profile {
         Profile {
             name: "portable".into(),
             description: "only what the CUDA and NCCL documentation guarantee: rendezvous sends (N2), no guaranteed \
-                          independent progress (S1), lazy connection set-up (N7), per-communicator serialization (N5)"
+                          independent progress (S1), per-communicator serialization (N5); connections exist at init"
                 .into(),
             eager_bytes_per_connection: 0,
             independent_progress: false,
-            lazy_connect: true,
+            lazy_connect: false,
             nonmirrored_first_contact: NonMirrored::Hang,
             serialize_per_comm: true,
         }

@@ -232,6 +232,8 @@ impl<'p> Semantics<'p> {
         for op in ops.iter().filter(|o| o.status == CommOpStatus::Pending) {
             let (r, _) = self.thread_of[op.loc.thread as usize];
             let what = format!("#{} {}", op.loc.op, self.program.op_label(r, &self.op(op.loc).kind));
+            // "r0 s0: #0 send(...)" for a launch of one op; "r0 s0: group ... [..]: #3 send(...)" inside a group.
+            let lead = if ops.len() == 1 { me.clone() } else { format!("{me}: {what}") };
             let (peer, other_key, verb) = match op.kind {
                 CommOpKind::Send { peer, seq } => (peer, (*comm, rank, peer, seq, true), "recv"),
                 CommOpKind::Recv { peer, seq } => (peer, (*comm, peer, rank, seq, false), "send"),
@@ -263,13 +265,17 @@ impl<'p> Semantics<'p> {
                     let ItemKind::Launch { ops: oops, .. } = &oitem.kind else { continue };
                     let oop = &oops[oi as usize];
                     let (or, _) = self.thread_of[oop.loc.thread as usize];
-                    let owhat = format!("r{or} #{} {}", oop.loc.op, self.program.op_label(or, &self.op(oop.loc).kind));
+                    let owhat = if oops.len() == 1 {
+                        self.item_label(st, ok)
+                    } else {
+                        format!("r{or} #{} {} (in {})", oop.loc.op, self.program.op_label(or, &self.op(oop.loc).kind), self.item_label(st, ok))
+                    };
                     let reason = if verb == "recv" { format!("({rendezvous}; N2)") } else { "(N2)".to_string() };
                     if oitem.status != ItemStatus::Running {
-                        edge(Node::Item(ok), format!("{me}: {what} waits for {owhat} to run {reason}"));
+                        edge(Node::Item(ok), format!("{lead} waits for {owhat} to run {reason}"));
                     } else {
                         // Running but held back by an earlier op to the same peer in its launch (N4).
-                        edge(Node::Item(ok), format!("{me}: {what} waits for {owhat}, which is behind an earlier op to the same peer (N4)"));
+                        edge(Node::Item(ok), format!("{lead} waits for {owhat}, which is behind an earlier op to the same peer (N4)"));
                     }
                 }
                 None => {
@@ -280,10 +286,10 @@ impl<'p> Semantics<'p> {
                         _ => false,
                     };
                     match self.future_issuer(st, peer, matches) {
-                        Some(u) => edge(Node::Thread(u), format!("{me}: {what} waits for r{peer} to issue the matching {verb} (N3)")),
+                        Some(u) => edge(Node::Thread(u), format!("{lead} waits for r{peer} to issue the matching {verb} (N3)")),
                         None => edge(
                             Node::Never(self.thread_base[peer as usize]),
-                            format!("{me}: {what} has no matching {verb}: r{peer} never issues one (N3)"),
+                            format!("{lead} has no matching {verb}: r{peer} never issues one (N3)"),
                         ),
                     }
                 }
