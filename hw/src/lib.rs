@@ -1,0 +1,8 @@
+//! cuorder's hardware executor: runs a [`cuorder_model::program::Program`] on real GPUs (one rank process per GPU,
+//! spawned by a supervisor with a watchdog) and records an [`observation::Observation`].
+
+pub mod error;
+pub mod kernels;
+pub mod libsearch;
+pub mod lower;
+pub mod observation;

@@ -1,0 +1,689 @@
+//! Lowering: turns a [`Program`] into what the rank processes execute — one [`Step`] per op, with version ids for
+//! writers, observation slots for reads, device trace slots for traced work, barrier rounds and NCCL peer positions.
+//! Pure (no CUDA), so it is unit-tested without a GPU and used by both the supervisor and the rank processes.
+
+use crate::observation::OpId;
+use cuorder_model::program::{
+    BufRange, BufRef, CollectiveKind, EventRef, MemSpace, OpKind, Program, RankId, StreamKind, StreamRef,
+};
+use std::collections::BTreeMap;
+
+/// Most trace slots (traced device ops) one rank may have.
+pub const MAX_TRACE_SLOTS_PER_RANK: u32 = 1 << 22;
+/// Most observation slots (kernel read ranges) one rank may have.
+pub const MAX_OBS_SLOTS_PER_RANK: u32 = 1 << 22;
+/// Most ranks a program may have.
+pub const MAX_RANKS: usize = 1024;
+
+/// A byte range of one of the rank's own buffers: `buf` indexes [`cuorder_model::program::Rank::buffers`];
+/// `offset` and `len` in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteRange {
+    pub buf: u32,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// A range of 4-byte words of one of the rank's buffers, as the kernels see it. `word_offset` and `words` count
+/// 4-byte words; `obs_slot` is the observation slot of a probe (0 for stamps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WordRange {
+    pub buf: u32,
+    pub word_offset: u64,
+    pub words: u64,
+    pub obs_slot: u32,
+}
+
+/// A slice `start..start + count` of [`RankPlan::ranges`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeSlice {
+    pub start: u32,
+    pub count: u32,
+}
+
+/// How an op's device work is timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tracing {
+    /// Not traced (host-only op, or work on the legacy default stream, where a marker kernel would add implicit
+    /// synchronization with blocking streams).
+    None,
+    /// The op's own kernel writes start and end into this slot.
+    Kernel(u32),
+    /// Marker kernels just before and just after the op on its stream write start and end into this slot.
+    Markers(u32),
+    /// A marker kernel just after the op on its stream writes the end into this slot.
+    EndMarker(u32),
+}
+
+impl Tracing {
+    /// The trace slot, if any.
+    pub fn slot(self) -> Option<u32> {
+        match self {
+            Tracing::None => None,
+            Tracing::Kernel(s) | Tracing::Markers(s) | Tracing::EndMarker(s) => Some(s),
+        }
+    }
+}
+
+/// One lowered op. Streams, events and buffers are indices into the op's own rank's declarations; `comm` indexes
+/// [`Program::comms`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    Kernel { stream: u32, reads: RangeSlice, writes: RangeSlice, spin_ns: u64, version: u32, trace: Tracing },
+    /// `stream` `None`: synchronous memset on the legacy stream. Fills the range with `version` (4-byte words).
+    Memset { stream: Option<u32>, dst: ByteRange, version: u32, trace: Tracing },
+    Memcpy { stream: Option<u32>, dst: ByteRange, src: ByteRange, trace: Tracing },
+    EventRecord { event: u32, stream: u32, trace: Tracing },
+    StreamWaitEvent { stream: u32, event: u32, trace: Tracing },
+    EventQuery { event: u32 },
+    EventSynchronize { event: u32 },
+    StreamSynchronize { stream: u32 },
+    StreamQuery { stream: u32 },
+    DeviceSynchronize,
+    HostSleep { ns: u64 },
+    /// A host read of pinned or pageable host memory (4-byte aligned).
+    HostRead { range: ByteRange },
+    /// A host write: stamps the range with `version`.
+    HostWrite { range: ByteRange, version: u32 },
+    /// The `round`-th (0-based) arrival of this thread at host barrier `barrier`.
+    Barrier { barrier: u32, round: u64 },
+    CommInit { comm: u32 },
+    /// `peer` is the peer's position in the communicator.
+    Send { comm: u32, peer: i32, buf: ByteRange, stream: u32, trace: Tracing },
+    Recv { comm: u32, peer: i32, buf: ByteRange, stream: u32, trace: Tracing },
+    /// `root` is the root's position in the communicator (Broadcast only).
+    Collective { comm: u32, kind: CollectiveKind, root: i32, send: ByteRange, recv: ByteRange, stream: u32, trace: Tracing },
+    GroupStart,
+    /// `outermost`: this end launches the group; `end_markers`: (stream, slot) of every traced op in the group,
+    /// whose end marker is enqueued right after the outermost `ncclGroupEnd`.
+    GroupEnd { outermost: bool, end_markers: Vec<(u32, u32)> },
+    /// An op the executor does not reproduce (caching-allocator `Alloc`, `Free`, `RecordStream`: memory is held for
+    /// the whole run). Recorded with its host times only.
+    NoOp,
+}
+
+impl Step {
+    /// How this step's device work is traced.
+    pub fn tracing(&self) -> Tracing {
+        match self {
+            Step::Kernel { trace, .. }
+            | Step::Memset { trace, .. }
+            | Step::Memcpy { trace, .. }
+            | Step::EventRecord { trace, .. }
+            | Step::StreamWaitEvent { trace, .. }
+            | Step::Send { trace, .. }
+            | Step::Recv { trace, .. }
+            | Step::Collective { trace, .. } => *trace,
+            _ => Tracing::None,
+        }
+    }
+
+    /// The stream this step enqueues device work on: `Some(None)` for synchronous work on the legacy stream,
+    /// `None` for a host-only step.
+    pub fn device_stream(&self) -> Option<Option<u32>> {
+        match self {
+            Step::Kernel { stream, .. }
+            | Step::EventRecord { stream, .. }
+            | Step::StreamWaitEvent { stream, .. }
+            | Step::Send { stream, .. }
+            | Step::Recv { stream, .. }
+            | Step::Collective { stream, .. } => Some(Some(*stream)),
+            Step::Memset { stream, .. } | Step::Memcpy { stream, .. } => Some(*stream),
+            _ => None,
+        }
+    }
+}
+
+/// What one rank executes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankPlan {
+    pub rank: RankId,
+    /// One list per host thread, one step per op (same indices as the program).
+    pub threads: Vec<Vec<Step>>,
+    /// Number of trace slots used.
+    pub trace_slots: u32,
+    /// Number of observation slots used.
+    pub obs_slots: u32,
+    /// The kernel range table (uploaded to the device once).
+    pub ranges: Vec<WordRange>,
+    /// Read index (within its op) of every observation slot, with the op: slot -> (thread, op index, read index).
+    pub obs_owner: Vec<(u32, u32, u32)>,
+}
+
+/// A lowered program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Version id -> writer (id 0 = initial contents, not listed).
+    pub versions: BTreeMap<u32, OpId>,
+    /// One entry per rank.
+    pub ranks: Vec<RankPlan>,
+}
+
+/// Why a program cannot be run on hardware.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LowerError {
+    /// The op at fault, if the problem is one op's.
+    pub op: Option<OpId>,
+    pub message: String,
+}
+
+impl std::fmt::Display for LowerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.op {
+            Some(op) => write!(f, "op {op}: {}", self.message),
+            None => write!(f, "{}", self.message),
+        }
+    }
+}
+
+impl std::error::Error for LowerError {}
+
+struct Ctx<'p> {
+    p: &'p Program,
+    errors: Vec<LowerError>,
+    op: OpId,
+}
+
+impl Ctx<'_> {
+    fn err(&mut self, message: impl Into<String>) {
+        self.errors.push(LowerError { op: Some(self.op), message: message.into() });
+    }
+
+    fn rank(&self) -> RankId {
+        self.op.rank
+    }
+
+    fn stream(&mut self, s: StreamRef) -> Option<(u32, StreamKind)> {
+        if s.rank != self.rank() {
+            self.err(format!("names stream {} of rank {}: a rank can only use its own streams", s.index, s.rank));
+            return None;
+        }
+        match self.p.ranks[s.rank as usize].streams.get(s.index as usize) {
+            Some(st) => Some((s.index, st.kind)),
+            None => {
+                self.err(format!("stream index {} does not exist", s.index));
+                None
+            }
+        }
+    }
+
+    fn event(&mut self, e: EventRef) -> Option<u32> {
+        if e.rank != self.rank() {
+            self.err(format!(
+                "names event {} of rank {}: events cannot cross rank processes on hardware",
+                e.index, e.rank
+            ));
+            return None;
+        }
+        if (e.index as usize) < self.p.ranks[e.rank as usize].events.len() {
+            Some(e.index)
+        } else {
+            self.err(format!("event index {} does not exist", e.index));
+            None
+        }
+    }
+
+    fn buf(&mut self, b: BufRef) -> Option<MemSpace> {
+        if b.rank != self.rank() {
+            self.err(format!("names buffer {} of rank {}: a rank can only use its own buffers", b.index, b.rank));
+            return None;
+        }
+        match self.p.ranks[b.rank as usize].buffers.get(b.index as usize) {
+            Some(buf) => Some(buf.space),
+            None => {
+                self.err(format!("buffer index {} does not exist", b.index));
+                None
+            }
+        }
+    }
+
+    /// Checks a range and returns it with its buffer's memory space.
+    fn range(&mut self, r: BufRange) -> Option<(ByteRange, MemSpace)> {
+        let space = self.buf(r.buf)?;
+        let bytes = self.p.ranks[r.buf.rank as usize].buffers[r.buf.index as usize].bytes;
+        match r.offset.checked_add(r.len) {
+            Some(end) if end <= bytes => {}
+            _ => {
+                self.err(format!(
+                    "range offset {} len {} bytes exceeds buffer `{}` of {} bytes",
+                    r.offset,
+                    r.len,
+                    self.p.ranks[r.buf.rank as usize].buffers[r.buf.index as usize].name,
+                    bytes
+                ));
+                return None;
+            }
+        }
+        Some((ByteRange { buf: r.buf.index, offset: r.offset, len: r.len }, space))
+    }
+
+    /// A range that stamps or probes see word by word: must be 4-byte aligned.
+    fn word_range(&mut self, r: BufRange, what: &str) -> Option<(ByteRange, MemSpace)> {
+        let (br, space) = self.range(r)?;
+        if br.offset % 4 != 0 || br.len % 4 != 0 {
+            self.err(format!(
+                "{what} range offset {} len {} bytes: the hardware executor stamps and probes 4-byte words, so \
+                 offset and length must be multiples of 4",
+                br.offset, br.len
+            ));
+            return None;
+        }
+        Some((br, space))
+    }
+
+    fn comm_peer(&mut self, comm: u32, peer: RankId) -> Option<i32> {
+        let Some(c) = self.p.comms.get(comm as usize) else {
+            self.err(format!("communicator index {comm} does not exist"));
+            return None;
+        };
+        let me = self.rank();
+        if !c.members.contains(&me) {
+            self.err(format!("rank {me} is not a member of communicator `{}`", c.name));
+            return None;
+        }
+        match c.members.iter().position(|&m| m == peer) {
+            Some(pos) => Some(pos as i32),
+            None => {
+                self.err(format!("peer rank {peer} is not a member of communicator `{}`", c.name));
+                None
+            }
+        }
+    }
+}
+
+fn new_version(cx: &mut Ctx, next: &mut u32, versions: &mut BTreeMap<u32, OpId>, this: OpId) -> u32 {
+    if *next == u32::MAX {
+        cx.err("more than 2^32 - 2 writing ops");
+        return 0;
+    }
+    let v = *next;
+    *next += 1;
+    versions.insert(v, this);
+    v
+}
+
+fn new_slot(cx: &mut Ctx, rp: &mut RankPlan) -> u32 {
+    if rp.trace_slots >= MAX_TRACE_SLOTS_PER_RANK {
+        cx.err(format!("more than MAX_TRACE_SLOTS_PER_RANK = {MAX_TRACE_SLOTS_PER_RANK} traced ops"));
+        return 0;
+    }
+    rp.trace_slots += 1;
+    rp.trace_slots - 1
+}
+
+/// Marker tracing for a stream op: none on the legacy stream (see [`Tracing::None`]).
+fn marker_trace(cx: &mut Ctx, rp: &mut RankPlan, kind: StreamKind, end_only: bool) -> Tracing {
+    if kind == StreamKind::LegacyDefault {
+        return Tracing::None;
+    }
+    let s = new_slot(cx, rp);
+    if end_only {
+        Tracing::EndMarker(s)
+    } else {
+        Tracing::Markers(s)
+    }
+}
+
+/// Lowers a program for the hardware executor.
+///
+/// Errors: every problem found, each naming its op: references to another rank's streams, events or buffers; ranges
+/// outside their buffer; kernel, memset and host-access ranges that are not 4-byte aligned; host access to device
+/// memory, device work on pageable memory; NCCL peers outside the communicator; unbalanced groups; barrier arrivals by
+/// non-participants; limits ([`MAX_RANKS`], [`MAX_TRACE_SLOTS_PER_RANK`], [`MAX_OBS_SLOTS_PER_RANK`]) exceeded.
+pub fn lower(p: &Program) -> Result<Plan, Vec<LowerError>> {
+    let mut cx = Ctx { p, errors: Vec::new(), op: OpId { rank: 0, thread: 0, index: 0 } };
+    if p.ranks.is_empty() {
+        cx.errors.push(LowerError { op: None, message: "the program has no ranks".into() });
+    }
+    if p.ranks.len() > MAX_RANKS {
+        cx.errors.push(LowerError {
+            op: None,
+            message: format!("{} ranks exceed the limit MAX_RANKS = {MAX_RANKS}", p.ranks.len()),
+        });
+        return Err(cx.errors);
+    }
+    for (ci, c) in p.comms.iter().enumerate() {
+        if c.members.iter().any(|&m| m as usize >= p.ranks.len()) {
+            cx.errors.push(LowerError {
+                op: None,
+                message: format!("communicator {ci} `{}` names a rank that does not exist", c.name),
+            });
+        }
+    }
+    for (ri, r) in p.ranks.iter().enumerate() {
+        if r.streams.first().map(|s| s.kind) != Some(StreamKind::LegacyDefault) {
+            cx.errors.push(LowerError {
+                op: None,
+                message: format!("rank {ri}: stream 0 must be the legacy default stream"),
+            });
+        }
+    }
+    let mut versions = BTreeMap::new();
+    let mut next_version: u32 = 1;
+    let mut barrier_rounds: BTreeMap<(u32, RankId, u32), u64> = BTreeMap::new();
+    let mut ranks = Vec::with_capacity(p.ranks.len());
+
+    for (ri, rank) in p.ranks.iter().enumerate() {
+        let ri = ri as RankId;
+        let mut rp = RankPlan {
+            rank: ri,
+            threads: Vec::new(),
+            trace_slots: 0,
+            obs_slots: 0,
+            ranges: Vec::new(),
+            obs_owner: Vec::new(),
+        };
+        for (ti, thread) in rank.threads.iter().enumerate() {
+            let mut steps = Vec::with_capacity(thread.ops.len());
+            let mut group_depth: u32 = 0;
+            let mut group_markers: Vec<(u32, u32)> = Vec::new();
+            for (oi, op) in thread.ops.iter().enumerate() {
+                cx.op = OpId { rank: ri, thread: ti as u32, index: oi as u32 };
+                let this = cx.op;
+                let mut version_for = |cx: &mut Ctx| new_version(cx, &mut next_version, &mut versions, this);
+                let step = match &op.kind {
+                    OpKind::Kernel { stream, reads, writes, duration_ns, .. } => {
+                        let st = cx.stream(*stream);
+                        let start = rp.ranges.len() as u32;
+                        for (k, r) in reads.iter().enumerate() {
+                            if let Some((br, space)) = cx.word_range(*r, "kernel read") {
+                                if space == MemSpace::PageableHost {
+                                    cx.err("a kernel cannot read pageable host memory");
+                                }
+                                if rp.obs_slots >= MAX_OBS_SLOTS_PER_RANK {
+                                    cx.err(format!("more than MAX_OBS_SLOTS_PER_RANK = {MAX_OBS_SLOTS_PER_RANK} reads"));
+                                    continue;
+                                }
+                                let slot = rp.obs_slots;
+                                rp.obs_slots += 1;
+                                rp.obs_owner.push((ti as u32, oi as u32, k as u32));
+                                rp.ranges.push(WordRange {
+                                    buf: br.buf,
+                                    word_offset: br.offset / 4,
+                                    words: br.len / 4,
+                                    obs_slot: slot,
+                                });
+                            }
+                        }
+                        let rs = RangeSlice { start, count: rp.ranges.len() as u32 - start };
+                        let wstart = rp.ranges.len() as u32;
+                        for r in writes {
+                            if let Some((br, space)) = cx.word_range(*r, "kernel write") {
+                                if space == MemSpace::PageableHost {
+                                    cx.err("a kernel cannot write pageable host memory");
+                                }
+                                rp.ranges.push(WordRange {
+                                    buf: br.buf,
+                                    word_offset: br.offset / 4,
+                                    words: br.len / 4,
+                                    obs_slot: 0,
+                                });
+                            }
+                        }
+                        let ws = RangeSlice { start: wstart, count: rp.ranges.len() as u32 - wstart };
+                        let version = if writes.is_empty() { 0 } else { version_for(&mut cx) };
+                        let trace = Tracing::Kernel(new_slot(&mut cx, &mut rp));
+                        Step::Kernel {
+                            stream: st.map(|s| s.0).unwrap_or(0),
+                            reads: rs,
+                            writes: ws,
+                            spin_ns: *duration_ns,
+                            version,
+                            trace,
+                        }
+                    }
+                    OpKind::Memset { stream, dst } => {
+                        let st = stream.and_then(|s| cx.stream(s));
+                        let d = cx.word_range(*dst, "memset");
+                        if let Some((_, MemSpace::PageableHost)) = d {
+                            cx.err("cudaMemset cannot write pageable host memory");
+                        }
+                        let version = version_for(&mut cx);
+                        let trace = match st {
+                            Some((_, k)) => marker_trace(&mut cx, &mut rp, k, false),
+                            None => Tracing::None,
+                        };
+                        Step::Memset {
+                            stream: st.map(|s| s.0),
+                            dst: d.map(|d| d.0).unwrap_or(ByteRange { buf: 0, offset: 0, len: 0 }),
+                            version,
+                            trace,
+                        }
+                    }
+                    OpKind::Memcpy { stream, dst, src } => {
+                        let st = stream.and_then(|s| cx.stream(s));
+                        let d = cx.range(*dst);
+                        let s = cx.range(*src);
+                        if dst.len != src.len {
+                            cx.err(format!("memcpy dst len {} bytes != src len {} bytes", dst.len, src.len));
+                        }
+                        let trace = match st {
+                            Some((_, k)) => marker_trace(&mut cx, &mut rp, k, false),
+                            None => Tracing::None,
+                        };
+                        let z = ByteRange { buf: 0, offset: 0, len: 0 };
+                        Step::Memcpy {
+                            stream: st.map(|s| s.0),
+                            dst: d.map(|d| d.0).unwrap_or(z),
+                            src: s.map(|s| s.0).unwrap_or(z),
+                            trace,
+                        }
+                    }
+                    OpKind::EventRecord { event, stream } => {
+                        let e = cx.event(*event).unwrap_or(0);
+                        let (s, k) = cx.stream(*stream).unwrap_or((0, StreamKind::LegacyDefault));
+                        // Inside an open group the record is enqueued at once (N10); its end marker too.
+                        let trace = marker_trace(&mut cx, &mut rp, k, true);
+                        Step::EventRecord { event: e, stream: s, trace }
+                    }
+                    OpKind::StreamWaitEvent { stream, event } => {
+                        let e = cx.event(*event).unwrap_or(0);
+                        let (s, k) = cx.stream(*stream).unwrap_or((0, StreamKind::LegacyDefault));
+                        let trace = marker_trace(&mut cx, &mut rp, k, true);
+                        Step::StreamWaitEvent { stream: s, event: e, trace }
+                    }
+                    OpKind::EventQuery { event } => Step::EventQuery { event: cx.event(*event).unwrap_or(0) },
+                    OpKind::EventSynchronize { event } => {
+                        Step::EventSynchronize { event: cx.event(*event).unwrap_or(0) }
+                    }
+                    OpKind::StreamSynchronize { stream } => {
+                        Step::StreamSynchronize { stream: cx.stream(*stream).map(|s| s.0).unwrap_or(0) }
+                    }
+                    OpKind::StreamQuery { stream } => {
+                        Step::StreamQuery { stream: cx.stream(*stream).map(|s| s.0).unwrap_or(0) }
+                    }
+                    OpKind::DeviceSynchronize { rank: r } => {
+                        if *r != ri {
+                            cx.err(format!("synchronizes the device of rank {r} from rank {ri}"));
+                        }
+                        Step::DeviceSynchronize
+                    }
+                    OpKind::HostSleep { ns } => Step::HostSleep { ns: *ns },
+                    OpKind::HostAccess { range, write } => {
+                        let r = cx.word_range(*range, "host access");
+                        if let Some((_, MemSpace::Device)) = r {
+                            cx.err("the host cannot access device memory directly");
+                        }
+                        let range = r.map(|r| r.0).unwrap_or(ByteRange { buf: 0, offset: 0, len: 0 });
+                        if *write {
+                            Step::HostWrite { range, version: version_for(&mut cx) }
+                        } else {
+                            Step::HostRead { range }
+                        }
+                    }
+                    OpKind::Barrier { barrier } => match p.barriers.get(*barrier as usize) {
+                        None => {
+                            cx.err(format!("barrier index {barrier} does not exist"));
+                            Step::NoOp
+                        }
+                        Some(b) => {
+                            if !b.participants.contains(&(ri, ti as u32)) {
+                                cx.err(format!("arrives at barrier `{}` but is not one of its participants", b.name));
+                            }
+                            let n = barrier_rounds.entry((*barrier, ri, ti as u32)).or_insert(0);
+                            let round = *n;
+                            *n += 1;
+                            Step::Barrier { barrier: *barrier, round }
+                        }
+                    },
+                    OpKind::CommInit { comm } => {
+                        match p.comms.get(comm.0 as usize) {
+                            None => cx.err(format!("communicator index {} does not exist", comm.0)),
+                            Some(c) if !c.explicit_init => cx.err(format!(
+                                "initializes communicator `{}`, which is declared pre-initialized",
+                                c.name
+                            )),
+                            Some(c) if !c.members.contains(&ri) => {
+                                cx.err(format!("rank {ri} is not a member of communicator `{}`", c.name))
+                            }
+                            Some(_) => {}
+                        }
+                        Step::CommInit { comm: comm.0 }
+                    }
+                    OpKind::Send { comm, peer, buf, stream } | OpKind::Recv { comm, peer, buf, stream } => {
+                        let pos = cx.comm_peer(comm.0, *peer).unwrap_or(0);
+                        if *peer == ri {
+                            cx.err("sends to or receives from itself");
+                        }
+                        let b = cx.range(*buf);
+                        if let Some((_, MemSpace::PageableHost)) = b {
+                            cx.err("NCCL cannot send or receive pageable host memory");
+                        }
+                        let (s, k) = cx.stream(*stream).unwrap_or((0, StreamKind::LegacyDefault));
+                        let trace = marker_trace(&mut cx, &mut rp, k, false);
+                        if group_depth > 0 {
+                            if let Some(slot) = trace.slot() {
+                                group_markers.push((s, slot));
+                            }
+                        }
+                        let buf = b.map(|b| b.0).unwrap_or(ByteRange { buf: 0, offset: 0, len: 0 });
+                        if matches!(op.kind, OpKind::Send { .. }) {
+                            Step::Send { comm: comm.0, peer: pos, buf, stream: s, trace }
+                        } else {
+                            Step::Recv { comm: comm.0, peer: pos, buf, stream: s, trace }
+                        }
+                    }
+                    OpKind::Collective { comm, kind, send, recv, stream } => {
+                        let root = match kind {
+                            CollectiveKind::Broadcast { root } => cx.comm_peer(comm.0, *root).unwrap_or(0),
+                            _ => {
+                                cx.comm_peer(comm.0, ri);
+                                0
+                            }
+                        };
+                        let sr = cx.range(*send);
+                        let rr = cx.range(*recv);
+                        for r in [sr, rr].into_iter().flatten() {
+                            if r.1 == MemSpace::PageableHost {
+                                cx.err("NCCL cannot use pageable host memory");
+                            }
+                        }
+                        if let Some(c) = p.comms.get(comm.0 as usize) {
+                            let n = c.members.len() as u64;
+                            let ok = match kind {
+                                CollectiveKind::AllReduce | CollectiveKind::Broadcast { .. } => send.len == recv.len,
+                                CollectiveKind::AllGather => send.len.checked_mul(n) == Some(recv.len),
+                                CollectiveKind::ReduceScatter => recv.len.checked_mul(n) == Some(send.len),
+                            };
+                            if !ok {
+                                cx.err(format!(
+                                    "{kind:?} on {n} members with send {} bytes and recv {} bytes: sizes do not fit",
+                                    send.len, recv.len
+                                ));
+                            }
+                        }
+                        let (s, k) = cx.stream(*stream).unwrap_or((0, StreamKind::LegacyDefault));
+                        let trace = marker_trace(&mut cx, &mut rp, k, false);
+                        if group_depth > 0 {
+                            if let Some(slot) = trace.slot() {
+                                group_markers.push((s, slot));
+                            }
+                        }
+                        let z = ByteRange { buf: 0, offset: 0, len: 0 };
+                        Step::Collective {
+                            comm: comm.0,
+                            kind: *kind,
+                            root,
+                            send: sr.map(|r| r.0).unwrap_or(z),
+                            recv: rr.map(|r| r.0).unwrap_or(z),
+                            stream: s,
+                            trace,
+                        }
+                    }
+                    OpKind::GroupStart => {
+                        group_depth += 1;
+                        Step::GroupStart
+                    }
+                    OpKind::GroupEnd => {
+                        if group_depth == 0 {
+                            cx.err("ncclGroupEnd without a matching ncclGroupStart");
+                            Step::GroupEnd { outermost: false, end_markers: Vec::new() }
+                        } else {
+                            group_depth -= 1;
+                            let outermost = group_depth == 0;
+                            let end_markers = if outermost { std::mem::take(&mut group_markers) } else { Vec::new() };
+                            Step::GroupEnd { outermost, end_markers }
+                        }
+                    }
+                    OpKind::Alloc { buf, stream } => {
+                        cx.buf(*buf);
+                        cx.stream(*stream);
+                        Step::NoOp
+                    }
+                    OpKind::Free { buf } => {
+                        cx.buf(*buf);
+                        Step::NoOp
+                    }
+                    OpKind::RecordStream { buf, stream } => {
+                        cx.buf(*buf);
+                        cx.stream(*stream);
+                        Step::NoOp
+                    }
+                };
+                steps.push(step);
+            }
+            if group_depth > 0 {
+                cx.errors.push(LowerError {
+                    op: None,
+                    message: format!("rank {ri} thread {ti}: ends with {group_depth} ncclGroupStart not closed"),
+                });
+            }
+            rp.threads.push(steps);
+        }
+        ranks.push(rp);
+    }
+    if cx.errors.is_empty() {
+        Ok(Plan { versions, ranks })
+    } else {
+        Err(cx.errors)
+    }
+}
+
+/// A short name of an op kind, for observations and messages.
+pub fn op_kind_name(k: &OpKind) -> &'static str {
+    match k {
+        OpKind::Kernel { .. } => "Kernel",
+        OpKind::Memset { .. } => "Memset",
+        OpKind::Memcpy { .. } => "Memcpy",
+        OpKind::EventRecord { .. } => "EventRecord",
+        OpKind::StreamWaitEvent { .. } => "StreamWaitEvent",
+        OpKind::EventQuery { .. } => "EventQuery",
+        OpKind::EventSynchronize { .. } => "EventSynchronize",
+        OpKind::StreamSynchronize { .. } => "StreamSynchronize",
+        OpKind::StreamQuery { .. } => "StreamQuery",
+        OpKind::DeviceSynchronize { .. } => "DeviceSynchronize",
+        OpKind::HostSleep { .. } => "HostSleep",
+        OpKind::HostAccess { write: false, .. } => "HostRead",
+        OpKind::HostAccess { write: true, .. } => "HostWrite",
+        OpKind::Barrier { .. } => "Barrier",
+        OpKind::CommInit { .. } => "CommInit",
+        OpKind::Send { .. } => "Send",
+        OpKind::Recv { .. } => "Recv",
+        OpKind::GroupStart => "GroupStart",
+        OpKind::GroupEnd => "GroupEnd",
+        OpKind::Collective { .. } => "Collective",
+        OpKind::Alloc { .. } => "Alloc",
+        OpKind::Free { .. } => "Free",
+        OpKind::RecordStream { .. } => "RecordStream",
+    }
+}
