@@ -1,0 +1,279 @@
+//! `cuorder check`: explores a program and renders the verdict as text (for people) or JSON (for tools). The text
+//! names every op the way the program wrote it ("r0 main #3 send(to r1, x, 2 GiB, s0, world)") with its line.
+
+use serde::Serialize;
+
+use cuorder_model::program::{MemSpace, Program};
+use cuorder_model::profile::Profile;
+use cuorder_model::semantics::{Access, Accessor, ItemKind, Race, Semantics, State};
+use cuorder_model::verdict::{Finding, Frequency, Problem};
+use cuorder_sim::explore::{explore, Exploration, Limits};
+use cuorder_sim::run::replay_state;
+
+/// The result of `check`, ready to print.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub program: String,
+    pub profile: String,
+    /// "ok", "deadlock", "data race", "undefined", or "inconclusive" (a limit stopped the search first).
+    pub verdict: String,
+    pub states: usize,
+    pub final_states: usize,
+    pub completed_final_states: usize,
+    pub limit_hit: Option<String>,
+    pub findings: Vec<RenderedFinding>,
+}
+
+/// One finding with its text.
+#[derive(Clone, Debug, Serialize)]
+pub struct RenderedFinding {
+    pub kind: String,
+    /// "always" or "sometimes".
+    pub frequency: String,
+    /// The explanation, several lines.
+    pub text: String,
+    pub finding: Finding,
+}
+
+impl Report {
+    /// Process exit code: 0 when no problem is possible, 1 when one was found, 3 when a limit stopped the search
+    /// before either could be decided.
+    pub fn exit_code(&self) -> i32 {
+        if !self.findings.is_empty() {
+            1
+        } else if self.limit_hit.is_some() {
+            3
+        } else {
+            0
+        }
+    }
+
+    /// The report as text.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let head = match self.verdict.as_str() {
+            "ok" => "no deadlock, data race or undefined behaviour in any execution".to_string(),
+            "inconclusive" => "inconclusive: no problem found before a limit stopped the search".to_string(),
+            _ => {
+                let kinds: Vec<String> = self.findings.iter().map(|f| format!("{} ({})", f.kind, f.frequency_words())).collect();
+                kinds.join(", ")
+            }
+        };
+        s.push_str(&format!("{}: {head}\n", self.program));
+        s.push_str(&format!(
+            "  profile {}; explored {} states, {} final, {} of them complete\n",
+            self.profile, self.states, self.final_states, self.completed_final_states
+        ));
+        if let Some(l) = &self.limit_hit {
+            s.push_str(&format!("  {l}\n"));
+        }
+        for (i, f) in self.findings.iter().enumerate() {
+            s.push_str(&format!("\n{}. {} ({}):\n", i + 1, f.kind, f.frequency_words()));
+            for line in f.text.lines() {
+                s.push_str(&format!("   {line}\n"));
+            }
+        }
+        s
+    }
+}
+
+impl RenderedFinding {
+    fn frequency_words(&self) -> &'static str {
+        if self.frequency == "always" { "in every execution" } else { "in some executions" }
+    }
+}
+
+/// Explores `program` under `profile` and builds the report.
+pub fn check(program: &Program, profile: &Profile, limits: &Limits) -> Report {
+    let sem = Semantics::new(program, profile);
+    let ex = explore(&sem, limits);
+    build_report(&sem, &ex)
+}
+
+fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
+    let findings: Vec<RenderedFinding> = ex
+        .findings
+        .iter()
+        .map(|f| RenderedFinding {
+            kind: f.problem.kind_name().to_string(),
+            frequency: match f.frequency {
+                Frequency::Always => "always".into(),
+                Frequency::Sometimes => "sometimes".into(),
+            },
+            text: explain(sem, f),
+            finding: f.clone(),
+        })
+        .collect();
+    let verdict = if let Some(f) = findings.first() {
+        f.kind.clone()
+    } else if ex.limit_hit.is_some() {
+        "inconclusive".into()
+    } else {
+        "ok".into()
+    };
+    Report {
+        program: sem.program.name.clone(),
+        profile: sem.profile.name.clone(),
+        verdict,
+        states: ex.states,
+        final_states: ex.terminal_states,
+        completed_final_states: ex.completed_states,
+        limit_hit: ex.limit_hit.clone(),
+        findings,
+    }
+}
+
+/// The text of one finding.
+pub fn explain(sem: &Semantics, f: &Finding) -> String {
+    let mut s = String::new();
+    match &f.problem {
+        Problem::Deadlock(d) => {
+            if d.starvation {
+                s.push_str(
+                    "the device may keep every remaining item from starting while an NCCL kernel spins \
+                     (S1: streams are not guaranteed to progress independently)\n",
+                );
+            }
+            s.push_str(if d.is_cycle { "wait-for cycle:\n" } else { "wait-for chain (ends in a wait that nothing satisfies):\n" });
+            for (i, e) in d.cycle.iter().enumerate() {
+                s.push_str(&format!("  {}. {}\n", i + 1, e.text));
+            }
+            s.push_str("host threads:\n");
+            for b in &d.blocked {
+                s.push_str(&format!("  {b}\n"));
+            }
+            if sem.profile.eager_bytes_per_connection == 0 && !d.starvation && mentions_rendezvous(d) {
+                s.push_str(
+                    "note: under rendezvous (profile portable) a send ends only with its recv; NCCL may complete small \
+                     sends eagerly, so this may complete for messages within the eager window (try --profile eager)\n",
+                );
+            }
+        }
+        Problem::DataRace(r) => s.push_str(&explain_race(sem, r, &f.witness)),
+        Problem::Undefined(u) => {
+            s.push_str(&format!("rule {} broken: {}\n", u.rule, u.message));
+            for at in &u.at {
+                let (r, t) = sem.thread_of[at.thread as usize];
+                s.push_str(&format!("  at {}{}\n", sem.op_label(*at), sem.program.op_where(r, t, at.op)));
+            }
+        }
+    }
+    s.push_str(&format!("witness: a schedule of {} steps (`cuorder run --witness N` prints it)\n", f.witness.len()));
+    s
+}
+
+fn mentions_rendezvous(d: &cuorder_model::waitfor::Stuck) -> bool {
+    d.cycle.iter().any(|e| e.text.contains("rendezvous"))
+}
+
+fn access_line(sem: &Semantics, st: Option<&State>, a: &Access) -> String {
+    let loc = a.who.loc();
+    let (r, t) = sem.thread_of[loc.thread as usize];
+    let verb = if a.write { "writes" } else { "reads" };
+    let range = format!(
+        "{} bytes {}..{}",
+        sem.program.range_label(&a.range).split('[').next().unwrap_or(""),
+        a.range.offset,
+        a.range.offset + a.range.len
+    );
+    let on = match (a.who, st) {
+        (Accessor::Item { item, .. }, Some(st)) => {
+            let i = &st.items[&item];
+            let streams: Vec<String> = i.streams.iter().map(|s| sem.program.stream_label(*s, r)).collect();
+            match &i.kind {
+                ItemKind::Launch { ops, .. } if ops.len() > 1 => format!(" on stream {} (NCCL group ending at #{})", streams.join("+"), item.op),
+                _ => format!(" on stream {}", streams.join("+")),
+            }
+        }
+        (Accessor::Item { .. }, None) => String::new(),
+        (Accessor::Host { .. }, _) => " on the host".into(),
+    };
+    format!("{}{} {verb} {range}{on}", sem.op_label(loc), sem.program.op_where(r, t, loc.op))
+}
+
+fn explain_race(sem: &Semantics, r: &Race, witness: &[cuorder_model::semantics::Step]) -> String {
+    let st = replay_state(sem, witness).ok();
+    let buf = sem.program.buffer(r.first.range.buf);
+    let space = match buf.space {
+        MemSpace::Device => "device memory",
+        MemSpace::PinnedHost => "pinned host memory",
+        MemSpace::PageableHost => "pageable host memory",
+    };
+    let mut s = format!("on r{} {} ({space}):\n", r.first.range.buf.rank, buf.name);
+    if r.first.block != r.second.block || r.first.range.buf != r.second.range.buf {
+        s = format!(
+            "on r{} memory shared by {} and {} (the caching allocator handed {}'s block to {}; P4):\n",
+            r.first.range.buf.rank,
+            sem.program.buffer(r.first.range.buf).name,
+            sem.program.buffer(r.second.range.buf).name,
+            sem.program.buffer(r.first.range.buf).name,
+            sem.program.buffer(r.second.range.buf).name
+        );
+    }
+    s.push_str(&format!("  {}\n  {}\n", access_line(sem, st.as_ref(), &r.first), access_line(sem, st.as_ref(), &r.second)));
+    s.push_str("nothing orders them: ");
+    if r.first.end.is_none() {
+        s.push_str("the second started while the first was still running, ");
+    }
+    s.push_str(
+        "the end of the first does not happen before the start of the second (no stream order, event wait, \
+         synchronize or message connects them)\n",
+    );
+    if let Some(st) = &st {
+        for hint in hints(sem, st, r) {
+            s.push_str(&format!("hint: {hint}\n"));
+        }
+    }
+    s
+}
+
+/// Specific reasons a user probably expected an order that is not there (S3, N10, P4).
+fn hints(sem: &Semantics, st: &State, r: &Race) -> Vec<String> {
+    let mut out = vec![];
+    let (Accessor::Item { item: a, .. }, Accessor::Item { item: b, .. }) = (r.first.who, r.second.who) else {
+        return out;
+    };
+    let (ia, ib) = (&st.items[&a], &st.items[&b]);
+    // A wait marker on b's stream, before b, bound to a record on a's stream that was enqueued before a.
+    for sb in &ib.streams {
+        let (q, _) = &st.queues[sem.stream_index(*sb)];
+        let pos_b = q.iter().position(|k| *k == b).unwrap_or(q.len());
+        for w in &q[..pos_b] {
+            let wi = &st.items[w];
+            if wi.kind != ItemKind::WaitMarker {
+                continue;
+            }
+            if wi.deps.is_empty() {
+                out.push(format!(
+                    "{} was issued before any record of its event, so it orders nothing (S3)",
+                    sem.op_label(w.loc())
+                ));
+                continue;
+            }
+            for d in &wi.deps {
+                for sa in &ia.streams {
+                    let (qa, _) = &st.queues[sem.stream_index(*sa)];
+                    let (pd, pa) = (qa.iter().position(|k| k == d), qa.iter().position(|k| *k == a));
+                    if let (Some(pd), Some(pa)) = (pd, pa) {
+                        if pd < pa {
+                            let in_group = matches!(ia.kind, ItemKind::Launch { .. }) && d.op < a.op;
+                            let why = if in_group {
+                                "; it was called inside the open NCCL group, and stream operations inside a group are \
+                                 enqueued at call time, before the group's kernels (N10)"
+                            } else {
+                                " (S3: a record captures only the work enqueued before it)"
+                            };
+                            out.push(format!(
+                                "{} waits for {}, which was enqueued before {}{why}",
+                                sem.op_label(w.loc()),
+                                sem.op_label(d.loc()),
+                                sem.op_label(a.loc())
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,47 @@
+//! Renders one execution (a model trace) as a readable timeline: one row per event, in step order, with the lane
+//! (host thread or stream) in its own column, grouped by rank in column order.
+
+use cuorder_model::semantics::Semantics;
+use cuorder_sim::run::{Outcome, Trace};
+
+/// The timeline of a trace as text, followed by the outcome and the races seen.
+pub fn render(sem: &Semantics, trace: &Trace) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{}: one execution under profile {} ({}; {} steps)\n\n",
+        trace.program,
+        trace.profile.name,
+        trace.scheduler,
+        trace.schedule.len()
+    ));
+    let width = trace.events.iter().map(|e| e.lane.len()).max().unwrap_or(4).max(4);
+    s.push_str(&format!("{:>5}  {:<width$}  event\n", "step", "lane"));
+    for e in &trace.events {
+        s.push_str(&format!("{:>5}  {:<width$}  {}\n", e.step, e.lane, e.text));
+    }
+    s.push('\n');
+    match &trace.outcome {
+        Outcome::Completed => s.push_str("outcome: completed\n"),
+        Outcome::StepLimit(n) => s.push_str(&format!("outcome: stopped at the step limit ({n} steps)\n")),
+        Outcome::Undefined(u) => s.push_str(&format!("outcome: undefined (rule {}): {}\n", u.rule, u.message)),
+        Outcome::Deadlock(d) => {
+            s.push_str("outcome: deadlock\n");
+            for (i, e) in d.cycle.iter().enumerate() {
+                s.push_str(&format!("  {}. {}\n", i + 1, e.text));
+            }
+            for b in &d.blocked {
+                s.push_str(&format!("  {b}\n"));
+            }
+        }
+    }
+    for r in &trace.races {
+        s.push_str(&format!(
+            "data race: {} and {} on r{} {}\n",
+            sem.op_label(r.first.who.loc()),
+            sem.op_label(r.second.who.loc()),
+            r.first.range.buf.rank,
+            sem.program.buffer(r.first.range.buf).name
+        ));
+    }
+    s
+}
