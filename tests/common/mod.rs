@@ -1,0 +1,31 @@
+//! The one data-driven helper of the corpus and rule tests: load a program from text, run `check` under a
+//! profile, and return the verdict both as data and as the rendered text that snapshots compare.
+
+#![allow(dead_code)]
+
+use cuorder::report::{check, Report};
+use cuorder_model::profile::Profile;
+use cuorder_sim::explore::Limits;
+
+/// Checks a program given as RON text under a built-in profile. Panics with the rendered diagnostics when the
+/// program does not load (a test program must be valid).
+pub fn check_text(name: &str, text: &str, profile: &str) -> Report {
+    let program = match cuorder_model::format::load(name, text) {
+        Ok(p) => p,
+        Err(d) => panic!("{name} does not load:\n{}", cuorder::diagnostics::render(name, text, &d, false)),
+    };
+    check(&program, &Profile::builtin(profile).expect("built-in profile"), &Limits::default())
+}
+
+/// The kinds of the findings, with their frequency: e.g. ["deadlock always", "data race sometimes"].
+pub fn kinds(r: &Report) -> Vec<String> {
+    r.findings.iter().map(|f| format!("{} {}", f.kind, f.frequency)).collect()
+}
+
+/// Checks a file of the repository (path relative to the workspace root).
+pub fn check_file(rel: &str, profile: &str) -> (Report, String) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let name = path.file_stem().unwrap().to_str().unwrap().to_string();
+    (check_text(&name, &text, profile), text)
+}

@@ -1,0 +1,307 @@
+//! One test per rule of SEMANTICS.md sections 1-3 (named after the rule id) and the litmus programs L1-L10: each
+//! states the verdict the rule implies and checks the explorer reaches it. Snapshots keep the rendered explanation.
+
+mod common;
+use common::{check_text, kinds};
+
+/// A one-rank program with the given declarations and the ops of its main thread.
+fn gpu1(streams: &str, events: &str, buffers: &str, ops: &str) -> String {
+    format!(
+        "Program(ranks: 1, streams: [{streams}], events: [{events}], buffers: [{buffers}], comms: [], \
+         threads: [Thread(\"main\", [{ops}])])"
+    )
+}
+
+/// A two-rank program (world communicator) with one SPMD main thread.
+fn gpu2(streams: &str, events: &str, buffers: &str, ops: &str) -> String {
+    format!(
+        "Program(ranks: 2, streams: [{streams}], events: [{events}], buffers: [{buffers}], comms: [Comm(\"world\")], \
+         threads: [Thread(\"main\", [{ops}])])"
+    )
+}
+
+const AB: &str = r#"Stream("sA", NonBlocking), Stream("sB", NonBlocking)"#;
+const BUFS: &str = r#"Buffer("a", "1 MiB"), Buffer("b", "1 MiB"), Buffer("p", "1 MiB", space: PinnedHost)"#;
+
+fn verdict(name: &str, text: &str, profile: &str) -> Vec<String> {
+    kinds(&check_text(name, text, profile))
+}
+
+#[test]
+fn s1_l1_one_stream_runs_in_issue_order() {
+    let t = gpu1(AB, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["a"]), Kernel("r", stream: "sA", reads: ["a"])"#);
+    assert_eq!(verdict("L1", &t, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn s1_l2_two_streams_are_unordered() {
+    let t = gpu1(AB, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["a"]), Kernel("r", stream: "sB", reads: ["a"])"#);
+    assert_eq!(verdict("L2", &t, "portable"), vec!["data race always"]);
+}
+
+#[test]
+fn s1_no_independent_progress_can_starve_a_second_communicator() {
+    // Each rank launches on comm c1 then on comm c2, on two streams; rank 1 in the opposite order of recv/send.
+    // With independent progress both launches run side by side and complete; without it, a spinning launch on
+    // one stream can keep the other from ever starting (S1).
+    let t = r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking), Stream("sB", NonBlocking)],
+        buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
+        comms: [Comm("c1"), Comm("c2")],
+        threads: [Thread("main", [
+            Parity(even: [Send(to: Next, buf: "x", stream: "sA", comm: "c1"), Recv(from: Prev, buf: "y", stream: "sB", comm: "c2")],
+                   odd:  [Send(to: Next, buf: "x", stream: "sB", comm: "c2"), Recv(from: Prev, buf: "y", stream: "sA", comm: "c1")]),
+            DeviceSync,
+        ])])"#;
+    let portable = check_text("s1-starve", t, "portable");
+    assert_eq!(kinds(&portable), vec!["deadlock sometimes"]);
+    assert!(portable.findings[0].text.contains("S1"), "{}", portable.findings[0].text);
+    assert_eq!(verdict("s1-starve", t, "eager"), Vec::<String>::new());
+}
+
+#[test]
+fn s2_l6_legacy_default_stream_waits_for_blocking_streams() {
+    let blocking = gpu1(r#"Stream("sA", Blocking)"#, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["a"]), Kernel("r", stream: "sL", reads: ["a"])"#);
+    assert_eq!(verdict("L6", &blocking, "portable"), Vec::<String>::new());
+    let nonblocking = gpu1(r#"Stream("sA", NonBlocking)"#, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["a"]), Kernel("r", stream: "sL", reads: ["a"])"#);
+    assert_eq!(verdict("L6nb", &nonblocking, "portable"), vec!["data race always"]);
+    // The other direction: a blocking stream waits for the legacy stream.
+    let back = gpu1(r#"Stream("sA", Blocking)"#, "", BUFS, r#"Kernel("w", stream: "sL", writes: ["a"]), Kernel("r", stream: "sA", reads: ["a"])"#);
+    assert_eq!(verdict("L6back", &back, "portable"), Vec::<String>::new());
+    // The per-thread default stream takes no part.
+    let pt = gpu1("", "", BUFS, r#"Kernel("w", stream: "sPT", writes: ["a"]), Kernel("r", stream: "sL", reads: ["a"])"#);
+    assert_eq!(verdict("L6pt", &pt, "portable"), vec!["data race always"]);
+}
+
+#[test]
+fn s3_l3_record_then_wait_orders() {
+    let t = gpu1(AB, r#""e""#, BUFS, r#"Kernel("w", stream: "sA", writes: ["a"]), Record("e", stream: "sA"), Wait("e", stream: "sB"), Kernel("r", stream: "sB", reads: ["a"])"#);
+    assert_eq!(verdict("L3", &t, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn s3_l4_record_captures_only_earlier_work() {
+    let t = gpu1(AB, r#""e""#, BUFS, r#"Record("e", stream: "sA"), Kernel("w", stream: "sA", writes: ["a"]), Wait("e", stream: "sB"), Kernel("r", stream: "sB", reads: ["a"])"#);
+    let r = check_text("L4", &t, "portable");
+    assert_eq!(kinds(&r), vec!["data race always"]);
+    assert!(r.findings[0].text.contains("S3"), "{}", r.findings[0].text);
+    insta::assert_snapshot!(r.to_text());
+}
+
+#[test]
+fn s3_l5_wait_before_any_record_orders_nothing() {
+    let t = gpu1(AB, r#""e""#, BUFS, r#"Wait("e", stream: "sB"), Kernel("w", stream: "sA", writes: ["a"]), Record("e", stream: "sA"), Kernel("r", stream: "sB", reads: ["a"])"#);
+    let r = check_text("L5", &t, "portable");
+    assert_eq!(kinds(&r), vec!["data race always"]);
+    assert!(r.findings[0].text.contains("before any record"), "{}", r.findings[0].text);
+}
+
+#[test]
+fn s3_rerecord_does_not_change_an_earlier_wait() {
+    // cutorch#222 variant: each wait binds to the record before it, so both writes are ordered.
+    let t = gpu1(r#"Stream("s1", NonBlocking), Stream("s2", NonBlocking), Stream("s3", NonBlocking)"#, r#""e""#, BUFS,
+        r#"Kernel("k1", stream: "s1", writes: ["a"]), Kernel("k2", stream: "s2", writes: ["b"]),
+           Record("e", stream: "s1"), Wait("e", stream: "s3"), Record("e", stream: "s2"), Wait("e", stream: "s3"),
+           Kernel("k3", stream: "s3", reads: ["a", "b"])"#);
+    assert_eq!(verdict("rerecord", &t, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn s3_cross_device_wait_is_allowed() {
+    // One process drives both devices: stream sA of rank 1 waits on an event of rank 0 (allowed; S3).
+    let t = r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking)], events: ["e"], buffers: [Buffer("a", "1 MiB")],
+        threads: [Thread("main", ranks: [0], ops: [
+            Kernel("w", stream: "sA", writes: ["a"]), Record("e", stream: "sA"), Wait("e", stream: "sA@1"),
+            Kernel("r", stream: "sA@1", reads: ["a"]), DeviceSync])])"#;
+    assert_eq!(verdict("xdev", t, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn s4_l7_stream_sync_orders_host_read() {
+    let t = gpu1(AB, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["p"]), StreamSync("sA"), HostRead("p")"#);
+    assert_eq!(verdict("L7", &t, "portable"), Vec::<String>::new());
+    let t = gpu1(AB, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["p"]), HostRead("p")"#);
+    assert_eq!(verdict("L7bad", &t, "portable"), vec!["data race always"]);
+}
+
+#[test]
+fn s4_l8_device_sync_orders_every_stream() {
+    let t = gpu1(AB, "", BUFS, r#"Kernel("wa", stream: "sA", writes: ["a"]), Kernel("wb", stream: "sB", writes: ["b"]), DeviceSync, Kernel("r", stream: "sA", reads: ["a", "b"])"#);
+    assert_eq!(verdict("L8", &t, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn s4_l9_event_sync_then_sync_memcpy() {
+    let t = gpu1(AB, r#""e""#, BUFS, r#"Kernel("w", stream: "sA", writes: ["a"]), Record("e", stream: "sA"), EventSync("e"), Memcpy(dst: "p", src: "a")"#);
+    assert_eq!(verdict("L9", &t, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn s4_l10_event_query_has_both_answers() {
+    use cuorder_model::profile::Profile;
+    use cuorder_model::semantics::Semantics;
+    use cuorder_sim::run::run;
+    use cuorder_sim::scheduler::RandomScheduler;
+    let t = gpu1(AB, r#""e""#, BUFS, r#"Kernel("w", stream: "sA", writes: ["a"], duration: "1 ms"), Record("e", stream: "sA"), EventQuery("e")"#);
+    let p = cuorder_model::format::load("L10", &t).unwrap();
+    let prof = Profile::portable();
+    let sem = Semantics::new(&p, &prof);
+    let mut answers = std::collections::BTreeSet::new();
+    for seed in 0..64 {
+        let tr = run(&sem, &mut RandomScheduler::new(seed), Some(seed), 1000);
+        for e in tr.events.iter().filter(|e| e.text.contains("event_query")) {
+            answers.insert(e.text.ends_with(": ready"));
+        }
+    }
+    assert_eq!(answers.len(), 2, "both answers must be possible: {answers:?}");
+}
+
+#[test]
+fn s5_synchronous_memcpy_blocks_the_host() {
+    let t = gpu1(AB, "", r#"Buffer("a", "1 MiB"), Buffer("h", "1 MiB", space: PageableHost)"#,
+        r#"Kernel("w", stream: "sL", writes: ["a"]), Memcpy(dst: "h", src: "a"), HostRead("h")"#);
+    assert_eq!(verdict("S5", &t, "portable"), Vec::<String>::new());
+    // Async copy into pinned memory does not block: reading it on the host races.
+    let t = gpu1(AB, "", BUFS, r#"Memcpy(dst: "p", src: "a", stream: "sA"), HostRead("p")"#);
+    assert_eq!(verdict("S5async", &t, "portable"), vec!["data race always"]);
+    // Async copy into pageable memory returns only when done (S5).
+    let t = gpu1(AB, "", r#"Buffer("a", "1 MiB"), Buffer("h", "1 MiB", space: PageableHost)"#,
+        r#"Memcpy(dst: "h", src: "a", stream: "sA"), HostRead("h")"#);
+    assert_eq!(verdict("S5pageable", &t, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn n1_nccl_calls_return_before_the_gpu_runs_them() {
+    // The host writes the send buffer right after ncclSend returns: races with the send kernel reading it.
+    let t = gpu2(AB, "", r#"Buffer("x", "1 MiB", space: PinnedHost), Buffer("y", "1 MiB")"#,
+        r#"Group([Send(to: Next, buf: "x", stream: "sA"), Recv(from: Prev, buf: "y", stream: "sA")]), HostWrite("x"), StreamSync("sA")"#);
+    assert_eq!(verdict("N1", &t, "portable"), vec!["data race always"]);
+}
+
+#[test]
+fn n2_send_without_recv_completes_only_within_the_eager_window() {
+    let t = |size: &str| {
+        format!(
+            r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "{size}")], comms: [Comm("world")],
+            threads: [Thread("main", [
+                OnRanks([0], [Send(to: Rank(1), buf: "x", stream: "s0"), StreamSync("s0"), Barrier("b")]),
+                OnRanks([1], [Barrier("b"), Recv(from: Rank(0), buf: "x", stream: "s0"), StreamSync("s0")]),
+            ])])"#
+        )
+    };
+    // Rank 0 waits for its send before the barrier that rank 1 must pass before it receives.
+    assert_eq!(verdict("N2small", &t("1 MiB"), "portable"), vec!["deadlock always"]);
+    assert_eq!(verdict("N2small", &t("1 MiB"), "eager"), Vec::<String>::new());
+    assert_eq!(verdict("N2big", &t("64 MiB"), "eager"), vec!["deadlock always"]);
+}
+
+#[test]
+fn n3_matching_is_positional() {
+    // Rank 0 sends x then y; rank 1 receives into u then v: u gets x. Sizes differ per position: valid.
+    let t = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("y", "2 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            OnRanks([0], [Group([Send(to: Rank(1), buf: "x", stream: "s0"), Send(to: Rank(1), buf: "y", stream: "s0")])]),
+            OnRanks([1], [Group([Recv(from: Rank(0), buf: "x", stream: "s0"), Recv(from: Rank(0), buf: "y", stream: "s0")])]),
+            StreamSync("s0")])])"#;
+    assert_eq!(verdict("N3", t, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn n4_send_and_recv_in_one_group_never_deadlock() {
+    let t = gpu2(AB, "", r#"Buffer("x", "1 GiB"), Buffer("y", "1 GiB")"#,
+        r#"Group([Send(to: Next, buf: "x", stream: "sA"), Recv(from: Prev, buf: "y", stream: "sA")]), StreamSync("sA")"#);
+    assert_eq!(verdict("N4", &t, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn n5_launches_on_one_communicator_are_serialized_across_streams() {
+    // Send on stream A, then recv on stream B, same communicator, both ranks: hangs (SEMANTICS.md N5, HW).
+    let t = gpu2(AB, "", r#"Buffer("x", "1 GiB"), Buffer("y", "1 GiB")"#,
+        r#"Send(to: Next, buf: "x", stream: "sA"), Recv(from: Prev, buf: "y", stream: "sB"), DeviceSync"#);
+    let r = check_text("N5", &t, "portable");
+    assert_eq!(kinds(&r), vec!["deadlock always"]);
+    assert!(r.findings[0].text.contains("N5"), "{}", r.findings[0].text);
+}
+
+#[test]
+fn n6_communicators_used_in_inconsistent_orders_deadlock() {
+    // Rank 0 all-reduces on c1 then c2, rank 1 on c2 then c1, one stream each.
+    let t = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("g", "1 MiB")],
+        comms: [Comm("c1"), Comm("c2")],
+        threads: [Thread("main", [
+            Parity(even: [AllReduce(buf: "g", stream: "s0", comm: "c1"), AllReduce(buf: "g", stream: "s0", comm: "c2")],
+                   odd:  [AllReduce(buf: "g", stream: "s0", comm: "c2"), AllReduce(buf: "g", stream: "s0", comm: "c1")]),
+            StreamSync("s0")])])"#;
+    assert_eq!(verdict("N6", t, "portable"), vec!["deadlock always"]);
+}
+
+#[test]
+fn n7_ungrouped_first_contact_hangs_with_lazy_connections() {
+    let t = gpu2(AB, "", r#"Buffer("x", "1 KiB"), Buffer("y", "1 KiB")"#,
+        r#"Send(to: Next, buf: "x", stream: "sA"), Recv(from: Prev, buf: "y", stream: "sA"), StreamSync("sA")"#);
+    let r = check_text("N7", &t, "eager");
+    assert_eq!(kinds(&r), vec!["deadlock always"]);
+    assert!(r.findings[0].text.contains("not mirrored"), "{}", r.findings[0].text);
+    // After a grouped warm-up the connections exist and the same small exchange completes eagerly.
+    let warm = gpu2(AB, "", r#"Buffer("x", "1 KiB"), Buffer("y", "1 KiB")"#,
+        r#"Group([Send(to: Next, buf: "x", stream: "sA"), Recv(from: Prev, buf: "y", stream: "sA")]),
+           Send(to: Next, buf: "x", stream: "sA"), Recv(from: Prev, buf: "y", stream: "sA"), StreamSync("sA")"#);
+    assert_eq!(verdict("N7warm", &warm, "eager"), Vec::<String>::new());
+}
+
+#[test]
+fn n7_nonmirrored_first_contact_can_be_undefined() {
+    use cuorder_model::profile::{NonMirrored, Profile};
+    let t = gpu2(AB, "", r#"Buffer("x", "1 KiB"), Buffer("y", "1 KiB")"#,
+        r#"Send(to: Next, buf: "x", stream: "sA"), Recv(from: Prev, buf: "y", stream: "sA"), StreamSync("sA")"#);
+    let p = cuorder_model::format::load("N7u", &t).unwrap();
+    let prof = Profile { nonmirrored_first_contact: NonMirrored::Undefined, ..Profile::eager() };
+    let r = cuorder::report::check(&p, &prof, &Default::default());
+    assert_eq!(kinds(&r), vec!["undefined always"]);
+    assert!(r.findings[0].text.contains("rule N7"));
+}
+
+#[test]
+fn n8_comm_init_blocks_until_every_member_calls_it() {
+    let t = r#"Program(ranks: 2, comms: [Comm("c", init: Explicit)], threads: [Thread("main", [OnRanks([0], [CommInit("c")])])])"#;
+    let r = check_text("N8", t, "portable");
+    assert_eq!(kinds(&r), vec!["deadlock always"]);
+    assert!(r.findings[0].text.contains("never calls comm_init"), "{}", r.findings[0].text);
+    let ok = r#"Program(ranks: 2, comms: [Comm("c", init: Explicit)], threads: [Thread("main", [CommInit("c")])])"#;
+    assert_eq!(verdict("N8ok", ok, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn n10_event_recorded_inside_a_group_orders_nothing() {
+    let (r, _) = common::check_file("examples/megatron-batch-p2p-race.ron", "portable");
+    assert!(r.findings.iter().all(|f| f.kind == "data race"), "{:?}", common::kinds(&r));
+    assert!(r.findings.iter().any(|f| f.text.contains("N10")), "{}", r.to_text());
+}
+
+#[test]
+fn c1_collective_completes_only_when_every_member_runs_its_part() {
+    // Rank 1 synchronizes its stream before issuing its all-reduce part, rank 0 after: fine. But if rank 0 waits
+    // on the host for its part before rank 1 issues its part behind a barrier, it hangs.
+    let t = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("g", "1 MiB")], comms: [Comm("world")],
+        threads: [Thread("main", [
+            OnRanks([0], [AllReduce(buf: "g", stream: "s0"), StreamSync("s0"), Barrier("b")]),
+            OnRanks([1], [Barrier("b"), AllReduce(buf: "g", stream: "s0"), StreamSync("s0")])])])"#;
+    assert_eq!(verdict("C1", t, "eager"), vec!["deadlock always"]);
+}
+
+#[test]
+fn p4_freed_block_reused_while_a_send_reads_it() {
+    let t = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking), Stream("sN", NonBlocking)], events: ["e"],
+        buffers: [Pooled("out", "256 MiB"), Pooled("tmp", "256 MiB"), Buffer("in", "256 MiB")], comms: [Comm("world")],
+        threads: [Thread("main", [
+            OnRanks([0], [Alloc("out", stream: "s0"), Kernel("fwd", stream: "s0", writes: ["out"]),
+                Record("e", stream: "s0"), Wait("e", stream: "sN"), Send(to: Rank(1), buf: "out", stream: "sN"),
+                Free("out"), Alloc("tmp", stream: "s0"), Kernel("next", stream: "s0", writes: ["tmp"]), DeviceSync]),
+            OnRanks([1], [Recv(from: Rank(0), buf: "in", stream: "sN"), StreamSync("sN")])])])"#;
+    let r = check_text("P4", t, "portable");
+    assert_eq!(kinds(&r), vec!["data race sometimes"]);
+    assert!(r.findings[0].text.contains("caching allocator"), "{}", r.findings[0].text);
+    // record_stream keeps the block out of the pool until the send has ended.
+    let fixed = t.replace(r#"Free("out")"#, r#"RecordStream("out", stream: "sN"), Free("out")"#);
+    assert_eq!(verdict("P4fixed", &fixed, "portable"), Vec::<String>::new());
+}
