@@ -1092,6 +1092,12 @@ impl<'p> Semantics<'p> {
                 } else {
                     let idx = self.reusable(st, *buf, *stream)[(choice - 1) as usize];
                     let b = st.pool.remove(idx);
+                    // P4: the allocator saw the recorded streams' events complete (cudaEventQuery), which orders
+                    // their work before this allocation.
+                    for k in &b.not_before {
+                        let end = st.items[k].end.clone().unwrap();
+                        st.threads[t as usize].clock.join(&end);
+                    }
                     note = format!("reuses the block of {}", self.program.buffer(b.block.buf).name);
                     (b.block, b.bytes)
                 };
