@@ -1,1 +1,134 @@
-//! The RON surface format of programs, its SPMD expansion and validation (to be written).
+//! The RON surface format of programs: parsing (`ron` + serde), SPMD expansion, name resolution and validation with
+//! precise diagnostics, producing the resolved [`Program`]. The format is documented in `docs/program-format.md`.
+//!
+//! Pipeline: `ron` deserializes the text into the surface types (syntax errors stop here, with ron's position); the
+//! span index records where every value is written; declarations are checked; every thread is expanded per rank
+//! (`OnRanks`, `Parity`, `Repeat`, `Group`); every op is resolved and checked; then the checks that span several ops
+//! run (groups, communicator init, point-to-point and collective matching). Every error is collected.
+
+mod checks;
+mod decls;
+pub mod diagnostic;
+mod expand;
+mod issues;
+mod resolve;
+mod ron_error;
+pub mod span_index;
+pub mod surface;
+pub mod units;
+
+pub use diagnostic::{Diagnostic, Related};
+
+use crate::program::{Op, Origin, Program, Rank, Stream, StreamKind, Thread};
+use checks::ThreadOps;
+use diagnostic::LineIndex;
+use expand::{expand, Budget};
+use issues::Issues;
+use resolve::{Ctx, Resolver};
+use ron::extensions::Extensions;
+use span_index::SpanIndex;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use surface::SProgram;
+
+/// At most this many ranks in a program.
+pub const MAX_RANKS: u32 = 64;
+/// At most this many host threads per rank.
+pub const MAX_THREADS_PER_RANK: usize = 64;
+/// At most this many ops in the whole expanded program (all ranks and threads together).
+pub const MAX_EXPANDED_OPS: usize = 1_000_000;
+/// Duration of a kernel that does not say, in ns.
+pub const DEFAULT_KERNEL_NS: u64 = 10_000;
+
+/// Parses, expands and validates the program `text`; `name` becomes [`Program::name`]. On failure, every error found
+/// (or the one syntax error that stopped parsing), in source order.
+pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
+    let surface: SProgram = ron::Options::default()
+        .with_default_extension(Extensions::IMPLICIT_SOME)
+        .from_str(text)
+        .map_err(|e| vec![ron_error::diagnostic(text, &e)])?;
+    let index = SpanIndex::build(text);
+    let mut issues = Issues::default();
+    let decls = decls::check(&surface, &mut issues);
+    let ranks = decls.ranks;
+
+    // How many ranks run the thread a path belongs to (to say "rank 1: ..." only when an error is rank-specific).
+    let thread_ranks: Vec<u32> = (0..decls.threads.len())
+        .map(|t| decls.rank_threads.iter().filter(|ts| ts.contains(&t)).count() as u32)
+        .collect();
+    let ranks_of_path = |path: &str| -> u32 {
+        path.strip_prefix("threads[")
+            .and_then(|rest| rest.split(']').next())
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| thread_ranks.get(i).copied())
+            .unwrap_or(ranks)
+    };
+
+    let mut budget = Budget::new();
+    let mut expanded = Vec::new();
+    for r in 0..ranks {
+        for (ti, &t) in decls.rank_threads[r as usize].iter().enumerate() {
+            let decl = &decls.threads[t];
+            let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut issues);
+            expanded.push((r, ti as u32, decl.name, items));
+        }
+    }
+    if budget.exhausted {
+        return Err(issues.into_diagnostics(text, &index, ranks_of_path));
+    }
+
+    let mut resolver = Resolver::new(&decls, &index, &mut issues);
+    let mut threads = Vec::with_capacity(expanded.len());
+    for (rank, thread, name, items) in &expanded {
+        let cx = Ctx { rank: *rank, thread: *thread };
+        let mut ops = Vec::with_capacity(items.len());
+        let mut tainted = false;
+        for item in items {
+            match resolver.op(&cx, item) {
+                Some(kind) => ops.push((kind, item.path.clone())),
+                None => tainted = true,
+            }
+        }
+        threads.push(ThreadOps { rank: *rank, thread: *thread, name, ops, tainted });
+    }
+    let barriers = std::mem::take(&mut resolver.barriers);
+    checks::check(&threads, &decls, &mut issues);
+    if !issues.is_empty() {
+        return Err(issues.into_diagnostics(text, &index, ranks_of_path));
+    }
+
+    let lines = LineIndex::new(text);
+    let mut origins: BTreeMap<Rc<str>, Origin> = BTreeMap::new();
+    let mut origin = |path: &Rc<str>| -> Origin {
+        origins
+            .entry(path.clone())
+            .or_insert_with(|| match index.resolve(path) {
+                Some((_, node)) => {
+                    let (line, column) = lines.line_col(node.span.start);
+                    Origin { offset: Some(node.span.start), line: Some(line), column: Some(column) }
+                }
+                None => Origin::default(),
+            })
+            .clone()
+    };
+    let mut by_rank: Vec<Vec<Thread>> = (0..ranks).map(|_| Vec::new()).collect();
+    for t in threads {
+        let ops = t.ops.into_iter().map(|(kind, path)| Op { kind, origin: origin(&path) }).collect();
+        by_rank[t.rank as usize].push(Thread { name: t.name.to_string(), ops });
+    }
+    let ranks = by_rank
+        .into_iter()
+        .map(|threads| {
+            let mut streams = vec![Stream { name: decls::LEGACY_STREAM.to_string(), kind: StreamKind::LegacyDefault }];
+            streams.extend(decls.streams.iter().map(|(n, k)| Stream { name: n.clone(), kind: *k }));
+            streams.extend(
+                threads.iter().map(|t| Stream { name: format!("sPT.{}", t.name), kind: StreamKind::PerThreadDefault }),
+            );
+            Rank { streams, events: decls.events.clone(), buffers: decls.buffers.clone(), threads }
+        })
+        .collect();
+    Ok(Program { name: name.to_string(), ranks, comms: decls.comms.clone(), barriers })
+}
+
+#[cfg(test)]
+mod tests;

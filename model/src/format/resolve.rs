@@ -1,0 +1,705 @@
+//! Name resolution and the checks of a single op: turns one expanded surface op of one (rank, thread) into an
+//! [`OpKind`], reporting unknown names, out-of-bounds slices, wrong memory spaces, events recorded on another
+//! device, non-members and bad peers, and collective size rules.
+
+use super::decls::{size, Decls, LEGACY_STREAM, PER_THREAD_STREAM};
+use super::diagnostic::did_you_mean;
+use super::expand::{Item, Leaf};
+use super::issues::{Issue, Issues};
+use super::span_index::{field, index, SpanIndex};
+use super::surface::{BufArg, Duration, Peer, Root, SOp, SimplePeer};
+use super::units::parse_duration;
+use super::DEFAULT_KERNEL_NS;
+use crate::program::{
+    BarrierDecl, BufRange, BufRef, CollectiveKind, CommId, EventRef, MemSpace, OpKind, RankId, StreamRef,
+};
+use std::collections::BTreeMap;
+
+/// Where an op runs: the rank (process) and the thread's index within that rank.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    pub rank: RankId,
+    pub thread: u32,
+}
+
+/// Resolves ops against the declarations; collects the host barriers it meets.
+pub struct Resolver<'a, 'i> {
+    pub d: &'a Decls<'a>,
+    pub index: &'a SpanIndex,
+    pub issues: &'i mut Issues,
+    /// Barriers in order of first use; participants are filled as ops are resolved.
+    pub barriers: Vec<BarrierDecl>,
+    barrier_idx: BTreeMap<String, u32>,
+}
+
+/// A resolved buffer argument.
+#[derive(Clone, Copy, Debug)]
+struct Range {
+    range: BufRange,
+    space: MemSpace,
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}
+
+fn list_ranks(rs: &[RankId]) -> String {
+    rs.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+impl<'a, 'i> Resolver<'a, 'i> {
+    pub fn new(d: &'a Decls<'a>, index: &'a SpanIndex, issues: &'i mut Issues) -> Resolver<'a, 'i> {
+        Resolver { d, index, issues, barriers: Vec::new(), barrier_idx: BTreeMap::new() }
+    }
+
+    fn err(&mut self, cx: &Ctx, issue: Issue) {
+        self.issues.push(issue.on_rank(cx.rank));
+    }
+
+    /// Splits `name@rank`; `None` (reported) when the qualifier is invalid. Returns (base name, rank, qualified).
+    fn qualified<'n>(&mut self, cx: &Ctx, name: &'n str, path: &str) -> Option<(&'n str, RankId, bool)> {
+        let Some((base, q)) = name.rsplit_once('@') else { return Some((name, cx.rank, false)) };
+        match q.parse::<RankId>() {
+            Ok(r) if r < self.d.ranks => Some((base, r, true)),
+            Ok(r) => {
+                let ranks = self.d.ranks;
+                self.err(
+                    cx,
+                    Issue::new(path, format!("`{name}` names rank {r}, which does not exist"))
+                        .help(format!("the program has {}: 0 to {}", plural(ranks as usize, "rank"), ranks - 1)),
+                );
+                None
+            }
+            Err(_) => {
+                self.err(
+                    cx,
+                    Issue::new(path, format!("invalid rank qualifier in `{name}`"))
+                        .help("write `name@rank`, e.g. \"s0@1\" for stream s0 of rank 1"),
+                );
+                None
+            }
+        }
+    }
+
+    /// "unknown stream `x`" with a suggestion among `known`, or a note that the name is of another kind.
+    fn unknown(&mut self, cx: &Ctx, what: &str, name: &str, known: &[&str], path: &str) {
+        let mut issue = Issue::new(path, format!("unknown {what} `{name}`"));
+        let others: [(&str, bool); 4] = [
+            ("stream", self.d.stream_idx.contains_key(name) || name == LEGACY_STREAM || name == PER_THREAD_STREAM),
+            ("event", self.d.event_idx.contains_key(name)),
+            ("buffer", self.d.buffer_idx.contains_key(name)),
+            ("communicator", self.d.comm_idx.contains_key(name)),
+        ];
+        if let Some(s) = did_you_mean(name, known.iter().copied()) {
+            issue = issue.help(format!("did you mean `{s}`?"));
+        } else if let Some((other, _)) = others.iter().find(|(k, is)| *is && *k != what) {
+            issue = issue.help(format!("`{name}` is a {other}, not a {what}"));
+        } else if known.is_empty() {
+            issue = issue.help(format!("the program declares no {what}s"));
+        } else {
+            issue = issue.help(format!("known {what}s: {}", known.join(", ")));
+        }
+        self.err(cx, issue);
+    }
+
+    fn stream(&mut self, cx: &Ctx, name: &str, path: &str) -> Option<StreamRef> {
+        let (base, rank, qualified) = self.qualified(cx, name, path)?;
+        let index = if base == LEGACY_STREAM {
+            0
+        } else if base == PER_THREAD_STREAM {
+            if qualified {
+                self.err(
+                    cx,
+                    Issue::new(path, format!("`{name}`: the per-thread default stream cannot be qualified"))
+                        .help("`sPT` always means the calling thread's own per-thread default stream"),
+                );
+                return None;
+            }
+            self.d.streams.len() as u32 + 1 + cx.thread
+        } else if let Some(&i) = self.d.stream_idx.get(base) {
+            i
+        } else {
+            let mut known: Vec<&str> = vec![LEGACY_STREAM, PER_THREAD_STREAM];
+            known.extend(self.d.stream_idx.keys().map(String::as_str));
+            self.unknown(cx, "stream", base, &known, path);
+            return None;
+        };
+        Some(StreamRef { rank, index })
+    }
+
+    fn event(&mut self, cx: &Ctx, name: &str, path: &str) -> Option<EventRef> {
+        let (base, rank, _) = self.qualified(cx, name, path)?;
+        match self.d.event_idx.get(base) {
+            Some(&index) => Some(EventRef { rank, index }),
+            None => {
+                let known: Vec<&str> = self.d.event_idx.keys().map(String::as_str).collect();
+                self.unknown(cx, "event", base, &known, path);
+                None
+            }
+        }
+    }
+
+    fn buffer(&mut self, cx: &Ctx, name: &str, path: &str) -> Option<BufRef> {
+        let (base, rank, _) = self.qualified(cx, name, path)?;
+        match self.d.buffer_idx.get(base) {
+            Some(&index) => Some(BufRef { rank, index }),
+            None => {
+                let known: Vec<&str> = self.d.buffer_idx.keys().map(String::as_str).collect();
+                self.unknown(cx, "buffer", base, &known, path);
+                None
+            }
+        }
+    }
+
+    /// A buffer argument at `path`: the whole buffer or a checked slice of it.
+    fn range(&mut self, cx: &Ctx, arg: &BufArg, path: &str) -> Option<Range> {
+        match arg {
+            BufArg::Whole(name) => {
+                let buf = self.buffer(cx, name, path)?;
+                let b = &self.d.buffers[buf.index as usize];
+                let known = self.d.buffer_size_known[buf.index as usize];
+                known.then_some(Range { range: BufRange { buf, offset: 0, len: b.bytes }, space: b.space })
+            }
+            BufArg::Slice(name, offset, len) => {
+                let written = self.index.get(path).and_then(|n| n.name.clone());
+                if written.as_deref() != Some("Slice") {
+                    let found = written.map_or("a tuple".to_string(), |w| format!("`{w}(..)`"));
+                    self.err(
+                        cx,
+                        Issue::new(path, format!("expected a buffer name or `Slice(\"name\", offset, len)`, found {found}")),
+                    );
+                    return None;
+                }
+                let buf = self.buffer(cx, name, &field(path, 0));
+                let offset = size(offset, &field(path, 1), self.issues);
+                let len = size(len, &field(path, 2), self.issues);
+                let (buf, offset, len) = (buf?, offset?, len?);
+                let b = &self.d.buffers[buf.index as usize];
+                if !self.d.buffer_size_known[buf.index as usize] {
+                    return None;
+                }
+                let (bytes, space) = (b.bytes, b.space);
+                if offset.checked_add(len).map_or(true, |end| end > bytes) {
+                    self.err(
+                        cx,
+                        Issue::new(
+                            path,
+                            format!(
+                                "slice of {} at offset {offset} is out of bounds of `{name}` ({})",
+                                plural(len as usize, "byte"),
+                                plural(bytes as usize, "byte")
+                            ),
+                        )
+                        .help(format!("offset + len must be at most {bytes}")),
+                    );
+                    return None;
+                }
+                Some(Range { range: BufRange { buf, offset, len }, space })
+            }
+        }
+    }
+
+    /// Checks that `r` (argument `name` at `path`) is device memory of `rank` (where `why` runs).
+    fn device_on(&mut self, cx: &Ctx, r: Range, rank: RankId, name: &str, why: &str, path: &str) -> bool {
+        if r.space != MemSpace::Device {
+            self.err(
+                cx,
+                Issue::new(path, format!("{why} needs device memory, but `{name}` is {}", space_words(r.space)))
+                    .help("declare the buffer without a memory space (device memory) or copy it there with Memcpy"),
+            );
+            false
+        } else if r.range.buf.rank != rank {
+            self.err(
+                cx,
+                Issue::new(
+                    path,
+                    format!("`{name}` is device memory of rank {}, but {why} runs on rank {rank}", r.range.buf.rank),
+                )
+                .help(format!("use rank {rank}'s buffer (`{}@{rank}`), or a stream of rank {}", base(name), r.range.buf.rank)),
+            );
+            false
+        } else {
+            true
+        }
+    }
+
+    /// Checks that host memory `r` belongs to the calling thread's process.
+    fn host_of_caller(&mut self, cx: &Ctx, r: Range, name: &str, path: &str) -> bool {
+        if r.range.buf.rank != cx.rank {
+            self.err(
+                cx,
+                Issue::new(
+                    path,
+                    format!("`{name}` is host memory of rank {}'s process, not of this thread's (rank {})", r.range.buf.rank, cx.rank),
+                )
+                .help(format!("use this process's buffer `{}`", base(name))),
+            );
+            false
+        } else {
+            true
+        }
+    }
+
+    /// A kernel on a stream of `rank` touching `r`: device memory of that rank or pinned memory of the caller.
+    fn kernel_access(&mut self, cx: &Ctx, r: Range, rank: RankId, name: &str, path: &str) -> bool {
+        match r.space {
+            MemSpace::Device => self.device_on(cx, r, rank, name, "the kernel", path),
+            MemSpace::PinnedHost => self.host_of_caller(cx, r, name, path),
+            MemSpace::PageableHost => {
+                self.err(
+                    cx,
+                    Issue::new(path, format!("a kernel cannot access pageable host memory `{name}`"))
+                        .help("declare it PinnedHost (cudaMallocHost), or copy it to device memory with Memcpy"),
+                );
+                false
+            }
+        }
+    }
+
+    /// A Memcpy side: device memory of the executing device, or host memory of the caller.
+    fn copy_side(&mut self, cx: &Ctx, r: Range, exec: RankId, name: &str, path: &str) -> bool {
+        match r.space {
+            MemSpace::Device => self.device_on(cx, r, exec, name, "the copy", path),
+            _ => self.host_of_caller(cx, r, name, path),
+        }
+    }
+
+    fn duration(&mut self, cx: &Ctx, d: &Duration, path: &str) -> Option<u64> {
+        let r = match d {
+            Duration::Nanos(n) => Ok(*n),
+            Duration::Text(t) => parse_duration(t),
+            Duration::Invalid(m) => Err(m.clone()),
+        };
+        r.map_err(|m| self.err(cx, Issue::new(path, m))).ok()
+    }
+
+    /// The communicator named at `comm_path`, or the only one when none is named.
+    fn comm(&mut self, cx: &Ctx, name: Option<&String>, op_path: &str) -> Option<CommId> {
+        match name {
+            Some(n) => match self.d.comm_idx.get(n.as_str()) {
+                Some(&c) => Some(CommId(c)),
+                None => {
+                    let known: Vec<&str> = self.d.comm_idx.keys().map(String::as_str).collect();
+                    let path = field(op_path, "comm");
+                    self.unknown(cx, "communicator", n, &known, &path);
+                    None
+                }
+            },
+            None => match self.d.comms.len() {
+                1 => self.d.comm_idx.values().next().map(|&c| CommId(c)),
+                0 => {
+                    self.err(
+                        cx,
+                        Issue::new(op_path, "this NCCL operation needs a communicator, and the program declares none")
+                            .help("declare one: `comms: [Comm(\"world\")]`"),
+                    );
+                    None
+                }
+                n => {
+                    self.err(
+                        cx,
+                        Issue::new(op_path, format!("the program declares {n} communicators: say which one with `comm: \"...\"`")),
+                    );
+                    None
+                }
+            },
+        }
+    }
+
+    /// Checks that `rank` (acting through `stream_name`) is a member of `comm`; its position when it is.
+    fn member(&mut self, cx: &Ctx, comm: CommId, rank: RankId, stream_name: &str, path: &str) -> Option<usize> {
+        let c = &self.d.comms[comm.0 as usize];
+        if let Some(pos) = c.members.iter().position(|&m| m == rank) {
+            return Some(pos);
+        }
+        let who = if rank == cx.rank {
+            "the calling rank".to_string()
+        } else {
+            format!("rank {rank} (the device of stream `{stream_name}`)")
+        };
+        let (name, members) = (c.name.clone(), list_ranks(&c.members));
+        self.err(
+            cx,
+            Issue::new(path, format!("{who} is not a member of `{name}` (members: {members})"))
+                .help(format!("run it only on members, e.g. inside `OnRanks([{members}], [...])`, or use another communicator")),
+        );
+        None
+    }
+
+    fn peer(&mut self, cx: &Ctx, comm: CommId, pos: usize, peer: &Peer, path: &str) -> Option<RankId> {
+        let simple = match *peer {
+            Peer::Next => SimplePeer::Next,
+            Peer::Prev => SimplePeer::Prev,
+            Peer::Rank(r) => SimplePeer::Rank(r),
+            Peer::Parity { even, odd } => {
+                if pos % 2 == 0 {
+                    even
+                } else {
+                    odd
+                }
+            }
+        };
+        let c = &self.d.comms[comm.0 as usize];
+        let (m, me) = (c.members.len(), c.members[pos]);
+        let (name, members) = (c.name.clone(), list_ranks(&c.members));
+        let r = match simple {
+            SimplePeer::Next => c.members[(pos + 1) % m],
+            SimplePeer::Prev => c.members[(pos + m - 1) % m],
+            SimplePeer::Rank(r) => {
+                if r >= self.d.ranks {
+                    let ranks = self.d.ranks;
+                    self.err(
+                        cx,
+                        Issue::new(path, format!("peer rank {r} does not exist"))
+                            .help(format!("the program has {}: 0 to {}", plural(ranks as usize, "rank"), ranks - 1)),
+                    );
+                    return None;
+                }
+                if !c.members.contains(&r) {
+                    self.err(cx, Issue::new(path, format!("peer rank {r} is not a member of `{name}` (members: {members})")));
+                    return None;
+                }
+                r
+            }
+        };
+        if r == me {
+            let why = if m == 1 { format!(": `{name}` has a single member") } else { String::new() };
+            self.err(
+                cx,
+                Issue::new(path, format!("the peer is the caller itself (rank {r}){why}"))
+                    .help("NCCL send/recv need two different ranks"),
+            );
+            return None;
+        }
+        Some(r)
+    }
+
+    fn barrier(&mut self, cx: &Ctx, name: &str) -> u32 {
+        let id = match self.barrier_idx.get(name) {
+            Some(&i) => i,
+            None => {
+                let i = self.barriers.len() as u32;
+                self.barriers.push(BarrierDecl { name: name.to_string(), participants: Vec::new() });
+                self.barrier_idx.insert(name.to_string(), i);
+                i
+            }
+        };
+        let me = (cx.rank, cx.thread);
+        let parts = &mut self.barriers[id as usize].participants;
+        if let Err(at) = parts.binary_search(&me) {
+            parts.insert(at, me);
+        }
+        id
+    }
+
+    fn pooled(&mut self, cx: &Ctx, op: &str, name: &str, path: &str) -> Option<BufRef> {
+        let buf = self.buffer(cx, name, path)?;
+        if !self.d.buffers[buf.index as usize].pooled {
+            self.err(
+                cx,
+                Issue::new(path, format!("{op} of `{name}`, which is not a Pooled buffer"))
+                    .help(format!("{op} applies to caching-allocator buffers: declare it `Pooled(\"{}\", size)`", base(name))),
+            );
+            return None;
+        }
+        Some(buf)
+    }
+
+    fn same_device(&mut self, cx: &Ctx, op: &str, buf: BufRef, name: &str, s: StreamRef, stream: &str, path: &str) -> bool {
+        if buf.rank != s.rank {
+            self.err(
+                cx,
+                Issue::new(
+                    path,
+                    format!("{op} of `{name}` (rank {}) on stream `{stream}` of another device (rank {})", buf.rank, s.rank),
+                ),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// Resolves one expanded op; `None` when it has errors (all reported).
+    pub fn op(&mut self, cx: &Ctx, item: &Item) -> Option<OpKind> {
+        let p: &str = &item.path;
+        let op = match item.leaf {
+            Leaf::GroupStart => return Some(OpKind::GroupStart),
+            Leaf::GroupEnd => return Some(OpKind::GroupEnd),
+            Leaf::Op(op) => op,
+        };
+        let f = |name: &str| field(p, name);
+        match op {
+            SOp::Kernel { name, stream, reads, writes, duration } => {
+                let s = self.stream(cx, stream, &f("stream"));
+                let mut ok = s.is_some();
+                let mut ranges = [Vec::new(), Vec::new()];
+                for (k, (list, key)) in [(reads, "reads"), (writes, "writes")].into_iter().enumerate() {
+                    for (j, arg) in list.iter().enumerate() {
+                        let path = index(&f(key), j);
+                        match (self.range(cx, arg, &path), s) {
+                            (Some(r), Some(s)) => {
+                                ok &= self.kernel_access(cx, r, s.rank, arg.name(), &path);
+                                ranges[k].push(r.range);
+                            }
+                            _ => ok = false,
+                        }
+                    }
+                }
+                let duration_ns = match duration {
+                    Some(d) => self.duration(cx, d, &f("duration")),
+                    None => Some(DEFAULT_KERNEL_NS),
+                };
+                let [reads, writes] = ranges;
+                match (ok, s, duration_ns) {
+                    (true, Some(stream), Some(duration_ns)) => {
+                        Some(OpKind::Kernel { stream, name: name.clone(), reads, writes, duration_ns })
+                    }
+                    _ => None,
+                }
+            }
+            SOp::Memset { buf, stream } => {
+                let s = match stream {
+                    Some(s) => Some(self.stream(cx, s, &f("stream"))?),
+                    None => None,
+                };
+                let exec = s.map_or(cx.rank, |s| s.rank);
+                let r = self.range(cx, buf, &f("buf"))?;
+                let what = if s.is_some() { "cudaMemsetAsync" } else { "cudaMemset" };
+                self.device_on(cx, r, exec, buf.name(), what, &f("buf")).then_some(OpKind::Memset { stream: s, dst: r.range })
+            }
+            SOp::Memcpy { dst, src, stream } => {
+                let s = match stream {
+                    Some(name) => Some(self.stream(cx, name, &f("stream"))),
+                    None => None,
+                };
+                let exec = s.flatten().map_or(cx.rank, |s| s.rank);
+                let d = self.range(cx, dst, &f("dst"));
+                let sr = self.range(cx, src, &f("src"));
+                let (s, d, sr) = (s.map_or(Some(None), |s| s.map(Some))?, d?, sr?);
+                let ok_d = self.copy_side(cx, d, exec, dst.name(), &f("dst"));
+                let ok_s = self.copy_side(cx, sr, exec, src.name(), &f("src"));
+                if d.range.len != sr.range.len {
+                    self.err(
+                        cx,
+                        Issue::new(
+                            p,
+                            format!(
+                                "Memcpy lengths differ: dst is {}, src is {}",
+                                plural(d.range.len as usize, "byte"),
+                                plural(sr.range.len as usize, "byte")
+                            ),
+                        )
+                        .help("copy equal lengths: use Slice(\"name\", offset, len) for part of a buffer"),
+                    );
+                    return None;
+                }
+                (ok_d && ok_s).then_some(OpKind::Memcpy { stream: s, dst: d.range, src: sr.range })
+            }
+            SOp::Record { event, stream } => {
+                let e = self.event(cx, event, &f("event"));
+                let s = self.stream(cx, stream, &f("stream"));
+                let (e, s) = (e?, s?);
+                if e.rank != s.rank {
+                    self.err(
+                        cx,
+                        Issue::new(
+                            f("stream"),
+                            format!(
+                                "event `{event}` of rank {} cannot be recorded on stream `{stream}` of rank {}",
+                                e.rank, s.rank
+                            ),
+                        )
+                        .help(format!(
+                            "an event belongs to the device it was created on (S3): record it on a stream of rank {}, or record rank {}'s event `{}@{}`",
+                            e.rank, s.rank, base(event), s.rank
+                        )),
+                    );
+                    return None;
+                }
+                Some(OpKind::EventRecord { event: e, stream: s })
+            }
+            SOp::Wait { event, stream } => {
+                let e = self.event(cx, event, &f("event"));
+                let s = self.stream(cx, stream, &f("stream"));
+                Some(OpKind::StreamWaitEvent { stream: s?, event: e? })
+            }
+            SOp::EventQuery(e) => Some(OpKind::EventQuery { event: self.event(cx, e, &f("0"))? }),
+            SOp::EventSync(e) => Some(OpKind::EventSynchronize { event: self.event(cx, e, &f("0"))? }),
+            SOp::StreamSync(s) => Some(OpKind::StreamSynchronize { stream: self.stream(cx, s, &f("0"))? }),
+            SOp::StreamQuery(s) => Some(OpKind::StreamQuery { stream: self.stream(cx, s, &f("0"))? }),
+            SOp::DeviceSync => Some(OpKind::DeviceSynchronize { rank: cx.rank }),
+            SOp::Sleep(d) => Some(OpKind::HostSleep { ns: self.duration(cx, d, &f("0"))? }),
+            SOp::HostRead(arg) | SOp::HostWrite(arg) => {
+                let write = matches!(op, SOp::HostWrite(_));
+                let what = if write { "HostWrite" } else { "HostRead" };
+                let path = f("0");
+                let r = self.range(cx, arg, &path)?;
+                if r.space == MemSpace::Device {
+                    self.err(
+                        cx,
+                        Issue::new(&path, format!("{what} of device memory `{}`", arg.name())).help(
+                            "the host cannot touch device memory directly: copy it with Memcpy to a PinnedHost or PageableHost buffer",
+                        ),
+                    );
+                    return None;
+                }
+                self.host_of_caller(cx, r, arg.name(), &path).then_some(OpKind::HostAccess { range: r.range, write })
+            }
+            SOp::Barrier(name) => Some(OpKind::Barrier { barrier: self.barrier(cx, name) }),
+            SOp::CommInit(name) => {
+                let c = self.comm(cx, Some(name), p)?;
+                let _ = self.member(cx, c, cx.rank, "", &f("0"))?;
+                Some(OpKind::CommInit { comm: c })
+            }
+            SOp::Send { to: peer, buf, stream, comm } | SOp::Recv { from: peer, buf, stream, comm } => {
+                let is_send = matches!(op, SOp::Send { .. });
+                let c = self.comm(cx, comm.as_ref(), p);
+                let s = self.stream(cx, stream, &f("stream"));
+                let r = self.range(cx, buf, &f("buf"));
+                let (c, s, r) = (c?, s?, r?);
+                let pos = self.member(cx, c, s.rank, stream, p)?;
+                let peer = self.peer(cx, c, pos, peer, &f(if is_send { "to" } else { "from" }))?;
+                let what = if is_send { "the send" } else { "the recv" };
+                if !self.device_on(cx, r, s.rank, buf.name(), what, &f("buf")) {
+                    return None;
+                }
+                Some(if is_send {
+                    OpKind::Send { comm: c, peer, buf: r.range, stream: s }
+                } else {
+                    OpKind::Recv { comm: c, peer, buf: r.range, stream: s }
+                })
+            }
+            SOp::GroupStart => Some(OpKind::GroupStart),
+            SOp::GroupEnd => Some(OpKind::GroupEnd),
+            SOp::AllReduce { buf, send, recv, stream, comm } => {
+                self.collective(cx, p, CollectiveKind::AllReduce, None, buf, send, recv, stream, comm)
+            }
+            SOp::Broadcast { root, buf, send, recv, stream, comm } => {
+                let Root::Rank(r) = *root;
+                let kind = CollectiveKind::Broadcast { root: r };
+                self.collective(cx, p, kind, Some(r), buf, send, recv, stream, comm)
+            }
+            SOp::AllGather { send, recv, stream, comm } => {
+                let (s, r) = (Some(send.clone()), Some(recv.clone()));
+                self.collective(cx, p, CollectiveKind::AllGather, None, &None, &s, &r, stream, comm)
+            }
+            SOp::ReduceScatter { send, recv, stream, comm } => {
+                let (s, r) = (Some(send.clone()), Some(recv.clone()));
+                self.collective(cx, p, CollectiveKind::ReduceScatter, None, &None, &s, &r, stream, comm)
+            }
+            SOp::Alloc { buf, stream } | SOp::RecordStream { buf, stream } => {
+                let alloc = matches!(op, SOp::Alloc { .. });
+                let what = if alloc { "Alloc" } else { "RecordStream" };
+                let b = self.pooled(cx, what, buf, &f("buf"));
+                let s = self.stream(cx, stream, &f("stream"));
+                let (b, s) = (b?, s?);
+                if !self.same_device(cx, what, b, buf, s, stream, &f("stream")) {
+                    return None;
+                }
+                Some(if alloc { OpKind::Alloc { buf: b, stream: s } } else { OpKind::RecordStream { buf: b, stream: s } })
+            }
+            SOp::Free(name) => Some(OpKind::Free { buf: self.pooled(cx, "Free", name, &f("0"))? }),
+            // Control forms never reach here: expansion removed them.
+            SOp::Group(_) | SOp::OnRanks(..) | SOp::Parity { .. } | SOp::Repeat(..) => None,
+        }
+    }
+
+    /// A collective: in place (`buf`) or `send` + `recv`, with the size rules of its kind.
+    #[allow(clippy::too_many_arguments)]
+    fn collective(
+        &mut self,
+        cx: &Ctx,
+        p: &str,
+        kind: CollectiveKind,
+        root: Option<RankId>,
+        buf: &Option<BufArg>,
+        send: &Option<BufArg>,
+        recv: &Option<BufArg>,
+        stream: &str,
+        comm: &Option<String>,
+    ) -> Option<OpKind> {
+        let f = |name: &str| field(p, name);
+        let name = kind_name(kind);
+        let c = self.comm(cx, comm.as_ref(), p);
+        let s = self.stream(cx, stream, &f("stream"));
+        let args: Vec<(&BufArg, String)> = match (buf, send, recv) {
+            (Some(b), None, None) => vec![(b, f("buf"))],
+            (None, Some(sd), Some(rv)) => vec![(sd, f("send")), (rv, f("recv"))],
+            _ => {
+                self.err(cx, Issue::new(p, format!("{name} takes either `buf` (in place) or both `send` and `recv`")));
+                return None;
+            }
+        };
+        let ranges: Vec<Option<Range>> = args.iter().map(|(a, path)| self.range(cx, a, path)).collect();
+        let (c, s) = (c?, s?);
+        let _pos = self.member(cx, c, s.rank, stream, p)?;
+        let mut rs = Vec::new();
+        for (r, (a, path)) in ranges.into_iter().zip(&args) {
+            let r = r?;
+            if !self.device_on(cx, r, s.rank, a.name(), &format!("the {name}"), path) {
+                return None;
+            }
+            rs.push(r.range);
+        }
+        let (send_r, recv_r) = (rs[0], *rs.last()?);
+        let members = self.d.comms[c.0 as usize].members.clone();
+        let m = members.len() as u64;
+        if let Some(root) = root {
+            if !members.contains(&root) {
+                let cname = self.d.comms[c.0 as usize].name.clone();
+                self.err(
+                    cx,
+                    Issue::new(f("root"), format!("root rank {root} is not a member of `{cname}` (members: {})", list_ranks(&members))),
+                );
+                return None;
+            }
+        }
+        let (consistent, rule) = match kind {
+            CollectiveKind::AllReduce | CollectiveKind::Broadcast { .. } => (send_r.len == recv_r.len, "recv = send"),
+            CollectiveKind::AllGather => (send_r.len.checked_mul(m) == Some(recv_r.len), "recv = send × members"),
+            CollectiveKind::ReduceScatter => (recv_r.len.checked_mul(m) == Some(send_r.len), "send = recv × members"),
+        };
+        if !consistent {
+            self.err(
+                cx,
+                Issue::new(
+                    p,
+                    format!(
+                        "{name} sizes do not fit: send is {}, recv is {} ({rule}, {})",
+                        plural(send_r.len as usize, "byte"),
+                        plural(recv_r.len as usize, "byte"),
+                        plural(m as usize, "member")
+                    ),
+                ),
+            );
+            return None;
+        }
+        Some(OpKind::Collective { comm: c, kind, send: send_r, recv: recv_r, stream: s })
+    }
+}
+
+/// The name of a collective kind as written.
+pub fn kind_name(kind: CollectiveKind) -> &'static str {
+    match kind {
+        CollectiveKind::AllReduce => "AllReduce",
+        CollectiveKind::Broadcast { .. } => "Broadcast",
+        CollectiveKind::AllGather => "AllGather",
+        CollectiveKind::ReduceScatter => "ReduceScatter",
+    }
+}
+
+fn base(name: &str) -> &str {
+    name.rsplit_once('@').map_or(name, |(b, _)| b)
+}
+
+fn space_words(s: MemSpace) -> &'static str {
+    match s {
+        MemSpace::Device => "device memory",
+        MemSpace::PinnedHost => "pinned host memory",
+        MemSpace::PageableHost => "pageable host memory",
+    }
+}

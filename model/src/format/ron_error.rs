@@ -1,0 +1,183 @@
+//! Turns a `ron` deserialization error (syntax errors, unknown variants or fields, missing fields, wrong value types)
+//! into a [`Diagnostic`] with a precise span and a helpful message.
+
+use super::diagnostic::{did_you_mean, offset_of_line_byte_col, Diagnostic, Related};
+use super::span_index::{unclosed_delimiters, SpanIndex};
+use ron::error::{Error, SpannedError};
+
+/// How many names a "known ..." help lists before it stops.
+const MAX_LISTED: usize = 40;
+
+/// The diagnostic for `err`, which `ron` reported while deserializing `text`.
+pub fn diagnostic(text: &str, err: &SpannedError) -> Diagnostic {
+    let offset = offset_of_line_byte_col(text, err.position.line, err.position.col);
+    match &err.code {
+        Error::NoSuchEnumVariant { expected, found, outer } => {
+            let what = outer.as_deref().unwrap_or("variant");
+            let (start, len) = ident_before(text, offset, found);
+            let d = Diagnostic::at(text, start, len, format!("unknown {what} `{found}`"));
+            with_suggestion(d, found, expected, &format!("{what}s"))
+        }
+        Error::NoSuchStructField { expected, found, outer } => {
+            let (start, len) = ident_before(text, offset, found);
+            let message = match outer {
+                Some(o) => format!("unknown field `{found}` in `{o}`"),
+                None => format!("unknown field `{found}`"),
+            };
+            let fields = match outer {
+                Some(o) => format!("fields of `{o}`"),
+                None => "fields".to_string(),
+            };
+            with_suggestion(Diagnostic::at(text, start, len, message), found, expected, &fields)
+        }
+        Error::MissingStructField { field, outer } => {
+            let message = match outer {
+                Some(o) => format!("missing field `{field}` in `{o}`"),
+                None => format!("missing field `{field}`"),
+            };
+            let (start, len) = token_at(text, offset);
+            Diagnostic::at(text, start, len, message).with_help(format!("add `{field}: ...`"))
+        }
+        Error::DuplicateStructField { field, outer } => {
+            let (start, len) = ident_before(text, offset, field);
+            let message = match outer {
+                Some(o) => format!("field `{field}` is given twice in `{o}`"),
+                None => format!("field `{field}` is given twice"),
+            };
+            Diagnostic::at(text, start, len, message)
+        }
+        Error::ExpectedDifferentStructName { expected, found } => {
+            let (start, len) = ident_before(text, offset, found);
+            let d = Diagnostic::at(text, start, len, format!("expected `{expected}`, found `{found}`"));
+            d.with_help(format!("write `{expected}(...)`"))
+        }
+        Error::Eof => eof(text),
+        Error::UnclosedBlockComment => {
+            let start = text.rfind("/*").unwrap_or(text.len());
+            Diagnostic::at(text, start, 2, "unclosed block comment").with_help("close it with `*/`")
+        }
+        Error::ExpectedStringEnd => {
+            let start = text[..offset].rfind('"').unwrap_or(offset);
+            Diagnostic::at(text, start, 1, "unterminated string").with_help("close it with `\"`")
+        }
+        Error::Message(m) | Error::InvalidValueForType { expected: m, .. } if !m.is_empty() => {
+            let message = match &err.code {
+                Error::InvalidValueForType { expected, found } => format!("expected {expected}, found {found}"),
+                _ => m.clone(),
+            };
+            // The deserializer reports a value's error just after the value: point at that value.
+            let index = SpanIndex::build(text);
+            let (start, len) = match index.innermost_ending_at(offset) {
+                Some((_, n)) => (n.span.start, n.span.len()),
+                None => token_at(text, offset),
+            };
+            let d = Diagnostic::at(text, start, len, message);
+            if m.contains("a buffer name in double quotes") {
+                d.with_help("write \"x\" for the whole buffer or Slice(\"x\", offset, len) for a byte range")
+            } else {
+                d
+            }
+        }
+        code => {
+            let (start, len) = token_at(text, offset);
+            Diagnostic::at(text, start, len, syntax_message(code))
+        }
+    }
+}
+
+/// "unexpected end of file", pointing at the end, with the innermost delimiter still open as related place.
+fn eof(text: &str) -> Diagnostic {
+    let mut d = Diagnostic::at(text, text.len(), 0, "unexpected end of file");
+    let open = unclosed_delimiters(text);
+    if let Some(&(at, c)) = open.last() {
+        let close: String = open
+            .iter()
+            .rev()
+            .map(|&(_, o)| match o {
+                '(' => ')',
+                '[' => ']',
+                _ => '}',
+            })
+            .collect();
+        d.related.push(Related::at(text, at, 1, format!("this `{c}` is never closed")));
+        d = d.with_help(format!("the file may be truncated: it ends with {} unclosed delimiter(s); `{close}` would close them", open.len()));
+    } else {
+        d = d.with_help("the file may be truncated or empty: it should contain `Program(...)`");
+    }
+    d
+}
+
+/// Adds "did you mean" (or a list of the known names) to `d`.
+fn with_suggestion(d: Diagnostic, found: &str, expected: &[&str], what: &str) -> Diagnostic {
+    if let Some(s) = did_you_mean(found, expected.iter().copied()) {
+        d.with_help(format!("did you mean `{s}`?"))
+    } else if expected.is_empty() {
+        d
+    } else {
+        let mut list: Vec<&str> = expected.iter().copied().take(MAX_LISTED).collect();
+        if expected.len() > MAX_LISTED {
+            list.push("...");
+        }
+        d.with_help(format!("{what}: {}", list.join(", ")))
+    }
+}
+
+/// The span of the last occurrence of identifier `ident` ending at or before `offset` (ron reports the position just
+/// after it), or the token at `offset` when it is not found nearby.
+fn ident_before(text: &str, offset: usize, ident: &str) -> (usize, usize) {
+    let end = offset.min(text.len());
+    if !ident.is_empty() {
+        if let Some(start) = text[..end].rfind(ident) {
+            if end - start <= ident.len() + 64 {
+                return (start, ident.len());
+            }
+        }
+    }
+    token_at(text, offset)
+}
+
+/// The span of the token at `offset` (after whitespace): an identifier or number, else one character; empty at the
+/// end of the text.
+fn token_at(text: &str, offset: usize) -> (usize, usize) {
+    let mut start = offset.min(text.len());
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    let rest = &text[start..];
+    let trimmed = rest.trim_start();
+    start += rest.len() - trimmed.len();
+    let Some(c) = trimmed.chars().next() else { return (start, 0) };
+    if c.is_ascii_alphanumeric() || c == '_' {
+        let len = trimmed.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(trimmed.len());
+        (start, len)
+    } else {
+        (start, c.len_utf8())
+    }
+}
+
+/// A message for the remaining ron error codes, in our style (lowercase, no period).
+fn syntax_message(code: &Error) -> String {
+    match code {
+        Error::ExpectedComma => "expected `,`".to_string(),
+        Error::ExpectedArray => "expected a list `[...]`".to_string(),
+        Error::ExpectedArrayEnd => "expected `]` or `,`".to_string(),
+        Error::ExpectedStructLike => "expected `(`".to_string(),
+        Error::ExpectedStructLikeEnd => "expected `)` or `,`".to_string(),
+        Error::ExpectedMapColon => "expected `:`".to_string(),
+        Error::ExpectedString => "expected a string in double quotes".to_string(),
+        Error::ExpectedInteger => "expected a non-negative integer".to_string(),
+        Error::ExpectedIdentifier => "expected a name (an identifier)".to_string(),
+        Error::ExpectedUnit => "expected nothing here (a name without parentheses)".to_string(),
+        Error::IntegerOutOfBounds => "integer out of range".to_string(),
+        Error::TrailingCharacters => "unexpected text after the end of the program".to_string(),
+        Error::ExceededRecursionLimit => "nesting too deep".to_string(),
+        other => {
+            let s = other.to_string();
+            let mut c = s.chars();
+            match c.next() {
+                Some(first) => first.to_lowercase().chain(c).collect::<String>().trim_end_matches('.').to_string(),
+                None => "syntax error".to_string(),
+            }
+        }
+    }
+}

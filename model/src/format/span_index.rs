@@ -1,0 +1,603 @@
+//! The span index: a tolerant recursive-descent scanner over RON text that records the byte span of every value by
+//! its path (`threads[0].ops[3].buf`, `buffers[1].1`), so that errors found after deserialization (which carries no
+//! positions) can point into the source. It never fails and never panics, whatever the input.
+//!
+//! Path syntax: the root value is `""`; a named field appends `.name` (just `name` at the root); a positional field of
+//! a tuple, tuple struct or enum variant appends `.0`, `.1`, ...; an element of a list or the value of the i-th entry of
+//! a map appends `[i]`.
+
+use std::collections::BTreeMap;
+
+/// Nesting deeper than this is scanned flat (no further paths recorded) so the scanner cannot exhaust the stack.
+pub const MAX_SCAN_DEPTH: usize = 256;
+
+/// A byte range `start..end` of the source text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Span {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// `true` for an empty span.
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+/// One value found in the text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// From the value's first character (the name, for a named struct or enum variant) to just after its last.
+    pub span: Span,
+    /// The identifier of a named struct / enum variant (`Kernel` in `Kernel(..)`) or of a bare identifier value
+    /// (`NonBlocking`).
+    pub name: Option<String>,
+}
+
+/// Spans of every value of a RON text, by path.
+#[derive(Clone, Debug, Default)]
+pub struct SpanIndex {
+    nodes: BTreeMap<String, Node>,
+}
+
+impl SpanIndex {
+    /// Scans `text`. Malformed or truncated input yields the spans of whatever could be recognised.
+    pub fn build(text: &str) -> SpanIndex {
+        let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new() };
+        s.skip_trivia();
+        s.value(Some(""), 0);
+        SpanIndex { nodes: s.nodes }
+    }
+
+    /// The node recorded for exactly `path`.
+    pub fn get(&self, path: &str) -> Option<&Node> {
+        self.nodes.get(path)
+    }
+
+    /// The node of `path`, or of its nearest enclosing path that was recorded; with the path actually found.
+    pub fn resolve<'a>(&'a self, path: &'a str) -> Option<(&'a str, &'a Node)> {
+        let mut p = Some(path);
+        while let Some(q) = p {
+            if let Some(n) = self.nodes.get(q) {
+                return Some((q, n));
+            }
+            p = parent(q);
+        }
+        None
+    }
+
+    /// The innermost (shortest) node whose span ends exactly at `offset`, if any: the value a deserializer had just
+    /// consumed when it reported an error there.
+    pub fn innermost_ending_at(&self, offset: usize) -> Option<(&str, &Node)> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.span.end == offset && !n.span.is_empty())
+            .min_by_key(|(_, n)| n.span.len())
+            .map(|(p, n)| (p.as_str(), n))
+    }
+
+    /// Every recorded path with its node, in path order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Node)> {
+        self.nodes.iter().map(|(p, n)| (p.as_str(), n))
+    }
+
+    /// Number of recorded values.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// `true` when nothing was recognised.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+/// The enclosing path: `a.b[2].c` → `a.b[2]` → `a.b` → `a` → `""` → none.
+pub fn parent(path: &str) -> Option<&str> {
+    if path.is_empty() {
+        return None;
+    }
+    Some(path.rfind(['.', '[']).map_or("", |i| &path[..i]))
+}
+
+/// Appends a named or positional field to a path.
+pub fn field(path: &str, name: impl std::fmt::Display) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+/// Appends a list index to a path.
+pub fn index(path: &str, i: usize) -> String {
+    format!("{path}[{i}]")
+}
+
+/// The opening delimiters `(`, `[`, `{` that are still open at the end of `text` (strings and comments skipped),
+/// outermost first, as (byte offset, delimiter).
+pub fn unclosed_delimiters(text: &str) -> Vec<(usize, char)> {
+    let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new() };
+    let mut open: Vec<(usize, char)> = Vec::new();
+    loop {
+        s.skip_trivia();
+        let Some(c) = s.peek() else { break };
+        match c {
+            b'"' => s.string(),
+            b'\'' => s.char_literal(),
+            b'r' if s.raw_string_ahead(1) => {
+                s.pos += 1;
+                s.raw_string();
+            }
+            b'(' | b'[' | b'{' => {
+                open.push((s.pos, c as char));
+                s.pos += 1;
+            }
+            b')' | b']' | b'}' => {
+                let opener = match c {
+                    b')' => '(',
+                    b']' => '[',
+                    _ => '{',
+                };
+                if open.last().is_some_and(|&(_, o)| o == opener) {
+                    open.pop();
+                }
+                s.pos += 1;
+            }
+            c if is_ident_start(c) => {
+                s.ident();
+            }
+            _ => s.skip_char(),
+        }
+    }
+    open
+}
+
+struct Scanner<'a> {
+    b: &'a [u8],
+    pos: usize,
+    nodes: BTreeMap<String, Node>,
+}
+
+fn is_ident_start(c: u8) -> bool {
+    c.is_ascii_alphabetic() || c == b'_'
+}
+
+fn is_ident_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+impl Scanner<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.pos).copied()
+    }
+
+    fn peek_at(&self, ahead: usize) -> Option<u8> {
+        self.b.get(self.pos + ahead).copied()
+    }
+
+    /// Skips whitespace, `//` and (nested) `/* */` comments and `#![...]` attributes.
+    fn skip_trivia(&mut self) {
+        while let Some(c) = self.peek() {
+            if c.is_ascii_whitespace() {
+                self.pos += 1;
+            } else if c == b'/' && self.peek_at(1) == Some(b'/') {
+                while self.peek().is_some_and(|c| c != b'\n') {
+                    self.pos += 1;
+                }
+            } else if c == b'/' && self.peek_at(1) == Some(b'*') {
+                self.pos += 2;
+                let mut depth = 1usize;
+                while depth > 0 {
+                    match (self.peek(), self.peek_at(1)) {
+                        (None, _) => break,
+                        (Some(b'*'), Some(b'/')) => {
+                            depth -= 1;
+                            self.pos += 2;
+                        }
+                        (Some(b'/'), Some(b'*')) => {
+                            depth += 1;
+                            self.pos += 2;
+                        }
+                        _ => self.pos += 1,
+                    }
+                }
+            } else if c == b'#' && matches!(self.peek_at(1), Some(b'!') | Some(b'[')) {
+                while self.peek().is_some_and(|c| c != b'[') {
+                    self.pos += 1;
+                }
+                let mut depth = 0usize;
+                while let Some(c) = self.peek() {
+                    self.pos += 1;
+                    match c {
+                        b'[' => depth += 1,
+                        b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn record(&mut self, path: Option<&str>, start: usize, name: Option<String>) {
+        if let Some(p) = path {
+            let span = Span { start, end: self.pos.max(start) };
+            self.nodes.entry(p.to_string()).or_insert(Node { span, name });
+        }
+    }
+
+    /// Scans one value at the current position (trivia already skipped) and records it under `path`.
+    fn value(&mut self, path: Option<&str>, depth: usize) {
+        let start = self.pos;
+        let Some(c) = self.peek() else { return };
+        let mut name = None;
+        let nested = depth < MAX_SCAN_DEPTH;
+        let path = if nested { path } else { None };
+        match c {
+            b'"' => self.string(),
+            b'\'' => self.char_literal(),
+            b'r' if self.raw_string_ahead(1) => {
+                self.pos += 1;
+                self.raw_string();
+            }
+            b'b' if self.peek_at(1) == Some(b'"') => {
+                self.pos += 1;
+                self.string();
+            }
+            b'b' if self.peek_at(1) == Some(b'r') && self.raw_string_ahead(2) => {
+                self.pos += 2;
+                self.raw_string();
+            }
+            b'(' if nested => self.fields(path, depth),
+            b'[' if nested => self.list(path, depth),
+            b'{' if nested => self.map(path, depth),
+            b'0'..=b'9' | b'+' | b'-' | b'.' => self.number(),
+            c if is_ident_start(c) => {
+                name = Some(self.ident());
+                let after_name = self.pos;
+                self.skip_trivia();
+                if self.peek() == Some(b'(') && nested {
+                    self.fields(path, depth);
+                } else {
+                    self.pos = after_name;
+                }
+            }
+            _ => self.skip_char(),
+        }
+        self.record(path, start, name);
+    }
+
+    fn skip_char(&mut self) {
+        self.pos += 1;
+        while self.peek().is_some_and(|c| (c & 0xC0) == 0x80) {
+            self.pos += 1;
+        }
+    }
+
+    /// An identifier, including raw identifiers `r#name`.
+    fn ident(&mut self) -> String {
+        let start = self.pos;
+        if self.peek() == Some(b'r') && self.peek_at(1) == Some(b'#') {
+            self.pos += 2;
+            while self.peek().is_some_and(|c| is_ident_char(c) || matches!(c, b'.' | b'+' | b'-')) {
+                self.pos += 1;
+            }
+        } else {
+            while self.peek().is_some_and(is_ident_char) {
+                self.pos += 1;
+            }
+        }
+        String::from_utf8_lossy(&self.b[start..self.pos]).into_owned()
+    }
+
+    fn number(&mut self) {
+        let start = self.pos;
+        self.pos += 1;
+        let hex = self.b[start..].starts_with(b"0x") || self.b[start..].starts_with(b"0X");
+        while let Some(c) = self.peek() {
+            let prev = self.b[self.pos - 1];
+            let exponent_sign = matches!(c, b'+' | b'-') && matches!(prev, b'e' | b'E') && !hex;
+            if is_ident_char(c) || c == b'.' || exponent_sign {
+                self.pos += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// A `"..."` string with escapes; an unterminated one runs to the end of the text.
+    fn string(&mut self) {
+        self.pos += 1;
+        while let Some(c) = self.peek() {
+            self.pos += 1;
+            match c {
+                b'\\' => {
+                    if self.peek().is_some() {
+                        self.pos += 1;
+                    }
+                }
+                b'"' => return,
+                _ => {}
+            }
+        }
+    }
+
+    fn char_literal(&mut self) {
+        self.pos += 1;
+        while let Some(c) = self.peek() {
+            self.pos += 1;
+            match c {
+                b'\\' => {
+                    if self.peek().is_some() {
+                        self.pos += 1;
+                    }
+                }
+                b'\'' | b'\n' => return,
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether a raw string (`#`* then `"`) starts `ahead` bytes from here.
+    fn raw_string_ahead(&self, ahead: usize) -> bool {
+        let mut i = self.pos + ahead;
+        while self.b.get(i) == Some(&b'#') {
+            i += 1;
+        }
+        self.b.get(i) == Some(&b'"')
+    }
+
+    /// A raw string from its `#`s (the `r` already consumed): `#"..."#`.
+    fn raw_string(&mut self) {
+        let mut hashes = 0;
+        while self.peek() == Some(b'#') {
+            hashes += 1;
+            self.pos += 1;
+        }
+        self.pos += 1; // the opening quote
+        while let Some(c) = self.peek() {
+            self.pos += 1;
+            if c == b'"' && (0..hashes).all(|k| self.peek_at(k) == Some(b'#')) {
+                self.pos += hashes;
+                return;
+            }
+        }
+    }
+
+    /// The contents of `( .. )`: named fields `name: value` and positional values, comma-separated.
+    fn fields(&mut self, path: Option<&str>, depth: usize) {
+        self.pos += 1;
+        let mut positional = 0usize;
+        loop {
+            self.skip_trivia();
+            let Some(c) = self.peek() else { return };
+            match c {
+                b')' => {
+                    self.pos += 1;
+                    return;
+                }
+                b',' | b']' | b'}' => {
+                    self.pos += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            let before = self.pos;
+            let mut field_name = None;
+            if is_ident_start(c) {
+                let name = self.ident();
+                self.skip_trivia();
+                if self.peek() == Some(b':') && self.peek_at(1) != Some(b':') {
+                    self.pos += 1;
+                    self.skip_trivia();
+                    field_name = Some(name);
+                } else {
+                    self.pos = before;
+                }
+            }
+            let child = match field_name {
+                Some(n) => path.map(|p| field(p, n)),
+                None => {
+                    positional += 1;
+                    path.map(|p| field(p, positional - 1))
+                }
+            };
+            self.value(child.as_deref(), depth + 1);
+            if self.pos == before {
+                self.skip_char();
+            }
+        }
+    }
+
+    fn list(&mut self, path: Option<&str>, depth: usize) {
+        self.pos += 1;
+        let mut i = 0usize;
+        loop {
+            self.skip_trivia();
+            let Some(c) = self.peek() else { return };
+            match c {
+                b']' => {
+                    self.pos += 1;
+                    return;
+                }
+                b',' | b')' | b'}' => {
+                    self.pos += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            let before = self.pos;
+            let child = path.map(|p| index(p, i));
+            self.value(child.as_deref(), depth + 1);
+            i += 1;
+            if self.pos == before {
+                self.skip_char();
+            }
+        }
+    }
+
+    fn map(&mut self, path: Option<&str>, depth: usize) {
+        self.pos += 1;
+        let mut i = 0usize;
+        loop {
+            self.skip_trivia();
+            let Some(c) = self.peek() else { return };
+            match c {
+                b'}' => {
+                    self.pos += 1;
+                    return;
+                }
+                b',' | b')' | b']' => {
+                    self.pos += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            let before = self.pos;
+            self.value(None, depth + 1);
+            self.skip_trivia();
+            if self.peek() == Some(b':') {
+                self.pos += 1;
+                self.skip_trivia();
+                let child = path.map(|p| index(p, i));
+                self.value(child.as_deref(), depth + 1);
+            }
+            i += 1;
+            if self.pos == before {
+                self.skip_char();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_of<'a>(text: &'a str, idx: &SpanIndex, path: &str) -> &'a str {
+        let n = idx.get(path).unwrap_or_else(|| panic!("no node at `{path}`; have {:?}", idx.nodes.keys()));
+        &text[n.span.start..n.span.end]
+    }
+
+    const SAMPLE: &str = r#"// header
+Program(
+    ranks: 2, /* inline */
+    streams: [Stream("s0", NonBlocking)],
+    buffers: [Buffer("x", "2 GiB"), Buffer("p", 4096, PinnedHost)],
+    threads: [
+        Thread("main", [
+            Kernel(name: "k", stream: "s0", writes: [Slice("x", 0, "1 KiB")]),
+            Repeat(2, [Send(to: Next, buf: "x", stream: "s0")]),
+            DeviceSync,
+        ]),
+    ],
+)
+"#;
+
+    #[test]
+    fn records_paths_of_fields_items_and_positionals() {
+        let idx = SpanIndex::build(SAMPLE);
+        assert!(text_of(SAMPLE, &idx, "").starts_with("Program("));
+        assert_eq!(idx.get("").unwrap().name.as_deref(), Some("Program"));
+        assert_eq!(text_of(SAMPLE, &idx, "ranks"), "2");
+        assert_eq!(text_of(SAMPLE, &idx, "streams[0]"), r#"Stream("s0", NonBlocking)"#);
+        assert_eq!(text_of(SAMPLE, &idx, "streams[0].1"), "NonBlocking");
+        assert_eq!(idx.get("streams[0].1").unwrap().name.as_deref(), Some("NonBlocking"));
+        assert_eq!(text_of(SAMPLE, &idx, "buffers[1].1"), "4096");
+        assert_eq!(text_of(SAMPLE, &idx, "buffers[1].2"), "PinnedHost");
+        assert_eq!(text_of(SAMPLE, &idx, "threads[0].0"), r#""main""#);
+        let k = "threads[0].1[0]";
+        assert!(text_of(SAMPLE, &idx, k).starts_with("Kernel(name"));
+        assert_eq!(text_of(SAMPLE, &idx, &format!("{k}.stream")), r#""s0""#);
+        assert_eq!(text_of(SAMPLE, &idx, &format!("{k}.writes[0]")), r#"Slice("x", 0, "1 KiB")"#);
+        assert_eq!(text_of(SAMPLE, &idx, &format!("{k}.writes[0].2")), r#""1 KiB""#);
+        assert_eq!(text_of(SAMPLE, &idx, "threads[0].1[1].1[0].to"), "Next");
+        assert_eq!(text_of(SAMPLE, &idx, "threads[0].1[2]"), "DeviceSync");
+    }
+
+    #[test]
+    fn resolves_to_nearest_enclosing_path() {
+        let idx = SpanIndex::build(SAMPLE);
+        let (p, n) = idx.resolve("threads[0].1[0].reads[3]").unwrap();
+        assert_eq!(p, "threads[0].1[0]");
+        assert!(SAMPLE[n.span.start..].starts_with("Kernel"));
+        assert_eq!(idx.resolve("nothing.here").unwrap().0, "");
+        assert_eq!(parent("a.b[2].c"), Some("a.b[2]"));
+        assert_eq!(parent("a.b[2]"), Some("a.b"));
+        assert_eq!(parent("a"), Some(""));
+        assert_eq!(parent(""), None);
+    }
+
+    #[test]
+    fn innermost_node_ending_at_an_offset() {
+        let idx = SpanIndex::build(SAMPLE);
+        let end = SAMPLE.find("\"2 GiB\"").unwrap() + "\"2 GiB\"".len();
+        assert_eq!(idx.innermost_ending_at(end).unwrap().0, "buffers[0].1");
+    }
+
+    #[test]
+    fn strings_comments_and_raw_strings_do_not_confuse_structure() {
+        let t = r##"(a: "x)\"]", /* ( /* nested ) */ [ */ b: r#"raw " ) "#, c: 'x', d: [1, -2.5e-3, 0xFF], e: {"k": (1)})"##;
+        let idx = SpanIndex::build(t);
+        assert_eq!(text_of(t, &idx, "a"), r#""x)\"]""#);
+        assert_eq!(text_of(t, &idx, "b"), r##"r#"raw " ) "#"##);
+        assert_eq!(text_of(t, &idx, "c"), "'x'");
+        assert_eq!(text_of(t, &idx, "d[1]"), "-2.5e-3");
+        assert_eq!(text_of(t, &idx, "d[2]"), "0xFF");
+        assert_eq!(text_of(t, &idx, "e[0]"), "(1)");
+        assert_eq!(text_of(t, &idx, "e[0].0"), "1");
+    }
+
+    #[test]
+    fn attributes_and_unicode_are_skipped() {
+        let t = "#![enable(implicit_some)]\n// é\n(name: \"ünï\", n: 1)";
+        let idx = SpanIndex::build(t);
+        assert_eq!(text_of(t, &idx, "name"), "\"ünï\"");
+        assert_eq!(text_of(t, &idx, "n"), "1");
+    }
+
+    #[test]
+    fn truncated_and_garbage_input_never_panics() {
+        for t in [SAMPLE, "(((((", "[[[", "\"abc", "r#\"abc", "/* open", "a: b: c", "))]]}}", "é(ü:", "#![", "b\"", "'"] {
+            for end in 0..=t.len() {
+                if t.is_char_boundary(end) {
+                    let _ = SpanIndex::build(&t[..end]);
+                }
+            }
+        }
+        let deep = "[".repeat(100_000);
+        let idx = SpanIndex::build(&deep);
+        assert!(idx.len() <= MAX_SCAN_DEPTH + 1);
+    }
+
+    #[test]
+    fn finds_unclosed_delimiters() {
+        let t = "Program(ranks: 2, threads: [Thread(\"m)\", [ /* ( */ Kernel(name: \"k\")";
+        let open = unclosed_delimiters(t);
+        let chars: Vec<char> = open.iter().map(|&(_, c)| c).collect();
+        assert_eq!(chars, vec!['(', '[', '(', '[']);
+        assert_eq!(open[2].0, t.find("Thread(").unwrap() + 6);
+        assert!(unclosed_delimiters("(a: [1], b: {})").is_empty());
+    }
+
+    #[test]
+    fn truncated_text_still_indexes_its_prefix() {
+        let t = "Program(ranks: 2, threads: [Thread(\"main\", [Kernel(name: \"k\"";
+        let idx = SpanIndex::build(t);
+        assert_eq!(text_of(t, &idx, "ranks"), "2");
+        assert_eq!(text_of(t, &idx, "threads[0].1[0].name"), "\"k\"");
+    }
+}

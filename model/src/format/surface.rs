@@ -1,0 +1,368 @@
+//! The surface syntax as serde types: exactly what a program file may contain, before SPMD expansion and name
+//! resolution. Sizes, durations and buffer arguments are kept as written so that their errors are reported by
+//! validation (all at once, with spans) rather than by the deserializer (one at a time).
+
+use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+use serde::Deserialize;
+use std::fmt;
+
+/// `Program(ranks: .., streams: [..], events: [..], buffers: [..], comms: [..], threads: [..])`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename = "Program", deny_unknown_fields)]
+pub struct SProgram {
+    /// Number of ranks (processes, one GPU each); every rank runs the SPMD body.
+    pub ranks: u32,
+    #[serde(default)]
+    pub streams: Vec<SStream>,
+    #[serde(default)]
+    pub events: Vec<String>,
+    #[serde(default)]
+    pub buffers: Vec<SBuffer>,
+    #[serde(default)]
+    pub comms: Vec<SComm>,
+    pub threads: Vec<SThread>,
+}
+
+/// `Stream("s0", NonBlocking)`: a stream every rank creates.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename = "Stream")]
+pub struct SStream(pub String, pub SStreamKind);
+
+/// The kinds of stream a program may create (the legacy and per-thread default streams always exist).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename = "stream kind")]
+pub enum SStreamKind {
+    Blocking,
+    NonBlocking,
+}
+
+/// A buffer every rank allocates.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename = "buffer declaration")]
+pub enum SBuffer {
+    /// `Buffer("x", "2 GiB")` or `Buffer("p", "4 KiB", PinnedHost)`: allocated for the whole program.
+    Buffer(String, Size, #[serde(default)] SSpace),
+    /// `Pooled("out", "256 MiB")`: a caching-allocator block of device memory, live between `Alloc` and `Free`.
+    Pooled(String, Size),
+}
+
+/// Where a [`SBuffer::Buffer`] lives.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename = "memory space")]
+pub enum SSpace {
+    #[default]
+    Device,
+    PinnedHost,
+    PageableHost,
+}
+
+/// `Comm("world")`, `Comm("pair01", [0, 1])`, `Comm("pair01", [0, 1], Explicit)`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename = "Comm")]
+pub struct SComm(pub String, #[serde(default)] pub Option<Vec<u32>>, #[serde(default)] pub SInit);
+
+/// How a communicator comes to exist.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename = "communicator init")]
+pub enum SInit {
+    /// Exists before the program starts.
+    #[default]
+    Implicit,
+    /// Created by `CommInit` ops.
+    Explicit,
+}
+
+/// A host thread declaration.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename = "thread declaration")]
+pub enum SThread {
+    /// `Thread("main", [ops])`: runs on every rank.
+    Thread(String, Vec<SOp>),
+    /// `ThreadOn("producer", [0], [ops])`: runs only on the listed ranks.
+    ThreadOn(String, Vec<u32>, Vec<SOp>),
+}
+
+/// One operation as written, including the control forms expanded at load time.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename = "operation", deny_unknown_fields)]
+pub enum SOp {
+    Kernel {
+        name: String,
+        stream: String,
+        #[serde(default)]
+        reads: Vec<BufArg>,
+        #[serde(default)]
+        writes: Vec<BufArg>,
+        #[serde(default)]
+        duration: Option<Duration>,
+    },
+    Memset {
+        buf: BufArg,
+        #[serde(default)]
+        stream: Option<String>,
+    },
+    Memcpy {
+        dst: BufArg,
+        src: BufArg,
+        #[serde(default)]
+        stream: Option<String>,
+    },
+    Record {
+        event: String,
+        stream: String,
+    },
+    Wait {
+        event: String,
+        stream: String,
+    },
+    EventQuery(String),
+    EventSync(String),
+    StreamSync(String),
+    StreamQuery(String),
+    DeviceSync,
+    Sleep(Duration),
+    HostRead(BufArg),
+    HostWrite(BufArg),
+    Barrier(String),
+    CommInit(String),
+    Send {
+        to: Peer,
+        buf: BufArg,
+        stream: String,
+        #[serde(default)]
+        comm: Option<String>,
+    },
+    Recv {
+        from: Peer,
+        buf: BufArg,
+        stream: String,
+        #[serde(default)]
+        comm: Option<String>,
+    },
+    GroupStart,
+    GroupEnd,
+    Group(Vec<SOp>),
+    AllReduce {
+        #[serde(default)]
+        buf: Option<BufArg>,
+        #[serde(default)]
+        send: Option<BufArg>,
+        #[serde(default)]
+        recv: Option<BufArg>,
+        stream: String,
+        #[serde(default)]
+        comm: Option<String>,
+    },
+    Broadcast {
+        root: Root,
+        #[serde(default)]
+        buf: Option<BufArg>,
+        #[serde(default)]
+        send: Option<BufArg>,
+        #[serde(default)]
+        recv: Option<BufArg>,
+        stream: String,
+        #[serde(default)]
+        comm: Option<String>,
+    },
+    AllGather {
+        send: BufArg,
+        recv: BufArg,
+        stream: String,
+        #[serde(default)]
+        comm: Option<String>,
+    },
+    ReduceScatter {
+        send: BufArg,
+        recv: BufArg,
+        stream: String,
+        #[serde(default)]
+        comm: Option<String>,
+    },
+    Alloc {
+        buf: String,
+        stream: String,
+    },
+    Free(String),
+    RecordStream {
+        buf: String,
+        stream: String,
+    },
+    OnRanks(Vec<u32>, Vec<SOp>),
+    Parity {
+        #[serde(default)]
+        even: Vec<SOp>,
+        #[serde(default)]
+        odd: Vec<SOp>,
+    },
+    Repeat(u32, Vec<SOp>),
+}
+
+/// The peer of a send or recv.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename = "peer")]
+pub enum Peer {
+    /// The next member of the communicator (wrapping).
+    Next,
+    /// The previous member of the communicator (wrapping).
+    Prev,
+    /// The member with this global rank.
+    Rank(u32),
+    /// `even` when the caller's position in the communicator is even, else `odd`.
+    Parity { even: SimplePeer, odd: SimplePeer },
+}
+
+/// A peer without the parity form.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename = "peer")]
+pub enum SimplePeer {
+    Next,
+    Prev,
+    Rank(u32),
+}
+
+/// The root of a broadcast: `Rank(0)` (a global rank).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename = "root")]
+pub enum Root {
+    Rank(u32),
+}
+
+/// A size as written: an integer (bytes) or a string with a unit, parsed during validation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Size {
+    Bytes(u64),
+    Text(String),
+    /// Something that cannot be a size; the message says why.
+    Invalid(String),
+}
+
+/// A duration as written: an integer (ns) or a string with a unit, parsed during validation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Duration {
+    Nanos(u64),
+    Text(String),
+    Invalid(String),
+}
+
+/// A buffer argument: `"x"` (the whole buffer) or `Slice("x", offset, len)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BufArg {
+    Whole(String),
+    Slice(String, Size, Size),
+}
+
+impl BufArg {
+    /// The (possibly qualified) buffer name.
+    pub fn name(&self) -> &str {
+        match self {
+            BufArg::Whole(n) | BufArg::Slice(n, _, _) => n,
+        }
+    }
+}
+
+/// Accepts any number or string for a quantity; never fails on a wrong unit (validation reports that).
+struct QuantityVisitor {
+    what: &'static str,
+}
+
+enum Quantity {
+    Int(u64),
+    Text(String),
+    Invalid(String),
+}
+
+impl<'de> Visitor<'de> for QuantityVisitor {
+    type Value = Quantity;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a {} (an integer or a string with a unit)", self.what)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Quantity, E> {
+        Ok(Quantity::Int(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Quantity, E> {
+        match u64::try_from(v) {
+            Ok(v) => Ok(Quantity::Int(v)),
+            Err(_) => Ok(Quantity::Invalid(format!("a {} cannot be negative (found {v})", self.what))),
+        }
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Quantity, E> {
+        Ok(Quantity::Invalid(format!(
+            "a {} is an integer or a string with a unit (found {v}); write fractions as a string, e.g. \"1.5 MiB\"",
+            self.what
+        )))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Quantity, E> {
+        Ok(Quantity::Text(v.to_string()))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Quantity, E> {
+        Ok(Quantity::Invalid(format!("expected a {}, found `{v}`", self.what)))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Quantity, E> {
+        Ok(Quantity::Invalid(format!("expected a {}, found a bare name (put it in double quotes with a unit)", self.what)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Quantity, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Quantity::Invalid(format!("expected a {}, found a list or tuple", self.what)))
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Quantity, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Quantity::Invalid(format!("expected a {}, found a struct or map", self.what)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
+        Ok(match d.deserialize_any(QuantityVisitor { what: "size" })? {
+            Quantity::Int(v) => Size::Bytes(v),
+            Quantity::Text(t) => Size::Text(t),
+            Quantity::Invalid(m) => Size::Invalid(m),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Duration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(match d.deserialize_any(QuantityVisitor { what: "duration" })? {
+            Quantity::Int(v) => Duration::Nanos(v),
+            Quantity::Text(t) => Duration::Text(t),
+            Quantity::Invalid(m) => Duration::Invalid(m),
+        })
+    }
+}
+
+struct BufArgVisitor;
+
+impl<'de> Visitor<'de> for BufArgVisitor {
+    type Value = BufArg;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a buffer name in double quotes, or Slice(\"name\", offset, len)")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<BufArg, E> {
+        Ok(BufArg::Whole(v.to_string()))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<BufArg, A::Error> {
+        let name: String = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
+        let offset: Size = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
+        let len: Size = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(2, &self))?;
+        Ok(BufArg::Slice(name, offset, len))
+    }
+}
+
+impl<'de> Deserialize<'de> for BufArg {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<BufArg, D::Error> {
+        d.deserialize_any(BufArgVisitor)
+    }
+}

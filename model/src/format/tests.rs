@@ -1,0 +1,1 @@
+//! Unit tests of the surface format: parsing, expansion, resolution and validation.
