@@ -4,7 +4,7 @@
 use super::issues::{Issue, Issues};
 use super::span_index::{field, index};
 use super::surface::{SBuffer, SComm, SInit, SOp, SProgram, SSpace, SStreamKind, SThread, Size};
-use super::units::parse_size;
+use super::units::{parse_size, SIZE_HELP};
 use super::{MAX_RANKS, MAX_THREADS_PER_RANK};
 use crate::program::{Buffer, Comm, MemSpace, RankId, StreamKind};
 use std::collections::BTreeMap;
@@ -87,7 +87,7 @@ pub fn size(s: &Size, path: &str, issues: &mut Issues) -> Option<u64> {
         Size::Text(t) => parse_size(t),
         Size::Invalid(m) => Err(m.clone()),
     };
-    r.map_err(|m| issues.push(Issue::new(path, m))).ok()
+    r.map_err(|m| issues.push(Issue::new(path, m).help(SIZE_HELP))).ok()
 }
 
 /// Checks every declaration of `p`.

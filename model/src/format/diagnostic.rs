@@ -159,13 +159,16 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// The candidate closest to `name`, if it is close enough to be a plausible typo (case-insensitive equality, or an
-/// edit distance of at most a third of the length, at least 1).
+/// The candidate closest to `name`, if it is close enough to be a plausible typo: equal but for case, a prefix of at
+/// least 3 characters (`NonBlock` for `NonBlocking`), or an edit distance of at most a third of the length (at least
+/// 1, and less than the length). On a tie, the first candidate wins.
 pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).max(1);
+    let n = name.chars().count();
+    let limit = (n / 3).max(1).min(n.saturating_sub(1));
     let mut best: Option<(usize, &'a str)> = None;
     for c in candidates {
-        let d = if c.eq_ignore_ascii_case(name) { 0 } else { edit_distance(name, c) };
+        let prefix = n >= 3 && (c.starts_with(name) || name.starts_with(c)) && c != name;
+        let d = if c.eq_ignore_ascii_case(name) || prefix { 0 } else { edit_distance(name, c) };
         if d <= limit && best.map_or(true, |(bd, _)| d < bd) {
             best = Some((d, c));
         }
@@ -213,6 +216,8 @@ mod tests {
         assert_eq!(did_you_mean("Kernal", ["Kernel", "Memset"]), Some("Kernel"));
         assert_eq!(did_you_mean("world", ["pair01"]), None);
         assert_eq!(did_you_mean("SL", ["sL"]), Some("sL"));
+        assert_eq!(did_you_mean("NonBlock", ["Blocking", "NonBlocking"]), Some("NonBlocking"));
+        assert_eq!(did_you_mean("q", ["p", "x"]), None);
     }
 
     #[test]

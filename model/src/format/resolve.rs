@@ -8,7 +8,7 @@ use super::expand::{Item, Leaf};
 use super::issues::{Issue, Issues};
 use super::span_index::{field, index, SpanIndex};
 use super::surface::{BufArg, Duration, Peer, Root, SOp, SimplePeer};
-use super::units::parse_duration;
+use super::units::{parse_duration, DURATION_HELP};
 use super::DEFAULT_KERNEL_NS;
 use crate::program::{
     BarrierDecl, BufRange, BufRef, CollectiveKind, CommId, EventRef, MemSpace, OpKind, RankId, StreamRef,
@@ -123,8 +123,9 @@ impl<'a, 'i> Resolver<'a, 'i> {
         } else if let Some(&i) = self.d.stream_idx.get(base) {
             i
         } else {
-            let mut known: Vec<&str> = vec![LEGACY_STREAM, PER_THREAD_STREAM];
-            known.extend(self.d.stream_idx.keys().map(String::as_str));
+            // Declared names first: on a tie, a suggestion prefers them.
+            let mut known: Vec<&str> = self.d.stream_idx.keys().map(String::as_str).collect();
+            known.extend([LEGACY_STREAM, PER_THREAD_STREAM]);
             self.unknown(cx, "stream", base, &known, path);
             return None;
         };
@@ -274,7 +275,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             Duration::Text(t) => parse_duration(t),
             Duration::Invalid(m) => Err(m.clone()),
         };
-        r.map_err(|m| self.err(cx, Issue::new(path, m))).ok()
+        r.map_err(|m| self.err(cx, Issue::new(path, m).help(DURATION_HELP))).ok()
     }
 
     /// The communicator named at `comm_path`, or the only one when none is named.

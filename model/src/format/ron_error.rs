@@ -11,6 +11,9 @@ const MAX_LISTED: usize = 40;
 /// The diagnostic for `err`, which `ron` reported while deserializing `text`.
 pub fn diagnostic(text: &str, err: &SpannedError) -> Diagnostic {
     let offset = offset_of_line_byte_col(text, err.position.line, err.position.col);
+    if !matches!(err.code, Error::Eof) && only_trivia(&text[offset..]) {
+        return eof(text);
+    }
     match &err.code {
         Error::NoSuchEnumVariant { expected, found, outer } => {
             let what = outer.as_deref().unwrap_or("variant");
@@ -62,7 +65,10 @@ pub fn diagnostic(text: &str, err: &SpannedError) -> Diagnostic {
         }
         Error::Message(m) | Error::InvalidValueForType { expected: m, .. } if !m.is_empty() => {
             let message = match &err.code {
-                Error::InvalidValueForType { expected, found } => format!("expected {expected}, found {found}"),
+                Error::InvalidValueForType { expected, found } => {
+                    let found = if found == "a unit value" { "a bare name (missing quotes?)" } else { found };
+                    format!("expected {expected}, found {found}")
+                }
                 _ => m.clone(),
             };
             // The deserializer reports a value's error just after the value: point at that value.
@@ -105,6 +111,20 @@ fn eof(text: &str) -> Diagnostic {
         d = d.with_help("the file may be truncated or empty: it should contain `Program(...)`");
     }
     d
+}
+
+/// `true` when `s` holds only whitespace and comments.
+fn only_trivia(s: &str) -> bool {
+    let mut rest = s.trim_start();
+    loop {
+        if let Some(r) = rest.strip_prefix("//") {
+            rest = r.find('\n').map_or("", |i| &r[i..]).trim_start();
+        } else if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.find("*/").map_or("", |i| &r[i + 2..]).trim_start();
+        } else {
+            return rest.is_empty();
+        }
+    }
 }
 
 /// Adds "did you mean" (or a list of the known names) to `d`.

@@ -1,1 +1,478 @@
 //! Unit tests of the surface format: parsing, expansion, resolution and validation.
+
+use super::*;
+use crate::program::*;
+
+const ALL_OPS: &str = include_str!("testdata/all_ops.ron");
+
+fn ok(text: &str) -> Program {
+    load("t", text).unwrap_or_else(|ds| {
+        panic!("unexpected errors:\n{}", ds.iter().map(|d| format!("{d} {:?}", d.help)).collect::<Vec<_>>().join("\n"))
+    })
+}
+
+/// Every diagnostic as `line:column: message [help]`, one per entry.
+fn errors(text: &str) -> Vec<String> {
+    match load("t", text) {
+        Ok(_) => panic!("expected errors, the program loaded"),
+        Err(ds) => ds
+            .iter()
+            .map(|d| match &d.help {
+                Some(h) => format!("{}:{}: {} [{h}]", d.line, d.column, d.message),
+                None => format!("{}:{}: {}", d.line, d.column, d.message),
+            })
+            .collect(),
+    }
+}
+
+/// A 2-rank program (streams s0, s1; events e, f; device buffers x 4 KiB, y 8 KiB; pinned p 4 KiB; pageable h 4 KiB;
+/// pooled out; comm world) whose one SPMD thread runs `ops` (written from line 3 on).
+fn prog(ops: &str) -> String {
+    format!(
+        "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking), Stream(\"s1\", Blocking)], events: [\"e\", \"f\"],\n\
+         buffers: [Buffer(\"x\", \"4 KiB\"), Buffer(\"y\", \"8 KiB\"), Buffer(\"p\", \"4 KiB\", PinnedHost), Buffer(\"h\", 4096, PageableHost), Pooled(\"out\", \"1 MiB\")], comms: [Comm(\"world\")], threads: [Thread(\"main\", [\n\
+         {ops}\n])])"
+    )
+}
+
+fn errs(ops: &str) -> Vec<String> {
+    errors(&prog(ops))
+}
+
+/// Asserts that exactly one error was reported and it contains every needle.
+#[track_caller]
+fn one_error(ops: &str, needles: &[&str]) {
+    let e = errs(ops);
+    assert_eq!(e.len(), 1, "expected one error, got {e:#?}");
+    for n in needles {
+        assert!(e[0].contains(n), "`{}` does not contain `{n}`", e[0]);
+    }
+}
+
+fn ops_of(p: &Program, rank: usize, thread: usize) -> Vec<&OpKind> {
+    p.ranks[rank].threads[thread].ops.iter().map(|o| &o.kind).collect()
+}
+
+#[test]
+fn all_ops_program_loads_with_its_structure() {
+    let p = ok(ALL_OPS);
+    assert_eq!(p.name, "t");
+    assert_eq!(p.ranks.len(), 4);
+    let names: Vec<&str> = p.ranks[0].streams.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["sL", "s0", "sb", "sN", "sPT.main", "sPT.helper"]);
+    let kinds: Vec<StreamKind> = p.ranks[0].streams.iter().map(|s| s.kind).collect();
+    use StreamKind::*;
+    assert_eq!(kinds, [LegacyDefault, NonBlocking, Blocking, NonBlocking, PerThreadDefault, PerThreadDefault]);
+    assert_eq!(p.ranks[1].streams.len(), 5);
+    assert_eq!(p.ranks[0].threads.len(), 2);
+    assert_eq!(p.ranks[3].threads.len(), 1);
+    assert_eq!(p.ranks[2].events, ["e", "eW"]);
+    let b = &p.ranks[0].buffers;
+    assert_eq!((b[0].bytes, b[0].space, b[0].pooled), (2 << 30, MemSpace::Device, false));
+    assert_eq!((b[5].bytes, b[5].space), (4096, MemSpace::PinnedHost));
+    assert_eq!(b[6].space, MemSpace::PageableHost);
+    assert!(b[7].pooled && b[7].space == MemSpace::Device);
+    assert_eq!(p.comms[0], Comm { name: "world".into(), members: vec![0, 1, 2, 3], explicit_init: false });
+    assert_eq!(p.comms[1], Comm { name: "pair01".into(), members: vec![0, 1], explicit_init: true });
+    assert_eq!(p.barriers.len(), 1);
+    assert_eq!(p.barriers[0].participants, vec![(0, 0), (0, 1), (1, 0), (2, 0), (3, 0)]);
+    assert_eq!(ops_of(&p, 0, 0).len(), 39);
+    assert_eq!(ops_of(&p, 1, 0).len(), 39);
+    assert_eq!(ops_of(&p, 2, 0).len(), 37);
+    assert_eq!(ops_of(&p, 0, 1).len(), 3);
+    assert_eq!(p.thread_count(), 5);
+}
+
+#[test]
+fn all_ops_resolve_to_the_right_references() {
+    let p = ok(ALL_OPS);
+    let r0 = ops_of(&p, 0, 0);
+    let x = BufRef { rank: 0, index: 0 };
+    assert_eq!(
+        *r0[0],
+        OpKind::Kernel {
+            stream: StreamRef { rank: 0, index: 1 },
+            name: "fwd".into(),
+            reads: vec![BufRange { buf: BufRef { rank: 0, index: 3 }, offset: 0, len: 1024 }],
+            writes: vec![BufRange { buf: x, offset: 0, len: 1 << 20 }],
+            duration_ns: 1_000_000,
+        }
+    );
+    // sPT of thread 0 of rank 0: after sL and 3 declared streams.
+    assert!(matches!(r0[1], OpKind::Kernel { stream: StreamRef { rank: 0, index: 4 }, duration_ns: DEFAULT_KERNEL_NS, .. }));
+    assert!(matches!(r0[3], OpKind::Memset { stream: None, .. }));
+    assert!(matches!(r0[5], OpKind::Memcpy { stream: None, dst: BufRange { len: 1024, .. }, .. }));
+    assert_eq!(*r0[6], OpKind::EventRecord { event: EventRef { rank: 0, index: 0 }, stream: StreamRef { rank: 0, index: 1 } });
+    assert_eq!(*r0[11], OpKind::StreamQuery { stream: StreamRef { rank: 0, index: 0 } });
+    assert_eq!(*r0[12], OpKind::DeviceSynchronize { rank: 0 });
+    assert_eq!(*r0[13], OpKind::HostSleep { ns: 10_000 });
+    assert!(matches!(r0[15], OpKind::HostAccess { write: true, .. }));
+    assert_eq!(*r0[17], OpKind::GroupStart);
+    assert!(matches!(r0[18], OpKind::Send { comm: CommId(0), peer: 1, .. }));
+    assert!(matches!(r0[19], OpKind::Recv { comm: CommId(0), peer: 3, .. }));
+    assert_eq!(*r0[20], OpKind::GroupEnd);
+    assert!(matches!(r0[27], OpKind::Collective { kind: CollectiveKind::Broadcast { root: 0 }, .. }));
+    assert!(matches!(r0[28], OpKind::Collective { kind: CollectiveKind::AllGather, send: BufRange { len: 1024, .. }, recv: BufRange { len: 4096, .. }, .. }));
+    assert_eq!(*r0[33], OpKind::CommInit { comm: CommId(1) });
+    assert!(matches!(r0[34], OpKind::Send { comm: CommId(1), peer: 1, .. }));
+    assert!(matches!(r0[35], OpKind::Kernel { ref name, .. } if name == "even"));
+    // Parity peers: rank 1 has an odd position in `world`, so it sends to Prev = 0 and receives from Prev.
+    let r1 = ops_of(&p, 1, 0);
+    assert!(matches!(r1[22], OpKind::Send { peer: 0, .. }));
+    assert!(matches!(r1[18], OpKind::Send { peer: 2, .. }));
+    assert!(matches!(r1[34], OpKind::Recv { comm: CommId(1), peer: 0, .. }));
+    assert!(matches!(r1[35], OpKind::Kernel { ref name, .. } if name == "odd"));
+    // The helper thread: its own per-thread stream, and a stream of rank 1 by qualification.
+    let h = ops_of(&p, 0, 1);
+    assert!(matches!(h[1], OpKind::Kernel { stream: StreamRef { rank: 0, index: 5 }, .. }));
+    assert_eq!(*h[2], OpKind::StreamSynchronize { stream: StreamRef { rank: 1, index: 1 } });
+}
+
+#[test]
+fn origins_point_at_the_op_as_written() {
+    let p = ok(ALL_OPS);
+    let ops = &p.ranks[0].threads[0].ops;
+    let at = |needle: &str| {
+        let offset = ALL_OPS.find(needle).unwrap();
+        let (line, column) = diagnostic::line_col(ALL_OPS, offset);
+        Origin { offset: Some(offset), line: Some(line), column: Some(column) }
+    };
+    assert_eq!(ops[0].origin, at("Kernel(name: \"fwd\""));
+    assert_eq!(ops[17].origin, at("Group(["), "GroupStart of Group sugar");
+    assert_eq!(ops[20].origin, at("Group(["), "GroupEnd of Group sugar");
+    assert_eq!(ops[18].origin, at("Send(to: Next"));
+    assert_eq!(ops[21].origin, at("GroupStart,"));
+    let step = at("Kernel(name: \"step\"");
+    assert!(ops[36..39].iter().all(|o| o.origin == step), "every repetition keeps the inner op's position");
+    assert_eq!(ops[35].origin, at("Kernel(name: \"even\""));
+    assert_eq!(p.ranks[1].threads[0].ops[35].origin, at("Kernel(name: \"odd\""));
+}
+
+#[test]
+fn defaults_and_sugar() {
+    let p = ok(&prog("Group([Send(to: Next, buf: \"x\", stream: \"s0\"), Recv(from: Prev, buf: \"x\", stream: \"s0\")]), Repeat(0, [DeviceSync])"));
+    let ops = ops_of(&p, 0, 0);
+    assert_eq!(ops.len(), 4, "Repeat(0, ..) expands to nothing");
+    assert!(matches!(ops[1], OpKind::Send { comm: CommId(0), .. }), "the only communicator is the default");
+}
+
+#[test]
+fn sizes_and_durations_in_all_forms() {
+    let p = ok(&prog(
+        "Kernel(name: \"k\", stream: \"s0\", reads: [Slice(\"x\", \"1 KiB\", 1024), Slice(\"y\", 0, \"0.5 KiB\")], duration: 250), Sleep(\"1.5 ms\")",
+    ));
+    let ops = ops_of(&p, 1, 0);
+    let OpKind::Kernel { reads, duration_ns, .. } = ops[0] else { panic!() };
+    assert_eq!((reads[0].offset, reads[0].len, reads[1].len, *duration_ns), (1024, 1024, 512, 250));
+    assert_eq!(*ops[1], OpKind::HostSleep { ns: 1_500_000 });
+}
+
+#[test]
+fn ranks_out_of_range() {
+    let e = errors("Program(ranks: 0, threads: [])");
+    assert_eq!(e, ["1:16: a program has 1 to 64 ranks, not 0 [the limit is MAX_RANKS = 64]"]);
+    let e = errors("Program(ranks: 65, threads: [])");
+    assert!(e[0].contains("not 65"));
+}
+
+#[test]
+fn unknown_names_with_suggestions() {
+    one_error("Kernel(name: \"k\", stream: \"s2\")", &["3:27: unknown stream `s2`", "did you mean `s0`?"]);
+    one_error("Kernel(name: \"k\", stream: \"compute\")", &["unknown stream `compute`", "known streams: s0, s1, sL, sPT"]);
+    one_error("Kernel(name: \"k\", stream: \"x\")", &["unknown stream `x`", "`x` is a buffer, not a stream"]);
+    one_error("Record(event: \"ee\", stream: \"s0\")", &["unknown event `ee`", "did you mean `e`?"]);
+    one_error("HostRead(\"q\")", &["unknown buffer `q`", "known buffers: h, out, p, x, y"]);
+    one_error("HostRead(\"xx\")", &["unknown buffer `xx`", "did you mean `x`?"]);
+    one_error("AllReduce(buf: \"x\", stream: \"s0\", comm: \"wrld\")", &["unknown communicator `wrld`", "did you mean `world`?"]);
+}
+
+#[test]
+fn unknown_names_in_spmd_are_reported_once_without_rank() {
+    let e = errs("Kernel(name: \"k\", stream: \"s2\"), Repeat(5, [StreamSync(\"s2\")])");
+    assert_eq!(e.len(), 2, "{e:#?}");
+    assert!(e.iter().all(|m| !m.contains("rank")), "{e:#?}");
+}
+
+#[test]
+fn rank_specific_errors_say_which_rank() {
+    let e = errs("OnRanks([1], [HostRead(\"x\")])");
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("3:24: rank 1: HostRead of device memory `x`"), "{e:?}");
+}
+
+#[test]
+fn qualified_names() {
+    ok(&prog("Kernel(name: \"k\", stream: \"s0@1\", writes: [\"x@1\"]), Wait(event: \"e@1\", stream: \"s0\"), StreamSync(\"sL@1\")"));
+    one_error("StreamSync(\"s0@5\")", &["`s0@5` names rank 5, which does not exist", "0 to 1"]);
+    one_error("StreamSync(\"s0@one\")", &["invalid rank qualifier in `s0@one`"]);
+    one_error("StreamSync(\"sPT@1\")", &["cannot be qualified"]);
+}
+
+#[test]
+fn duplicate_and_reserved_names() {
+    let e = errors(
+        "Program(ranks: 1, streams: [Stream(\"s\", Blocking), Stream(\"s\", NonBlocking), Stream(\"sL\", Blocking), Stream(\"a@1\", Blocking)],\n\
+         events: [\"e\", \"e\"], buffers: [Buffer(\"x\", 1), Pooled(\"x\", 2)], comms: [Comm(\"c\"), Comm(\"c\")],\n\
+         threads: [Thread(\"t\", []), Thread(\"t\", [])])",
+    );
+    let all = e.join("\n");
+    for needle in [
+        "duplicate stream name `s`",
+        "stream name `sL` is reserved",
+        "stream name `a@1` contains `@`",
+        "duplicate event name `e`",
+        "duplicate buffer name `x`",
+        "duplicate communicator name `c`",
+        "duplicate thread name `t` on rank 0",
+    ] {
+        assert!(all.contains(needle), "missing `{needle}` in\n{all}");
+    }
+    assert_eq!(e.len(), 7, "{all}");
+    let ds = load("t", "Program(ranks: 1, events: [\"e\", \"e\"], threads: [])").unwrap_err();
+    assert_eq!(ds[0].related.len(), 1, "points at the first declaration");
+    assert_eq!(ds[0].related[0].column, 28);
+}
+
+#[test]
+fn declaration_errors() {
+    let e = errors(
+        "Program(ranks: 2, buffers: [Buffer(\"z\", 0), Buffer(\"w\", \"3 parsecs\")], comms: [Comm(\"c\", [0, 2, 0]), Comm(\"d\", [])],\n\
+         threads: [ThreadOn(\"t\", [3], [])])",
+    );
+    let all = e.join("\n");
+    for needle in [
+        "buffer `z` has size 0",
+        "invalid size `3 parsecs`: unknown unit `parsecs`",
+        "1:94: rank 2 does not exist",
+        "rank 0 is listed twice in `c`",
+        "communicator `d` has no members",
+        "2:26: rank 3 does not exist",
+    ] {
+        assert!(all.contains(needle), "missing `{needle}` in\n{all}");
+    }
+}
+
+#[test]
+fn slices() {
+    one_error("HostRead(Slice(\"p\", \"3 KiB\", \"2 KiB\"))", &["slice of 2048 bytes at offset 3072 is out of bounds of `p` (4096 bytes)"]);
+    one_error("HostRead(Slice(\"p\", 0, \"1 parsec\"))", &["3:24: invalid size `1 parsec`"]);
+    one_error("HostRead(Slise(\"p\", 0, 1))", &["3:10: expected a buffer name or `Slice(\"name\", offset, len)`, found `Slise(..)`"]);
+    one_error("HostRead(Slice(\"p\", 18446744073709551615, 2))", &["out of bounds"]);
+}
+
+#[test]
+fn memcpy_lengths_and_spaces() {
+    one_error("Memcpy(dst: \"x\", src: \"y\", stream: \"s0\")", &["3:1: Memcpy lengths differ: dst is 4096 bytes, src is 8192 bytes"]);
+    ok(&prog("Memcpy(dst: \"x\", src: Slice(\"y\", 0, \"4 KiB\")), Memcpy(dst: \"h\", src: \"x\", stream: \"s1\")"));
+    one_error("Memcpy(dst: \"x@1\", src: \"p\", stream: \"s0\")", &["rank 0: `x@1` is device memory of rank 1, but the copy runs on rank 0"]);
+    one_error("Memcpy(dst: \"x\", src: \"p\", stream: \"s0@1\")", &["rank 0: `x` is device memory of rank 0, but the copy runs on rank 1"]);
+}
+
+#[test]
+fn memory_space_rules() {
+    one_error("HostWrite(\"y\")", &["HostWrite of device memory `y`"]);
+    one_error("HostRead(\"p@1\")", &["`p@1` is host memory of rank 1's process"]);
+    one_error("Kernel(name: \"k\", stream: \"s0\", reads: [\"h\"])", &["a kernel cannot access pageable host memory `h`"]);
+    one_error("Kernel(name: \"k\", stream: \"s0\", writes: [\"x@1\"])", &["`x@1` is device memory of rank 1, but the kernel runs on rank 0"]);
+    one_error("Kernel(name: \"k\", stream: \"s0@1\", writes: [\"x\"])", &["`x` is device memory of rank 0, but the kernel runs on rank 1"]);
+    ok(&prog("Kernel(name: \"k\", stream: \"s0\", reads: [\"p\"], writes: [\"x\"])"));
+    one_error("Memset(buf: \"p\", stream: \"s0\")", &["cudaMemsetAsync needs device memory, but `p` is pinned host memory"]);
+    one_error("Send(to: Next, buf: \"p\", stream: \"s0\")", &["the send needs device memory"]);
+}
+
+#[test]
+fn event_recorded_on_another_device() {
+    one_error(
+        "Record(event: \"e\", stream: \"s0@1\")",
+        &["rank 0: event `e` of rank 0 cannot be recorded on stream `s0@1` of rank 1", "`e@1`"],
+    );
+    ok(&prog("Record(event: \"e@1\", stream: \"s0@1\"), Wait(event: \"e@1\", stream: \"s0\")"));
+}
+
+#[test]
+fn peers_and_membership() {
+    let solo = "Program(ranks: 2, streams: [Stream(\"s\", NonBlocking)], buffers: [Buffer(\"x\", 8)],\n\
+                comms: [Comm(\"solo\", [0]), Comm(\"all\")], threads: [Thread(\"t\", [\n";
+    let e = errors(&format!("{solo}OnRanks([0], [Send(to: Next, buf: \"x\", stream: \"s\", comm: \"solo\")])])])"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("the peer is the caller itself (rank 0): `solo` has a single member"), "{e:?}");
+    let e = errors(&format!("{solo}Send(to: Next, buf: \"x\", stream: \"s\", comm: \"solo\")])])"));
+    assert!(e.iter().any(|m| m.contains("rank 1: the calling rank is not a member of `solo` (members: 0)")), "{e:?}");
+    let e = errors(&format!("{solo}Send(to: Rank(1), buf: \"x\", stream: \"s\", comm: \"all\")])])"));
+    assert_eq!(e, ["3:10: rank 1: the peer is the caller itself (rank 1) [NCCL send/recv need two different ranks]"]);
+    let e = errors(&format!("{solo}OnRanks([0], [Recv(from: Rank(7), buf: \"x\", stream: \"s\", comm: \"all\")])])])"));
+    assert!(e[0].contains("peer rank 7 does not exist"), "{e:?}");
+    let e = errors(&format!("{solo}Send(to: Next, buf: \"x\", stream: \"s\")])])"));
+    assert!(e[0].contains("the program declares 2 communicators: say which one"), "{e:?}");
+    let e = errors("Program(ranks: 2, streams: [Stream(\"s\", NonBlocking)], buffers: [Buffer(\"x\", 8)], threads: [Thread(\"t\", [Send(to: Next, buf: \"x\", stream: \"s\")])])");
+    assert!(e[0].contains("the program declares none"), "{e:?}");
+    let e = errors(&format!("{solo}OnRanks([1], [Send(to: Rank(0), buf: \"x\", stream: \"s@1\", comm: \"all\")]), Send(to: Rank(1), buf: \"x@1\", stream: \"s@1\", comm: \"solo\")])])"));
+    assert!(e.iter().any(|m| m.contains("rank 1 (the device of stream `s@1`) is not a member of `solo`")), "{e:?}");
+}
+
+#[test]
+fn unbalanced_groups() {
+    let e = errs("GroupEnd, GroupStart, Send(to: Next, buf: \"x\", stream: \"s0\"), GroupStart, GroupEnd");
+    assert_eq!(
+        e,
+        [
+            "3:1: GroupEnd without a matching GroupStart [every GroupEnd closes an earlier GroupStart of the same thread; Group([...]) writes both]",
+            "3:11: GroupStart is never closed: thread `main` ends with this group open [add a GroupEnd, or write the group as Group([...])]",
+        ]
+    );
+    ok(&prog("GroupStart, Group([Send(to: Next, buf: \"x\", stream: \"s0\"), Recv(from: Prev, buf: \"x\", stream: \"s0\")]), GroupEnd"));
+}
+
+#[test]
+fn comm_init_rules() {
+    let head = "Program(ranks: 2, streams: [Stream(\"s\", NonBlocking)], buffers: [Buffer(\"x\", 8)],\n\
+                comms: [Comm(\"w\"), Comm(\"ex\", [0, 1], Explicit)], threads: [Thread(\"t\", [\n";
+    let e = errors(&format!("{head}CommInit(\"w\")])])"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("CommInit of `w`, which is Implicit"), "{e:?}");
+    let e = errors(&format!("{head}CommInit(\"ex\"), CommInit(\"ex\")])])"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("3:17: `ex` is initialized twice on this rank"), "{e:?}");
+    let e = errors(&format!("{head}AllReduce(buf: \"x\", stream: \"s\", comm: \"ex\"), CommInit(\"ex\")])])"));
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("`ex` is used before this thread's CommInit(\"ex\")"), "{e:?}");
+    ok(&format!("{head}CommInit(\"ex\"), AllReduce(buf: \"x\", stream: \"s\", comm: \"ex\")])])"));
+    // Another thread of the same rank initializing does not count for this thread.
+    let e = errors(&format!(
+        "{head}CommInit(\"ex\")]), Thread(\"u\", [Send(to: Next, buf: \"x\", stream: \"s\", comm: \"ex\")])])"
+    ));
+    assert!(e[0].contains("is used before this thread's CommInit"), "{e:?}");
+}
+
+#[test]
+fn p2p_size_mismatch_reports_both_places() {
+    let text = prog("OnRanks([0], [Send(to: Rank(1), buf: \"x\", stream: \"s0\")]),\nOnRanks([1], [Recv(from: Rank(0), buf: \"y\", stream: \"s0\")])");
+    let ds = load("t", &text).unwrap_err();
+    assert_eq!(ds.len(), 1, "{ds:#?}");
+    assert_eq!(ds[0].message, "rank 1: this Recv of 8192 bytes matches a Send of 4096 bytes");
+    assert_eq!((ds[0].line, ds[0].column), (4, 15));
+    assert_eq!(ds[0].related.len(), 1);
+    assert_eq!((ds[0].related[0].line, ds[0].related[0].column), (3, 15));
+    assert_eq!(ds[0].related[0].message, "the matching Send (4096 bytes)");
+    // Symmetric SPMD mismatch: one diagnostic, no rank prefix.
+    let e = errs("Group([Send(to: Next, buf: \"x\", stream: \"s0\"), Recv(from: Prev, buf: \"y\", stream: \"s0\")])");
+    assert_eq!(e, ["3:48: this Recv of 8192 bytes matches a Send of 4096 bytes [the n-th Send from a rank to a peer matches the peer's n-th Recv from that rank on the same communicator; their sizes must be equal (a larger Recv waits forever)]"]);
+    // Matching is positional: the second send matches the second recv.
+    ok(&prog("Send(to: Next, buf: \"x\", stream: \"s0\"), Send(to: Next, buf: \"y\", stream: \"s0\"), Recv(from: Prev, buf: \"x\", stream: \"s0\"), Recv(from: Prev, buf: \"y\", stream: \"s1\")"));
+    // Unmatched sends are not errors (the model reports the hang).
+    ok(&prog("Send(to: Next, buf: \"x\", stream: \"s0\"), Send(to: Next, buf: \"y\", stream: \"s0\"), Recv(from: Prev, buf: \"x\", stream: \"s0\")"));
+}
+
+#[test]
+fn collective_rules() {
+    one_error("AllReduce(buf: \"x\", send: \"x\", recv: \"x\", stream: \"s0\")", &["AllReduce takes either `buf` (in place) or both `send` and `recv`"]);
+    one_error("AllReduce(send: \"x\", recv: \"y\", stream: \"s0\")", &["AllReduce sizes do not fit: send is 4096 bytes, recv is 8192 bytes (recv = send, 2 members)"]);
+    one_error("AllGather(send: \"x\", recv: \"x\", stream: \"s0\")", &["recv = send × members"]);
+    ok(&prog("AllGather(send: \"x\", recv: \"y\", stream: \"s0\"), ReduceScatter(send: \"y\", recv: \"x\", stream: \"s0\")"));
+    one_error("Broadcast(root: Rank(3), buf: \"x\", stream: \"s0\")", &["root rank 3 is not a member of `world` (members: 0, 1)"]);
+    let e = errs("Parity(even: [AllReduce(buf: \"x\", stream: \"s0\")], odd: [AllReduce(buf: \"y\", stream: \"s0\")])");
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("3:57: rank 1: this AllReduce of 8192 bytes does not match rank 0's AllReduce of 4096 bytes on `world`"), "{e:?}");
+    let e = errs("Parity(even: [Broadcast(root: Rank(0), buf: \"x\", stream: \"s0\")], odd: [Broadcast(root: Rank(1), buf: \"x\", stream: \"s0\")])");
+    assert!(e[0].contains("Broadcast of 4096 bytes from rank 1 does not match rank 0's Broadcast of 4096 bytes from rank 0"), "{e:?}");
+    let e = errs("Parity(even: [AllReduce(buf: \"x\", stream: \"s0\")], odd: [Broadcast(root: Rank(1), buf: \"x\", stream: \"s0\")])");
+    assert!(e[0].contains("this Broadcast of 4096 bytes from rank 1 does not match rank 0's AllReduce"), "{e:?}");
+    // Fewer collectives on one member is a hang, not an error.
+    ok(&prog("OnRanks([0], [AllReduce(buf: \"x\", stream: \"s0\")])"));
+}
+
+#[test]
+fn pooled_buffers() {
+    ok(&prog("Alloc(buf: \"out\", stream: \"s0\"), RecordStream(buf: \"out\", stream: \"s1\"), Free(\"out\")"));
+    one_error("Alloc(buf: \"x\", stream: \"s0\")", &["Alloc of `x`, which is not a Pooled buffer", "Pooled(\"x\", size)"]);
+    one_error("Free(\"p\")", &["Free of `p`, which is not a Pooled buffer"]);
+    one_error("RecordStream(buf: \"out\", stream: \"s0@1\")", &["RecordStream of `out` (rank 0) on stream `s0@1` of another device (rank 1)"]);
+}
+
+#[test]
+fn durations() {
+    one_error("Sleep(\"10 min\")", &["3:7: invalid duration `10 min`: unknown unit `min`"]);
+    one_error("Sleep(-5)", &["a duration cannot be negative"]);
+    one_error("Kernel(name: \"k\", stream: \"s0\", duration: 1.5)", &["write fractions as a string"]);
+}
+
+#[test]
+fn expansion_limit_is_enforced_quickly() {
+    let e = errs("Repeat(1000000, [Repeat(1000000, [DeviceSync])])");
+    assert_eq!(e.len(), 1);
+    assert!(e[0].contains("expands to more than 1000000 operations"), "{e:?}");
+    ok(&prog("Repeat(250000, [DeviceSync, DeviceSync])"));
+    let e = errs("Repeat(250000, [DeviceSync, DeviceSync, DeviceSync])");
+    assert!(e[0].contains("more than 1000000"), "{e:?}");
+}
+
+#[test]
+fn thread_limit() {
+    let threads: Vec<String> = (0..65).map(|i| format!("Thread(\"t{i}\", [])")).collect();
+    let e = errors(&format!("Program(ranks: 1, threads: [{}])", threads.join(", ")));
+    assert!(e[0].contains("rank 0 runs 65 threads; the limit is 64"), "{e:?}");
+}
+
+#[test]
+fn on_ranks_out_of_range() {
+    one_error("OnRanks([0, 4], [DeviceSync])", &["3:13: rank 4 does not exist"]);
+}
+
+#[test]
+fn many_errors_are_all_collected_in_source_order() {
+    let e = errs(
+        "Kernel(name: \"k\", stream: \"s9\"),\nHostRead(\"x\"),\nGroupEnd,\nSleep(\"1 fortnight\"),\nMemset(buf: \"nope\")",
+    );
+    assert_eq!(e.len(), 5, "{e:#?}");
+    let lines: Vec<&str> = e.iter().map(|m| m.split(':').next().unwrap()).collect();
+    assert_eq!(lines, ["3", "4", "5", "6", "7"]);
+}
+
+#[test]
+fn syntax_errors_have_positions() {
+    let e = errs("Kernal(name: \"k\", stream: \"s0\")");
+    assert_eq!(e, ["3:1: unknown operation `Kernal` [did you mean `Kernel`?]"]);
+    let ds = load("t", &prog("Kernal(name: \"k\", stream: \"s0\")")).unwrap_err();
+    assert_eq!(ds[0].len, 6);
+    let e = errs("Kernel(name: \"k\", strem: \"s0\")");
+    assert_eq!(e, ["3:19: unknown field `strem` in `Kernel` [did you mean `stream`?]"]);
+    let e = errs("Kernel(name: \"k\")");
+    assert_eq!(e, ["3:17: missing field `stream` in `Kernel` [add `stream: ...`]"]);
+    let e = errs("HostRead(p)");
+    assert!(e[0].starts_with("3:10: expected a buffer name in double quotes, or Slice(\"name\", offset, len), found a bare name (missing quotes?)"), "{e:?}");
+    let e = errors("Program(ranks: 1, threads: [Thread(\"t\", [Kernel(name: \"k\", stream: \"sL\")])]) extra");
+    assert!(e[0].contains("unexpected text after the end of the program"), "{e:?}");
+    let e = errors("Program(ranks: 1, streams: [Stream(\"s\", NonBlock)], threads: [])");
+    assert_eq!(e, ["1:41: unknown stream kind `NonBlock` [did you mean `NonBlocking`?]"]);
+    let e = errors("Programm(ranks: 1, threads: [])");
+    assert_eq!(e, ["1:1: expected `Program`, found `Programm` [write `Program(...)`]"]);
+}
+
+#[test]
+fn truncated_file() {
+    let text = "Program(ranks: 1, threads: [Thread(\"t\", [DeviceSync,";
+    let ds = load("t", text).unwrap_err();
+    assert_eq!(ds.len(), 1);
+    assert_eq!(ds[0].message, "unexpected end of file");
+    assert_eq!((ds[0].offset, ds[0].len), (text.len(), 0));
+    assert_eq!(ds[0].related[0].message, "this `[` is never closed");
+    assert_eq!(ds[0].related[0].column, 41);
+    assert!(ds[0].help.as_deref().unwrap().contains("`])])`"), "{:?}", ds[0].help);
+    let ds = load("t", "").unwrap_err();
+    assert_eq!(ds[0].message, "unexpected end of file");
+}
+
+#[test]
+fn every_prefix_of_a_valid_program_is_handled_without_panic() {
+    for end in 0..ALL_OPS.len() {
+        if ALL_OPS.is_char_boundary(end) {
+            let r = load("t", &ALL_OPS[..end]);
+            assert!(r.is_err() || end + 2 > ALL_OPS.trim_end().len(), "prefix of {end} bytes loaded");
+        }
+    }
+}
+
+#[test]
+fn comments_and_attributes_are_accepted() {
+    ok("#![enable(implicit_some)]\n/* block /* nested */ */ Program(ranks: 1, // trailing\n threads: [Thread(\"t\", [DeviceSync])],)");
+}
