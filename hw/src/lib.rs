@@ -1,8 +1,14 @@
 //! cuorder's hardware executor: runs a [`cuorder_model::program::Program`] on real GPUs (one rank process per GPU,
 //! spawned by a supervisor with a watchdog) and records an [`observation::Observation`].
 
+#[allow(dead_code)]
+pub(crate) mod cuda;
 pub mod error;
 pub mod kernels;
 pub mod libsearch;
 pub mod lower;
 pub mod observation;
+pub mod protocol;
+pub mod rank;
+pub mod smoke;
+pub mod supervisor;

@@ -51,7 +51,10 @@ impl Lib {
 
     /// The names cudarc tries with `dlopen`.
     pub fn cudarc_names(self) -> Vec<String> {
-        cudarc::get_lib_name_candidates(self.stem())
+        let mut names = cudarc::get_lib_name_candidates(self.stem());
+        let mut seen = std::collections::BTreeSet::new();
+        names.retain(|n| seen.insert(n.clone()));
+        names
     }
 }
 

@@ -687,3 +687,84 @@ pub fn op_kind_name(k: &OpKind) -> &'static str {
         OpKind::RecordStream { .. } => "RecordStream",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuorder_model::build::Builder;
+    use cuorder_model::program::{BufRange, CommId};
+
+    fn sref(rank: u32, index: u32) -> StreamRef {
+        StreamRef { rank, index }
+    }
+
+    #[test]
+    fn versions_slots_and_group_markers() {
+        let mut b = Builder::new("t", 2);
+        let s = b.stream("s", StreamKind::NonBlocking);
+        let x = b.buffer("x", 64, MemSpace::Device, false);
+        for r in 0..2 {
+            let bx = b.whole(r, x);
+            b.op(r, 0, OpKind::Kernel { stream: sref(r, s), name: "k".into(), reads: vec![bx], writes: vec![bx], duration_ns: 5 })
+                .op(r, 0, OpKind::GroupStart)
+                .op(r, 0, OpKind::Send { comm: CommId(0), peer: 1 - r, buf: bx, stream: sref(r, s) })
+                .op(r, 0, OpKind::Recv { comm: CommId(0), peer: 1 - r, buf: bx, stream: sref(r, 0) })
+                .op(r, 0, OpKind::GroupEnd);
+        }
+        let plan = lower(&b.finish()).unwrap();
+        assert_eq!(plan.versions.len(), 2);
+        assert_eq!(plan.versions[&2], OpId { rank: 1, thread: 0, index: 0 });
+        let r0 = &plan.ranks[0];
+        assert_eq!(r0.obs_slots, 1);
+        assert_eq!(r0.ranges.len(), 2);
+        assert_eq!(r0.ranges[0], WordRange { buf: 0, word_offset: 0, words: 16, obs_slot: 0 });
+        // Kernel slot 0; the send on `s` is traced with markers (slot 1); the recv on the legacy stream is not.
+        assert_eq!(r0.threads[0][0].tracing(), Tracing::Kernel(0));
+        assert_eq!(r0.threads[0][2], Step::Send { comm: 0, peer: 1, buf: ByteRange { buf: 0, offset: 0, len: 64 }, stream: s, trace: Tracing::Markers(1) });
+        assert_eq!(r0.threads[0][3].tracing(), Tracing::None);
+        assert_eq!(r0.threads[0][4], Step::GroupEnd { outermost: true, end_markers: vec![(s, 1)] });
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_op() {
+        let mut b = Builder::new("bad", 2);
+        let d = b.buffer("d", 64, MemSpace::Device, false);
+        let h = b.buffer("h", 64, MemSpace::PageableHost, false);
+        let rd = b.whole(0, d);
+        let rh = b.whole(0, h);
+        let other = b.whole(1, d);
+        b.op(0, 0, OpKind::Kernel { stream: sref(0, 0), name: "k".into(), reads: vec![BufRange { offset: 2, len: 8, ..rd }], writes: vec![rh], duration_ns: 0 })
+            .op(0, 0, OpKind::HostAccess { range: rd, write: false })
+            .op(0, 0, OpKind::Memset { stream: None, dst: other })
+            .op(0, 0, OpKind::Send { comm: CommId(0), peer: 7, buf: rd, stream: sref(0, 0) })
+            .op(0, 0, OpKind::GroupEnd)
+            .op(0, 0, OpKind::Memcpy { stream: None, dst: BufRange { len: 100, ..rd }, src: rd });
+        let errs = lower(&b.finish()).unwrap_err();
+        let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        let has = |op: u32, needle: &str| {
+            text.iter().any(|t| t.starts_with(&format!("op (rank 0, thread 0, op {op})")) && t.contains(needle))
+        };
+        assert!(has(0, "multiples of 4"), "{text:#?}");
+        assert!(has(0, "pageable"), "{text:#?}");
+        assert!(has(1, "device memory"), "{text:#?}");
+        assert!(has(2, "buffer 0 of rank 1"), "{text:#?}");
+        assert!(has(3, "peer rank 7"), "{text:#?}");
+        assert!(has(4, "without a matching"), "{text:#?}");
+        assert!(has(5, "exceeds buffer"), "{text:#?}");
+    }
+
+    #[test]
+    fn barrier_rounds_count_per_participant() {
+        let mut b = Builder::new("bar", 1);
+        b.thread("t1");
+        let mut p = b.finish();
+        p.barriers.push(cuorder_model::program::BarrierDecl { name: "B".into(), participants: vec![(0, 0), (0, 1)] });
+        for t in 0..2 {
+            for _ in 0..2 {
+                p.ranks[0].threads[t].ops.push(cuorder_model::program::Op { kind: OpKind::Barrier { barrier: 0 }, origin: Default::default() });
+            }
+        }
+        let plan = lower(&p).unwrap();
+        assert_eq!(plan.ranks[0].threads[1][1], Step::Barrier { barrier: 0, round: 1 });
+    }
+}

@@ -1,1 +1,319 @@
-fn main(){}
+//! `cuorder-hw`: runs a program on this machine's GPUs and writes what it observed (`run`), writes the built-in
+//! smoke programs (`smoke-programs`), reports what it finds on the machine (`env`); `rank` is the hidden
+//! sub-command each rank process runs.
+//!
+//! Exit codes: 0 the run produced an observation (whatever its outcome); 1 an error; 2 bad input; 3 no GPU or driver.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use cuorder_hw::error::HwError;
+use cuorder_hw::libsearch::{self, Found, Lib};
+use cuorder_hw::observation::{Evidence, Observation, Outcome};
+use cuorder_hw::rank::{rank_main, RankArgs};
+use cuorder_hw::supervisor::{self, RunOptions};
+use cuorder_model::program::Program;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "cuorder-hw", version, about = "Run a cuorder program on real GPUs and record what it did")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run PROGRAM (RON of the resolved program) on this machine's GPUs, one GPU per rank, and write the observation.
+    Run {
+        /// The program file.
+        program: PathBuf,
+        /// Where to write the observation (RON).
+        #[arg(long)]
+        out: PathBuf,
+        /// Watchdog for the program part of the run, in seconds (after set-up).
+        #[arg(long, default_value_t = 20)]
+        timeout_s: u64,
+        /// Limit on set-up, in seconds.
+        #[arg(long, default_value_t = 120)]
+        setup_timeout_s: u64,
+        /// Folder for the run's files (default: a fresh temporary folder).
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
+        /// Keep the run's files even when the run completes.
+        #[arg(long)]
+        keep_work_dir: bool,
+    },
+    /// Write the built-in smoke programs into DIR (one `NAME.ron` each).
+    SmokePrograms {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Say what this machine offers: driver, GPUs, where NCCL and NVRTC are.
+    Env,
+    /// One rank process (started by `run`).
+    #[command(hide = true)]
+    Rank {
+        #[arg(long)]
+        rank: u32,
+        #[arg(long)]
+        device: u32,
+        #[arg(long)]
+        t0_ns: u64,
+        #[arg(long)]
+        program: PathBuf,
+        #[arg(long)]
+        ids: PathBuf,
+        #[arg(long)]
+        log: PathBuf,
+        #[arg(long)]
+        work_dir: PathBuf,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match cli.cmd {
+        Cmd::Rank { rank, device, t0_ns, program, ids, log, work_dir } => {
+            rank_main(&RankArgs { rank, program, ids, log, work_dir, t0_ns, device })
+        }
+        Cmd::SmokePrograms { dir } => match write_smoke(&dir) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                1
+            }
+        },
+        Cmd::Env => env_report(),
+        Cmd::Run { program, out, timeout_s, setup_timeout_s, work_dir, keep_work_dir } => {
+            let opts = RunOptions {
+                timeout: Duration::from_secs(timeout_s),
+                setup_timeout: Duration::from_secs(setup_timeout_s),
+                work_dir,
+                keep_work_dir,
+                ..RunOptions::default()
+            };
+            run_cmd(&program, &out, opts)
+        }
+    };
+    // Exit without running destructors: NCCL and CUDA teardown can block after a hang.
+    std::process::exit(code);
+}
+
+fn write_smoke(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for p in cuorder_hw::smoke::programs() {
+        let path = dir.join(format!("{}.ron", p.name));
+        std::fs::write(&path, cuorder_hw::smoke::to_ron(&p)).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn load_program(path: &Path) -> Result<Program, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    // Until the surface format's parser lands, the file is the resolved program in RON.
+    ron::from_str::<Program>(&text).map_err(|e| {
+        format!(
+            "{}:{}:{}: not a resolved program in RON: {}",
+            path.display(),
+            e.position.line,
+            e.position.col,
+            e.code
+        )
+    })
+}
+
+/// Makes NCCL (when `need_nccl`) and NVRTC loadable under cudarc's names, re-executing this process with
+/// `LD_LIBRARY_PATH` extended when they were found elsewhere. Returns the NCCL library in use, if any.
+fn prepare_libraries(need_nccl: bool) -> Result<Option<String>, String> {
+    std::env::set_var("NCCL_NVLS_ENABLE", "0");
+    let mut libs = vec![Lib::Nvrtc];
+    if need_nccl {
+        libs.push(Lib::Nccl);
+    }
+    let link_dir = std::env::temp_dir().join(format!("cuorder-hw-libs-{}", unsafe { libc::getuid() }));
+    let mut dirs = Vec::new();
+    let mut nccl_file = None;
+    for lib in libs {
+        let rep = libsearch::search_system(lib);
+        match &rep.found {
+            None => return Err(rep.not_found_message()),
+            Some(Found::AsIs { name }) => {
+                if lib == Lib::Nccl {
+                    nccl_file = Some(std::env::var("CUORDER_HW_NCCL_FILE").unwrap_or_else(|_| name.clone()));
+                }
+            }
+            Some(f @ Found::File { file, .. }) => {
+                if lib == Lib::Nccl {
+                    nccl_file = Some(file.display().to_string());
+                }
+                let mut link_dir = link_dir.clone();
+                if lib == Lib::Nvrtc {
+                    link_dir.push("nvrtc");
+                }
+                dirs.extend(
+                    libsearch::ld_dirs(f, &link_dir)
+                        .map_err(|e| format!("cannot make a link to {} in {}: {e}", file.display(), link_dir.display()))?,
+                );
+            }
+        }
+    }
+    if dirs.is_empty() {
+        return Ok(nccl_file);
+    }
+    let current = std::env::var("LD_LIBRARY_PATH").ok();
+    let new = libsearch::prepend_ld_path(current.as_deref(), &dirs);
+    if std::env::var("CUORDER_HW_REEXEC").as_deref() == Ok("1") {
+        return Err(format!(
+            "the libraries were found but still cannot be loaded after re-executing with LD_LIBRARY_PATH={}",
+            current.unwrap_or_default()
+        ));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable to re-execute it: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(std::env::args_os().skip(1)).env("LD_LIBRARY_PATH", &new).env("CUORDER_HW_REEXEC", "1");
+    if let Some(f) = &nccl_file {
+        cmd.env("CUORDER_HW_NCCL_FILE", f);
+    }
+    let err = cmd.exec();
+    Err(format!("re-executing with LD_LIBRARY_PATH={new} failed: {err}"))
+}
+
+fn run_cmd(program: &Path, out: &Path, mut opts: RunOptions) -> i32 {
+    if let Err(e) = supervisor::check_gpus(1) {
+        eprintln!("cuorder-hw: {e}");
+        return 3;
+    }
+    let prog = match load_program(program) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let need_nccl = cuorder_hw::rank::used_comms(&prog).iter().any(|&u| u);
+    match prepare_libraries(need_nccl) {
+        Ok(f) => opts.nccl_library = f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    }
+    match supervisor::run(&prog, &opts) {
+        Ok(obs) => {
+            if let Err(e) = std::fs::write(out, obs.to_ron()) {
+                eprintln!("error: cannot write {}: {e}", out.display());
+                return 1;
+            }
+            print!("{}", summary(&obs));
+            println!("observation written to {}", out.display());
+            0
+        }
+        Err(e @ (HwError::NoGpu(_) | HwError::NotEnoughGpus { .. })) => {
+            eprintln!("cuorder-hw: {e}");
+            3
+        }
+        Err(e @ HwError::Lower(_)) => {
+            eprintln!("error: {}: {e}", program.display());
+            2
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}
+
+fn summary(o: &Observation) -> String {
+    let mut s = String::new();
+    let outcome = match &o.outcome {
+        Outcome::Completed => "Completed".to_string(),
+        Outcome::Hung { never_finished, threads } => format!(
+            "Hung after {} ms: {} op(s) never finished; threads at {}",
+            o.timeout_ms,
+            never_finished.len(),
+            threads
+                .iter()
+                .map(|t| format!("r{}t{}:{:?}", t.rank, t.thread, t.at))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Outcome::Failed { rank, message } => format!("Failed (rank {rank:?}): {message}"),
+    };
+    s.push_str(&format!("program {}: {outcome}\n", o.program));
+    let gpus: Vec<String> = o.environment.gpus.iter().map(|g| format!("r{}={}", g.rank, g.name)).collect();
+    s.push_str(&format!(
+        "  gpus [{}] driver {:?} nccl {:?}\n",
+        gpus.join(", "),
+        o.environment.driver_version,
+        o.environment.nccl_version
+    ));
+    for op in &o.ops {
+        let fin = match (op.finished, op.evidence) {
+            (Some(true), e) => format!("done ({e:?})"),
+            (Some(false), Evidence::NeverIssued) => "never issued".into(),
+            (Some(false), e) => format!("NOT finished ({e:?})"),
+            (None, _) => "unknown".into(),
+        };
+        let host = match (op.host_enter_ns, op.host_return_ns) {
+            (Some(a), Some(b)) => format!("host {:.3}..{:.3} ms", a as f64 / 1e6, b as f64 / 1e6),
+            (Some(a), None) => format!("host {:.3}.. ms (no return)", a as f64 / 1e6),
+            _ => String::new(),
+        };
+        let dev = match op.device {
+            Some(d) => match (d.start_ns, d.end_ns) {
+                (Some(a), Some(b)) => format!(" gpu {:.1} us", (b.saturating_sub(a)) as f64 / 1e3),
+                (None, Some(_)) => " gpu end seen".into(),
+                (Some(_), None) => " gpu started, no end".into(),
+                (None, None) => " gpu nothing".into(),
+            },
+            None => String::new(),
+        };
+        let q = op.query_ready.map(|r| format!(" ready={r}")).unwrap_or_default();
+        let err = op.error.as_deref().map(|e| format!(" ERROR {e}")).unwrap_or_default();
+        s.push_str(&format!(
+            "  r{}t{}#{:<3} {:<18} {:<28} {host}{dev}{q}{err}\n",
+            op.op.rank, op.op.thread, op.op.index, op.kind, fin
+        ));
+    }
+    for r in &o.reads {
+        s.push_str(&format!(
+            "  read r{}t{}#{}[{}] buf{}+{}..{}: {:?}\n",
+            r.op.rank,
+            r.op.thread,
+            r.op.index,
+            r.read_index,
+            r.range.buf.index,
+            r.range.offset,
+            r.range.offset + r.range.len,
+            r.seen
+        ));
+    }
+    s
+}
+
+fn env_report() -> i32 {
+    let gpus = supervisor::check_gpus(1);
+    match &gpus {
+        Ok(n) => println!("CUDA driver: {n} device(s), driver version {:?}", cuorder_hw_driver_version()),
+        Err(e) => println!("{e}"),
+    }
+    for lib in [Lib::Nvrtc, Lib::Nccl] {
+        let rep = libsearch::search_system(lib);
+        match &rep.found {
+            Some(f) => println!("{lib:?}: {f:?}"),
+            None => println!("{lib:?}: {}", rep.not_found_message()),
+        }
+    }
+    if gpus.is_err() {
+        3
+    } else {
+        0
+    }
+}
+
+fn cuorder_hw_driver_version() -> Option<i32> {
+    cuorder_hw::supervisor::driver_version()
+}

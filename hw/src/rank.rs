@@ -1,0 +1,609 @@
+//! One rank process: sets up its GPU (context, kernels, streams, events, buffers, trace memory, pre-initialized
+//! communicators), waits at the start barrier with the other ranks, then runs every host thread of the rank as a real
+//! thread, op by op, logging each call and (from a monitor thread) the device trace to the supervisor.
+//!
+//! Nothing here synchronizes more than the program asks: ops are issued on exactly the streams they name; marker
+//! kernels are only added on non-legacy streams (where they add no implicit synchronization); the only added
+//! synchronizations are in set-up (before the start barrier) and after the last op of every thread has returned.
+
+use crate::cuda::{self, CUevent, CUfunction, CUstream, Device};
+use crate::error::HwError;
+use crate::kernels::{self, ObsScratch, ObsSlot, Range, TraceScratch, TraceSlot};
+use crate::lower::{self, RankPlan, Step, Tracing};
+use crate::observation::{ClockAnchor, GpuInfo};
+use crate::protocol::{file_barrier, read_ids, LogWriter, Msg};
+use cuorder_model::program::{CollectiveKind, MemSpace, OpKind, Program, StreamKind};
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Arguments of the hidden `rank` sub-command.
+#[derive(Clone, Debug)]
+pub struct RankArgs {
+    /// This process's global rank.
+    pub rank: u32,
+    /// The program, as RON of the resolved [`Program`].
+    pub program: PathBuf,
+    /// The unique-id file (one hex id per communicator).
+    pub ids: PathBuf,
+    /// The log file this rank appends its messages to.
+    pub log: PathBuf,
+    /// The run's folder (barrier files).
+    pub work_dir: PathBuf,
+    /// The run's start on CLOCK_MONOTONIC, in ns.
+    pub t0_ns: u64,
+    /// CUDA device ordinal to use.
+    pub device: u32,
+}
+
+/// Runs one rank to the end and returns the process exit code (0: done, 1: failed; the reason is in the log).
+/// Host threads that hit an error end the process at once with code 1 (other threads may be blocked for ever).
+pub fn rank_main(a: &RankArgs) -> i32 {
+    let log = match LogWriter::create(&a.log, a.t0_ns) {
+        Ok(l) => Arc::new(l),
+        Err(e) => {
+            eprintln!("cuorder-hw rank {}: {e}", a.rank);
+            return 1;
+        }
+    };
+    match run_rank(a, log.clone()) {
+        Ok(()) => {
+            log.send(&Msg::Done);
+            0
+        }
+        Err(e) => {
+            log.send(&Msg::Fatal { message: e.to_string() });
+            1
+        }
+    }
+}
+
+enum Mem {
+    Device(u64),
+    Pinned(*mut u8, u64),
+    Pageable(Box<[AtomicU32]>),
+}
+
+impl Mem {
+    /// The address for driver and NCCL calls (unified addressing: host pointers are valid addresses).
+    fn addr(&self) -> u64 {
+        match self {
+            Mem::Device(p) => *p,
+            Mem::Pinned(_, d) => *d,
+            Mem::Pageable(b) => b.as_ptr() as u64,
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct CommPtr(cuda::ncclComm_t);
+// SAFETY: NCCL communicators may be used from any thread (one at a time per the program's own calls).
+unsafe impl Send for CommPtr {}
+unsafe impl Sync for CommPtr {}
+
+struct Rt {
+    rank: u32,
+    program: Program,
+    plan: RankPlan,
+    dev: Device,
+    log: Arc<LogWriter>,
+    work_dir: PathBuf,
+    f_op: CUfunction,
+    f_mark: CUfunction,
+    streams: Vec<CUstream>,
+    events: Vec<CUevent>,
+    bufs: Vec<Mem>,
+    buf_words: Vec<u64>,
+    trace_host: *mut TraceSlot,
+    trace_dev: u64,
+    trace_scratch: u64,
+    trace_len: u32,
+    obs_host: *mut ObsSlot,
+    obs_dev: u64,
+    obs_scratch: u64,
+    ranges_dev: u64,
+    comms: Vec<OnceLock<CommPtr>>,
+    ids: Vec<Option<cuda::ncclUniqueId>>,
+    sm_count: u32,
+}
+
+// SAFETY: the raw pointers are to process-lifetime allocations; CUDA handles are usable from any thread that has the
+// context bound (every thread binds it first).
+unsafe impl Send for Rt {}
+unsafe impl Sync for Rt {}
+
+const BLOCK: u32 = 256;
+
+fn run_rank(a: &RankArgs, log: Arc<LogWriter>) -> Result<(), HwError> {
+    let text = std::fs::read_to_string(&a.program)
+        .map_err(|e| HwError::io(format!("reading {}", a.program.display()), e))?;
+    let program: Program =
+        ron::from_str(&text).map_err(|e| HwError::Format(format!("{}: {e}", a.program.display())))?;
+    let plan = lower::lower(&program).map_err(HwError::Lower)?;
+    let plan = plan
+        .ranks
+        .into_iter()
+        .nth(a.rank as usize)
+        .ok_or_else(|| HwError::Format(format!("the program has no rank {}", a.rank)))?;
+    let rank_decl = &program.ranks[a.rank as usize];
+
+    let dev = Device::open(a.device as usize)?;
+    let cc = dev.compute_capability();
+    let nccl_version = if cuda::nccl_available() { cuda::nccl_version() } else { None };
+    log.send(&Msg::Hello {
+        rank: a.rank,
+        pid: std::process::id(),
+        gpu: GpuInfo {
+            rank: a.rank,
+            ordinal: a.device,
+            name: dev.name(),
+            pci_bus_id: dev.pci_bus_id(),
+            compute_capability: cc,
+        },
+        driver_version: cuda::driver_version(),
+        nccl_version,
+    });
+
+    let cubin = kernels::compile_cubin(cc)?;
+    let module = cuda::module_load(&cubin)?;
+    let f_op = cuda::module_function(module, "cuorder_op")?;
+    let f_mark = cuda::module_function(module, "cuorder_mark")?;
+
+    let mut streams = Vec::new();
+    for s in &rank_decl.streams {
+        streams.push(match s.kind {
+            StreamKind::LegacyDefault => cuda::STREAM_LEGACY_NULL,
+            StreamKind::Blocking => cuda::stream_create(true)?,
+            StreamKind::NonBlocking => cuda::stream_create(false)?,
+            StreamKind::PerThreadDefault => cuda::STREAM_PER_THREAD,
+        });
+    }
+    let mut events = Vec::new();
+    for _ in &rank_decl.events {
+        events.push(cuda::event_create()?);
+    }
+    let mut bufs = Vec::new();
+    let mut buf_words = Vec::new();
+    for b in &rank_decl.buffers {
+        let bytes = usize::try_from(b.bytes)
+            .map_err(|_| HwError::Format(format!("buffer `{}` of {} bytes is too large", b.name, b.bytes)))?;
+        let words = b.bytes.div_ceil(4);
+        buf_words.push(words);
+        bufs.push(match b.space {
+            MemSpace::Device => Mem::Device(cuda::alloc_device_zeroed(bytes)?),
+            MemSpace::PinnedHost => {
+                let (h, d) = cuda::alloc_pinned_zeroed(bytes)?;
+                Mem::Pinned(h, d)
+            }
+            MemSpace::PageableHost => Mem::Pageable((0..words.max(1)).map(|_| AtomicU32::new(0)).collect()),
+        });
+    }
+
+    // Trace slots: the plan's, plus one for the clock anchor.
+    let trace_len = plan.trace_slots + 1;
+    let (th, td) = cuda::alloc_pinned_zeroed(trace_len as usize * std::mem::size_of::<TraceSlot>())?;
+    let trace_scratch = cuda::alloc_device_zeroed(trace_len as usize * std::mem::size_of::<TraceScratch>())?;
+    let init: Vec<TraceScratch> = vec![TraceScratch::INIT; trace_len as usize];
+    cuda::copy_htod_sync(trace_scratch, as_bytes(&init))?;
+    let obs_len = plan.obs_slots.max(1);
+    let (oh, od) = cuda::alloc_pinned_zeroed(obs_len as usize * std::mem::size_of::<ObsSlot>())?;
+    let obs_scratch = cuda::alloc_device_zeroed(obs_len as usize * std::mem::size_of::<ObsScratch>())?;
+    let init: Vec<ObsScratch> = vec![ObsScratch::INIT; obs_len as usize];
+    cuda::copy_htod_sync(obs_scratch, as_bytes(&init))?;
+    let ranges: Vec<Range> = plan
+        .ranges
+        .iter()
+        .map(|r| Range {
+            ptr: bufs[r.buf as usize].addr() + r.word_offset * 4,
+            words: r.words,
+            slot: r.obs_slot,
+            pad: 0,
+        })
+        .collect();
+    let ranges_dev = cuda::alloc_device_zeroed((ranges.len().max(1)) * std::mem::size_of::<Range>())?;
+    cuda::copy_htod_sync(ranges_dev, as_bytes(&ranges))?;
+    cuda::ctx_synchronize()?;
+
+    let ids: Vec<Option<cuda::ncclUniqueId>> = read_ids(&a.ids)?
+        .iter()
+        .map(|i| i.as_deref().map(cuda::unique_id_from_hex).transpose())
+        .collect::<Result<_, _>>()?;
+
+    let sm_count = dev.sm_count();
+    let rt = Arc::new(Rt {
+        rank: a.rank,
+        comms: (0..program.comms.len()).map(|_| OnceLock::new()).collect(),
+        program,
+        plan,
+        dev,
+        log: log.clone(),
+        work_dir: a.work_dir.clone(),
+        f_op,
+        f_mark,
+        streams,
+        events,
+        bufs,
+        buf_words,
+        trace_host: th as *mut TraceSlot,
+        trace_dev: td,
+        trace_scratch,
+        trace_len,
+        obs_host: oh as *mut ObsSlot,
+        obs_dev: od,
+        obs_scratch,
+        ranges_dev,
+        ids,
+        sm_count,
+    });
+
+    // Clock anchor: a marker kernel on a private stream, during set-up.
+    {
+        let s = cuda::stream_create(false)?;
+        let slot = rt.trace_len - 1;
+        let before = log.now();
+        rt.mark(s, slot, 0)?;
+        // SAFETY: a live stream.
+        unsafe { cuda::stream_synchronize(s)? };
+        let after = log.now();
+        let gpu = rt.trace(slot).start_ns;
+        log.send(&Msg::Anchor(ClockAnchor { rank: rt.rank, host_before_ns: before, gpu_ns: gpu, host_after_ns: after }));
+    }
+
+    // Pre-initialized communicators that the program uses, in index order on every rank (one consistent order).
+    let used = used_comms(&rt.program);
+    for (ci, c) in rt.program.comms.iter().enumerate() {
+        if c.explicit_init || !used[ci] {
+            continue;
+        }
+        if let Some(pos) = c.members.iter().position(|&m| m == rt.rank) {
+            let id = rt.ids[ci].ok_or_else(|| HwError::Format(format!("no unique id for communicator `{}`", c.name)))?;
+            let comm = cuda::comm_init_rank(c.members.len() as i32, id, pos as i32)?;
+            let _ = rt.comms[ci].set(CommPtr(comm));
+        }
+    }
+    let all: Vec<String> = (0..rt.program.ranks.len()).map(|r| r.to_string()).collect();
+    file_barrier(&rt.work_dir, "start", &rt.rank.to_string(), &all)?;
+    log.send(&Msg::Ready { ns: log.now() });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let rt = rt.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || monitor_loop(&rt, &stop))
+    };
+    let mut handles = Vec::new();
+    for t in 0..rt.plan.threads.len() as u32 {
+        let rt = rt.clone();
+        handles.push(std::thread::spawn(move || host_thread(&rt, t)));
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    rt.dev.bind()?;
+    cuda::ctx_synchronize()?;
+    stop.store(true, Ordering::SeqCst);
+    let _ = monitor.join();
+    log.send(&Msg::Synced { ns: log.now() });
+    Ok(())
+}
+
+fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: T is a plain #[repr(C)] struct without padding-sensitive invariants; reading its bytes is fine.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+/// Which communicators any op of the program uses (so that unused pre-initialized ones are not set up).
+pub fn used_comms(p: &Program) -> Vec<bool> {
+    let mut used = vec![false; p.comms.len()];
+    for r in &p.ranks {
+        for t in &r.threads {
+            for op in &t.ops {
+                let c = match &op.kind {
+                    OpKind::Send { comm, .. }
+                    | OpKind::Recv { comm, .. }
+                    | OpKind::Collective { comm, .. }
+                    | OpKind::CommInit { comm } => comm.0 as usize,
+                    _ => continue,
+                };
+                if let Some(u) = used.get_mut(c) {
+                    *u = true;
+                }
+            }
+        }
+    }
+    used
+}
+
+impl Rt {
+    fn trace(&self, slot: u32) -> TraceSlot {
+        // SAFETY: slot < trace_len (plan-assigned), host-mapped memory written by the GPU: read volatile.
+        unsafe {
+            let p = self.trace_host.add(slot as usize);
+            TraceSlot {
+                start_ns: std::ptr::read_volatile(&(*p).start_ns),
+                end_ns: std::ptr::read_volatile(&(*p).end_ns),
+            }
+        }
+    }
+
+    fn obs(&self, slot: u32) -> ObsSlot {
+        // SAFETY: as `trace`.
+        unsafe { std::ptr::read_volatile(self.obs_host.add(slot as usize)) }
+    }
+
+    fn stream(&self, s: u32) -> CUstream {
+        self.streams[s as usize]
+    }
+
+    /// Enqueues a marker writing the GPU time into `slot` (`which` 0: start, 1: end) on `s`.
+    fn mark(&self, s: CUstream, slot: u32, which: u32) -> Result<(), HwError> {
+        let mut th = self.trace_dev + slot as u64 * std::mem::size_of::<TraceSlot>() as u64;
+        let mut which = which;
+        let mut params = [&mut th as *mut u64 as *mut c_void, &mut which as *mut u32 as *mut c_void];
+        // SAFETY: parameters match `cuorder_mark(TraceSlot*, u32)`.
+        unsafe { cuda::launch(self.f_mark, 1, 32, s, &mut params) }
+    }
+
+    fn addr(&self, r: &lower::ByteRange) -> u64 {
+        self.bufs[r.buf as usize].addr() + r.offset
+    }
+
+    fn comm(&self, c: u32) -> Result<cuda::ncclComm_t, HwError> {
+        match self.comms.get(c as usize).and_then(|c| c.get()) {
+            Some(p) => Ok(p.0),
+            None => Err(HwError::Format(format!(
+                "communicator `{}` is used before this rank initialized it",
+                self.program.comms.get(c as usize).map(|c| c.name.as_str()).unwrap_or("?")
+            ))),
+        }
+    }
+}
+
+fn monitor_loop(rt: &Rt, stop: &AtomicBool) {
+    let mut last = vec![TraceSlot::default(); rt.trace_len as usize];
+    let mut probed = vec![false; rt.plan.obs_slots as usize];
+    loop {
+        let stopping = stop.load(Ordering::SeqCst);
+        for slot in 0..rt.trace_len - 1 {
+            let t = rt.trace(slot);
+            if t != last[slot as usize] {
+                last[slot as usize] = t;
+                rt.log.send(&Msg::Trace { slot, start: t.start_ns, end: t.end_ns });
+            }
+        }
+        for slot in 0..rt.plan.obs_slots {
+            if probed[slot as usize] {
+                continue;
+            }
+            let o = rt.obs(slot);
+            if o.done != 0 {
+                probed[slot as usize] = true;
+                rt.log.send(&Msg::Probe { slot, first: o.first, last: o.last, min: o.min, max: o.max });
+            }
+        }
+        if stopping {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn host_thread(rt: &Rt, t: u32) {
+    if let Err(e) = rt.dev.bind() {
+        rt.log.send(&Msg::OpError { thread: t, op: 0, message: e.to_string() });
+        rt.log.send(&Msg::Fatal { message: format!("thread {t}: {e}") });
+        std::process::exit(1);
+    }
+    let mut depth = 0u32;
+    for (i, step) in rt.plan.threads[t as usize].iter().enumerate() {
+        let i = i as u32;
+        rt.log.send(&Msg::Enter { thread: t, op: i, ns: rt.log.now() });
+        match exec(rt, t, i, step, &mut depth) {
+            Ok(q) => rt.log.send(&Msg::Return { thread: t, op: i, ns: rt.log.now(), query_ready: q }),
+            Err(e) => {
+                rt.log.send(&Msg::OpError { thread: t, op: i, message: e.to_string() });
+                rt.log.send(&Msg::Fatal { message: format!("op (rank {}, thread {t}, op {i}): {e}", rt.rank) });
+                std::process::exit(1);
+            }
+        }
+    }
+    rt.log.send(&Msg::ThreadDone { thread: t });
+}
+
+fn exec(rt: &Rt, t: u32, i: u32, step: &Step, depth: &mut u32) -> Result<Option<bool>, HwError> {
+    let start_mark = |s: CUstream, tr: Tracing| -> Result<(), HwError> {
+        if let Tracing::Markers(slot) = tr {
+            rt.mark(s, slot, 0)?;
+        }
+        Ok(())
+    };
+    let end_mark = |s: CUstream, tr: Tracing| -> Result<(), HwError> {
+        match tr {
+            Tracing::Markers(slot) | Tracing::EndMarker(slot) => rt.mark(s, slot, 1),
+            _ => Ok(()),
+        }
+    };
+    // SAFETY (for the unsafe blocks below): every handle and address comes from set-up and the lowering checked that
+    // ranges lie inside their buffers.
+    match step {
+        Step::Kernel { stream, reads, writes, spin_ns, version, trace } => {
+            let slot = trace.slot().unwrap_or(0);
+            let range_sz = std::mem::size_of::<Range>() as u64;
+            let mut words = 1u64;
+            for r in &rt.plan.ranges[reads.start as usize..(reads.start + reads.count) as usize] {
+                words = words.max(r.words);
+            }
+            for r in &rt.plan.ranges[writes.start as usize..(writes.start + writes.count) as usize] {
+                words = words.max(r.words);
+            }
+            let grid = words.div_ceil(BLOCK as u64).clamp(1, 4 * rt.sm_count as u64) as u32;
+            let mut p_reads = rt.ranges_dev + reads.start as u64 * range_sz;
+            let mut n_reads = reads.count;
+            let mut p_writes = rt.ranges_dev + writes.start as u64 * range_sz;
+            let mut n_writes = writes.count;
+            let mut spin = *spin_ns;
+            let mut ver = *version;
+            let mut ts = rt.trace_scratch + slot as u64 * std::mem::size_of::<TraceScratch>() as u64;
+            let mut th = rt.trace_dev + slot as u64 * std::mem::size_of::<TraceSlot>() as u64;
+            let mut os = rt.obs_scratch;
+            let mut oh = rt.obs_dev;
+            let mut params: [*mut c_void; 10] = [
+                &mut p_reads as *mut u64 as *mut c_void,
+                &mut n_reads as *mut u32 as *mut c_void,
+                &mut p_writes as *mut u64 as *mut c_void,
+                &mut n_writes as *mut u32 as *mut c_void,
+                &mut spin as *mut u64 as *mut c_void,
+                &mut ver as *mut u32 as *mut c_void,
+                &mut ts as *mut u64 as *mut c_void,
+                &mut th as *mut u64 as *mut c_void,
+                &mut os as *mut u64 as *mut c_void,
+                &mut oh as *mut u64 as *mut c_void,
+            ];
+            unsafe { cuda::launch(rt.f_op, grid, BLOCK, rt.stream(*stream), &mut params)? };
+        }
+        Step::Memset { stream, dst, version, trace } => {
+            let words = (dst.len / 4) as usize;
+            match stream {
+                Some(s) => {
+                    let s = rt.stream(*s);
+                    start_mark(s, *trace)?;
+                    unsafe { cuda::memset_d32_async(rt.addr(dst), *version, words, s)? };
+                    end_mark(s, *trace)?;
+                }
+                None => unsafe { cuda::memset_d32_sync(rt.addr(dst), *version, words)? },
+            }
+        }
+        Step::Memcpy { stream, dst, src, trace } => match stream {
+            Some(s) => {
+                let s = rt.stream(*s);
+                start_mark(s, *trace)?;
+                unsafe { cuda::memcpy_async(rt.addr(dst), rt.addr(src), dst.len as usize, s)? };
+                end_mark(s, *trace)?;
+            }
+            None => unsafe { cuda::memcpy_sync(rt.addr(dst), rt.addr(src), dst.len as usize)? },
+        },
+        Step::EventRecord { event, stream, trace } => {
+            let s = rt.stream(*stream);
+            unsafe { cuda::event_record(rt.events[*event as usize], s)? };
+            end_mark(s, *trace)?;
+        }
+        Step::StreamWaitEvent { stream, event, trace } => {
+            let s = rt.stream(*stream);
+            unsafe { cuda::stream_wait_event(s, rt.events[*event as usize])? };
+            end_mark(s, *trace)?;
+        }
+        Step::EventQuery { event } => return Ok(Some(unsafe { cuda::event_query(rt.events[*event as usize])? })),
+        Step::EventSynchronize { event } => unsafe { cuda::event_synchronize(rt.events[*event as usize])? },
+        Step::StreamSynchronize { stream } => unsafe { cuda::stream_synchronize(rt.stream(*stream))? },
+        Step::StreamQuery { stream } => return Ok(Some(unsafe { cuda::stream_query(rt.stream(*stream))? })),
+        Step::DeviceSynchronize => cuda::ctx_synchronize()?,
+        Step::HostSleep { ns } => std::thread::sleep(Duration::from_nanos(*ns)),
+        Step::HostRead { range } => {
+            let (w0, n) = (range.offset / 4, range.len / 4);
+            let words = host_words(rt, range.buf)?;
+            let (mut first, mut last, mut lo, mut hi) = (0u32, 0u32, u32::MAX, 0u32);
+            for k in 0..n {
+                let v = words[(w0 + k) as usize].load(Ordering::Relaxed);
+                if k == 0 {
+                    first = v;
+                }
+                if k == n - 1 {
+                    last = v;
+                }
+                lo = lo.min(v);
+                hi = hi.max(v);
+            }
+            rt.log.send(&Msg::HostRead { thread: t, op: i, first, last, min: lo, max: hi, words: n });
+        }
+        Step::HostWrite { range, version } => {
+            let (w0, n) = (range.offset / 4, range.len / 4);
+            let words = host_words(rt, range.buf)?;
+            for k in 0..n {
+                words[(w0 + k) as usize].store(*version, Ordering::Relaxed);
+            }
+        }
+        Step::Barrier { barrier, round } => {
+            let b = &rt.program.barriers[*barrier as usize];
+            let names: Vec<String> = b.participants.iter().map(|(r, t)| format!("{r}-{t}")).collect();
+            file_barrier(&rt.work_dir, &format!("barrier{barrier}.round{round}"), &format!("{}-{t}", rt.rank), &names)?;
+        }
+        Step::CommInit { comm } => {
+            let c = &rt.program.comms[*comm as usize];
+            let pos = c.members.iter().position(|&m| m == rt.rank).unwrap_or(0);
+            let id = rt.ids[*comm as usize]
+                .ok_or_else(|| HwError::Format(format!("no unique id for communicator `{}`", c.name)))?;
+            let p = cuda::comm_init_rank(c.members.len() as i32, id, pos as i32)?;
+            let _ = rt.comms[*comm as usize].set(CommPtr(p));
+        }
+        Step::Send { comm, peer, buf, stream, trace } | Step::Recv { comm, peer, buf, stream, trace } => {
+            let c = rt.comm(*comm)?;
+            let s = rt.stream(*stream);
+            start_mark(s, *trace)?;
+            if matches!(step, Step::Send { .. }) {
+                unsafe { cuda::send(rt.addr(buf), buf.len as usize, *peer, c, s)? };
+            } else {
+                unsafe { cuda::recv(rt.addr(buf), buf.len as usize, *peer, c, s)? };
+            }
+            if *depth == 0 {
+                end_mark(s, *trace)?;
+            }
+        }
+        Step::Collective { comm, kind, root, send, recv, stream, trace } => {
+            let c = rt.comm(*comm)?;
+            let s = rt.stream(*stream);
+            start_mark(s, *trace)?;
+            let (sa, ra) = (rt.addr(send), rt.addr(recv));
+            let words = |len: u64| -> (usize, cuda::ncclDataType_t) {
+                if len % 4 == 0 {
+                    ((len / 4) as usize, cuda::ncclDataType_t::ncclUint32)
+                } else {
+                    (len as usize, cuda::ncclDataType_t::ncclUint8)
+                }
+            };
+            unsafe {
+                match kind {
+                    CollectiveKind::AllReduce => {
+                        let (n, dt) = words(send.len);
+                        cuda::all_reduce_max(sa, ra, n, dt, c, s)?
+                    }
+                    CollectiveKind::ReduceScatter => {
+                        let (n, dt) = words(recv.len);
+                        cuda::reduce_scatter_max(sa, ra, n, dt, c, s)?
+                    }
+                    CollectiveKind::Broadcast { .. } => cuda::broadcast(sa, ra, recv.len as usize, *root, c, s)?,
+                    CollectiveKind::AllGather => cuda::all_gather(sa, ra, send.len as usize, c, s)?,
+                }
+            }
+            if *depth == 0 {
+                end_mark(s, *trace)?;
+            }
+        }
+        Step::GroupStart => {
+            cuda::group_start()?;
+            *depth += 1;
+        }
+        Step::GroupEnd { outermost, end_markers } => {
+            cuda::group_end()?;
+            *depth = depth.saturating_sub(1);
+            if *outermost {
+                for (s, slot) in end_markers {
+                    rt.mark(rt.stream(*s), *slot, 1)?;
+                }
+            }
+        }
+        Step::NoOp => {}
+    }
+    Ok(None)
+}
+
+fn host_words(rt: &Rt, buf: u32) -> Result<&[AtomicU32], HwError> {
+    let words = rt.buf_words[buf as usize] as usize;
+    match &rt.bufs[buf as usize] {
+        Mem::Device(_) => Err(HwError::Format("host access to device memory".into())),
+        // SAFETY: the pinned allocation holds at least `words` 4-byte-aligned words for the process's lifetime.
+        Mem::Pinned(h, _) => Ok(unsafe { std::slice::from_raw_parts(*h as *const AtomicU32, words) }),
+        Mem::Pageable(b) => Ok(&b[..words.min(b.len())]),
+    }
+}
