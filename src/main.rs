@@ -1,2 +1,148 @@
-//! main
-fn main(){}
+//! The `cuorder` command: `check` a program for deadlocks, data races and undefined behaviour, or `run` one
+//! execution and show its timeline. Exit codes: 0 no problem possible, 1 problem found, 2 bad input or usage,
+//! 3 inconclusive (a limit stopped the search).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use cuorder::{load_profile, load_program, report, timeline, LoadError};
+use cuorder_model::semantics::Semantics;
+use cuorder_sim::explore::Limits;
+use cuorder_sim::run::{replay, run};
+use cuorder_sim::scheduler::RandomScheduler;
+
+#[derive(Parser)]
+#[command(name = "cuorder", version, about = "Will this multi-GPU CUDA + NCCL program deadlock, race, or do what its author thinks?")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Explore every execution and report deadlocks, data races and undefined behaviour.
+    Check {
+        /// The program (RON; see docs/program-format.md).
+        program: PathBuf,
+        /// A built-in profile (portable, eager) or a profile file (RON).
+        #[arg(long, default_value = "portable")]
+        profile: String,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        /// Stop after this many distinct states.
+        #[arg(long, default_value_t = 2_000_000)]
+        max_states: usize,
+    },
+    /// Run one execution and print it as a per-rank, per-stream timeline.
+    Run {
+        program: PathBuf,
+        #[arg(long, default_value = "portable")]
+        profile: String,
+        /// Seed of the random scheduler.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Instead of a random execution, replay the witness of the N-th finding of `check` (1-based).
+        #[arg(long)]
+        witness: Option<usize>,
+        /// Write the execution as a RON trace to this file.
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Stop after this many steps.
+        #[arg(long, default_value_t = 1_000_000)]
+        max_steps: usize,
+    },
+    /// List the built-in profiles, or print one as RON.
+    Profile {
+        name: Option<String>,
+    },
+}
+
+fn fail(e: LoadError) -> ExitCode {
+    eprint!("{}", e.rendered);
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let color = std::io::stderr().is_terminal();
+    match cli.command {
+        Command::Check { program, profile, format, max_states } => {
+            let prof = match load_profile(&profile) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
+            let (prog, _) = match load_program(&program, color) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
+            let rep = report::check(&prog, &prof, &Limits { max_states });
+            match format {
+                Format::Text => print!("{}", rep.to_text()),
+                Format::Json => println!("{}", serde_json::to_string_pretty(&rep).expect("report serializes")),
+            }
+            ExitCode::from(rep.exit_code() as u8)
+        }
+        Command::Run { program, profile, seed, witness, trace, max_steps } => {
+            let prof = match load_profile(&profile) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
+            let (prog, _) = match load_program(&program, color) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
+            let sem = Semantics::new(&prog, &prof);
+            let tr = match witness {
+                None => run(&sem, &mut RandomScheduler::new(seed), Some(seed), max_steps),
+                Some(n) => {
+                    let rep = report::check(&prog, &prof, &Limits::default());
+                    let Some(f) = n.checked_sub(1).and_then(|i| rep.findings.get(i)) else {
+                        eprintln!("error: --witness {n}: check found {} problem(s)", rep.findings.len());
+                        return ExitCode::from(2);
+                    };
+                    match replay(&sem, &f.finding.witness) {
+                        Ok(t) => t,
+                        Err(d) => {
+                            eprintln!("error: {d}");
+                            return ExitCode::from(2);
+                        }
+                    }
+                }
+            };
+            print!("{}", timeline::render(&sem, &tr));
+            if let Some(path) = trace {
+                let text = ron::ser::to_string_pretty(&tr, ron::ser::PrettyConfig::default()).expect("trace serializes");
+                if let Err(e) = std::fs::write(&path, text + "\n") {
+                    eprintln!("error: cannot write {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Profile { name } => match name {
+            None => {
+                for n in cuorder_model::profile::Profile::BUILTIN {
+                    let p = cuorder_model::profile::Profile::builtin(n).unwrap();
+                    println!("{n}: {}", p.description);
+                }
+                ExitCode::SUCCESS
+            }
+            Some(n) => match load_profile(&n) {
+                Ok(p) => {
+                    println!("{}", ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).expect("profile serializes"));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            },
+        },
+    }
+}

@@ -192,3 +192,17 @@ pub fn replay(sem: &Semantics, schedule: &[Step]) -> Result<Trace, Diverged> {
         None => Ok(trace),
     }
 }
+
+/// Replays a schedule and returns the state it reaches.
+///
+/// Errors: [`Diverged`] when a step is not enabled where it is replayed.
+pub fn replay_state(sem: &Semantics, schedule: &[Step]) -> Result<State, Diverged> {
+    let mut st = sem.initial();
+    for (at, step) in schedule.iter().enumerate() {
+        if !sem.enabled(&st).contains(step) {
+            return Err(Diverged { at, step: step.clone() });
+        }
+        sem.apply(&mut st, step);
+    }
+    Ok(st)
+}
