@@ -1,13 +1,15 @@
 //! The RON surface format of programs: parsing (`ron` + serde), SPMD expansion, name resolution and validation with
 //! precise diagnostics, producing the resolved [`Program`]. The format is documented in `docs/program-format.md`.
 //!
-//! Pipeline: `ron` deserializes the text into the surface types (syntax errors stop here, with ron's position); the
-//! span index records where every value is written; declarations are checked; every thread is expanded per rank
+//! Pipeline: the span index records where every value is written; positional arguments are desugared into named
+//! fields (`desugar`); `ron` deserializes the result into the surface types (syntax errors stop here, with ron's
+//! position mapped back to the source); declarations are checked; every thread is expanded per rank
 //! (`OnRanks`, `Parity`, `Repeat`, `Group`); every op is resolved and checked; then the checks that span several ops
 //! run (groups, communicator init, point-to-point and collective matching). Every error is collected.
 
 mod checks;
 mod decls;
+mod desugar;
 pub mod diagnostic;
 mod expand;
 mod issues;
@@ -43,11 +45,16 @@ pub const DEFAULT_KERNEL_NS: u64 = 10_000;
 /// Parses, expands and validates the program `text`; `name` becomes [`Program::name`]. On failure, every error found
 /// (or the one syntax error that stopped parsing), in source order.
 pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
+    let mut index = SpanIndex::build(text);
+    let desugared = desugar::desugar(text, &index);
     let surface: SProgram = ron::Options::default()
         .with_default_extension(Extensions::IMPLICIT_SOME)
-        .from_str(text)
-        .map_err(|e| vec![ron_error::diagnostic(text, &e)])?;
-    let index = SpanIndex::build(text);
+        .from_str(&desugared.text)
+        .map_err(|e| {
+            let at = diagnostic::offset_of_line_byte_col(&desugared.text, e.position.line, e.position.col);
+            vec![ron_error::diagnostic(text, &index, desugared.original_offset(at), &e.code)]
+        })?;
+    index.alias_positional(surface::POSITIONAL);
     let mut issues = Issues::default();
     let decls = decls::check(&surface, &mut issues);
     let ranks = decls.ranks;

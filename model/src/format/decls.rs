@@ -119,8 +119,8 @@ pub fn check<'a>(p: &'a SProgram, issues: &mut Issues) -> Decls<'a> {
     let mut first = BTreeMap::new();
     for (i, s) in p.streams.iter().enumerate() {
         let path = field(&index("streams", i), 0);
-        let name = s.0.as_str();
-        let kind = match s.1 {
+        let name = s.name.as_str();
+        let kind = match s.kind {
             SStreamKind::Blocking => StreamKind::Blocking,
             SStreamKind::NonBlocking => StreamKind::NonBlocking,
         };
@@ -151,8 +151,8 @@ pub fn check<'a>(p: &'a SProgram, issues: &mut Issues) -> Decls<'a> {
     for (i, b) in p.buffers.iter().enumerate() {
         let item = index("buffers", i);
         let (name, sz, space, pooled) = match b {
-            SBuffer::Buffer(n, s, space) => (n, s, *space, false),
-            SBuffer::Pooled(n, s) => (n, s, SSpace::Device, true),
+            SBuffer::Buffer { name, size, space } => (name, size, *space, false),
+            SBuffer::Pooled { name, size } => (name, size, SSpace::Device, true),
         };
         let bytes = size(sz, &field(&item, 1), issues);
         if bytes == Some(0) {
@@ -172,7 +172,7 @@ pub fn check<'a>(p: &'a SProgram, issues: &mut Issues) -> Decls<'a> {
     }
 
     let mut first = BTreeMap::new();
-    for (i, SComm(name, members, init)) in p.comms.iter().enumerate() {
+    for (i, SComm { name, members, init }) in p.comms.iter().enumerate() {
         let item = index("comms", i);
         let path = field(&item, 0);
         let members: Vec<RankId> = match members {
@@ -205,20 +205,18 @@ pub fn check<'a>(p: &'a SProgram, issues: &mut Issues) -> Decls<'a> {
     let mut first_on_rank: Vec<BTreeMap<&str, String>> = vec![BTreeMap::new(); ranks as usize];
     for (i, t) in p.threads.iter().enumerate() {
         let item = index("threads", i);
-        let (name, on, ops, ops_field) = match t {
-            SThread::Thread(n, ops) => (n.as_str(), None, ops.as_slice(), 1),
-            SThread::ThreadOn(n, on, ops) => (n.as_str(), Some(on), ops.as_slice(), 2),
-        };
+        let SThread { name, ops, ranks: on } = t;
         let name_path = field(&item, 0);
+        let ranks_path = field(&item, "ranks");
         let on_ranks: Vec<RankId> = match on {
             None => (0..ranks).collect(),
             Some(list) => {
                 if list.is_empty() {
-                    issues.push(Issue::new(field(&item, 1), format!("thread `{name}` runs on no rank")));
+                    issues.push(Issue::new(&ranks_path, format!("thread `{name}` runs on no rank")));
                 }
                 let mut seen = Vec::new();
                 for (j, &r) in list.iter().enumerate() {
-                    let rpath = index(&field(&item, 1), j);
+                    let rpath = index(&ranks_path, j);
                     if ranks > 0 && r >= ranks {
                         issues.push(rank_out_of_range(&rpath, r, ranks));
                     } else if seen.contains(&r) {
@@ -231,11 +229,12 @@ pub fn check<'a>(p: &'a SProgram, issues: &mut Issues) -> Decls<'a> {
                 seen
             }
         };
+        let name = name.as_str();
         if name.is_empty() {
             issues.push(Issue::new(&name_path, "empty thread name"));
         }
         let decl = d.threads.len();
-        d.threads.push(ThreadDecl { name, ops, ops_path: field(&item, ops_field) });
+        d.threads.push(ThreadDecl { name, ops, ops_path: field(&item, 1) });
         for r in on_ranks {
             if let Some(firstp) = first_on_rank[r as usize].get(name) {
                 issues.push(

@@ -85,7 +85,7 @@ fn expand_into<'a>(
         }
         let path = index(base, i);
         match op {
-            SOp::Group(inner) => {
+            SOp::Group { ops: inner } => {
                 let p: Rc<str> = Rc::from(path.as_str());
                 if !budget.take(1, &path, issues) {
                     return;
@@ -97,7 +97,7 @@ fn expand_into<'a>(
                 }
                 out.push(Item { leaf: Leaf::GroupEnd, path: p });
             }
-            SOp::OnRanks(on, inner) => {
+            SOp::OnRanks { ranks: on, ops: inner } => {
                 for (j, &r) in on.iter().enumerate() {
                     if r >= ranks {
                         issues.push(rank_out_of_range(&index(&field(&path, 0), j), r, ranks));
@@ -111,7 +111,7 @@ fn expand_into<'a>(
                 let (branch, name) = if rank % 2 == 0 { (even, "even") } else { (odd, "odd") };
                 expand_into(branch, &field(&path, name), rank, ranks, budget, issues, out);
             }
-            SOp::Repeat(n, inner) => {
+            SOp::Repeat { count: n, ops: inner } => {
                 let start = out.len();
                 expand_into(inner, &field(&path, 1), rank, ranks, budget, issues, out);
                 let once = out.len() - start;

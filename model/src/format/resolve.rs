@@ -335,7 +335,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
         let simple = match *peer {
             Peer::Next => SimplePeer::Next,
             Peer::Prev => SimplePeer::Prev,
-            Peer::Rank(r) => SimplePeer::Rank(r),
+            Peer::Rank { rank } => SimplePeer::Rank { rank },
             Peer::Parity { even, odd } => {
                 if pos % 2 == 0 {
                     even
@@ -350,7 +350,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
         let r = match simple {
             SimplePeer::Next => c.members[(pos + 1) % m],
             SimplePeer::Prev => c.members[(pos + m - 1) % m],
-            SimplePeer::Rank(r) => {
+            SimplePeer::Rank { rank: r } => {
                 if r >= self.d.ranks {
                     let ranks = self.d.ranks;
                     self.err(
@@ -468,9 +468,9 @@ impl<'a, 'i> Resolver<'a, 'i> {
                     None => None,
                 };
                 let exec = s.map_or(cx.rank, |s| s.rank);
-                let r = self.range(cx, buf, &f("buf"))?;
+                let r = self.range(cx, buf, &f("0"))?;
                 let what = if s.is_some() { "cudaMemsetAsync" } else { "cudaMemset" };
-                self.device_on(cx, r, exec, buf.name(), what, &f("buf")).then_some(OpKind::Memset { stream: s, dst: r.range })
+                self.device_on(cx, r, exec, buf.name(), what, &f("0")).then_some(OpKind::Memset { stream: s, dst: r.range })
             }
             SOp::Memcpy { dst, src, stream } => {
                 let s = match stream {
@@ -501,7 +501,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 (ok_d && ok_s).then_some(OpKind::Memcpy { stream: s, dst: d.range, src: sr.range })
             }
             SOp::Record { event, stream } => {
-                let e = self.event(cx, event, &f("event"));
+                let e = self.event(cx, event, &f("0"));
                 let s = self.stream(cx, stream, &f("stream"));
                 let (e, s) = (e?, s?);
                 if e.rank != s.rank {
@@ -524,18 +524,18 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 Some(OpKind::EventRecord { event: e, stream: s })
             }
             SOp::Wait { event, stream } => {
-                let e = self.event(cx, event, &f("event"));
+                let e = self.event(cx, event, &f("0"));
                 let s = self.stream(cx, stream, &f("stream"));
                 Some(OpKind::StreamWaitEvent { stream: s?, event: e? })
             }
-            SOp::EventQuery(e) => Some(OpKind::EventQuery { event: self.event(cx, e, &f("0"))? }),
-            SOp::EventSync(e) => Some(OpKind::EventSynchronize { event: self.event(cx, e, &f("0"))? }),
-            SOp::StreamSync(s) => Some(OpKind::StreamSynchronize { stream: self.stream(cx, s, &f("0"))? }),
-            SOp::StreamQuery(s) => Some(OpKind::StreamQuery { stream: self.stream(cx, s, &f("0"))? }),
+            SOp::EventQuery { event } => Some(OpKind::EventQuery { event: self.event(cx, event, &f("0"))? }),
+            SOp::EventSync { event } => Some(OpKind::EventSynchronize { event: self.event(cx, event, &f("0"))? }),
+            SOp::StreamSync { stream } => Some(OpKind::StreamSynchronize { stream: self.stream(cx, stream, &f("0"))? }),
+            SOp::StreamQuery { stream } => Some(OpKind::StreamQuery { stream: self.stream(cx, stream, &f("0"))? }),
             SOp::DeviceSync => Some(OpKind::DeviceSynchronize { rank: cx.rank }),
-            SOp::Sleep(d) => Some(OpKind::HostSleep { ns: self.duration(cx, d, &f("0"))? }),
-            SOp::HostRead(arg) | SOp::HostWrite(arg) => {
-                let write = matches!(op, SOp::HostWrite(_));
+            SOp::Sleep { duration } => Some(OpKind::HostSleep { ns: self.duration(cx, duration, &f("0"))? }),
+            SOp::HostRead { buf: arg } | SOp::HostWrite { buf: arg } => {
+                let write = matches!(op, SOp::HostWrite { .. });
                 let what = if write { "HostWrite" } else { "HostRead" };
                 let path = f("0");
                 let r = self.range(cx, arg, &path)?;
@@ -550,8 +550,8 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 }
                 self.host_of_caller(cx, r, arg.name(), &path).then_some(OpKind::HostAccess { range: r.range, write })
             }
-            SOp::Barrier(name) => Some(OpKind::Barrier { barrier: self.barrier(cx, name) }),
-            SOp::CommInit(name) => {
+            SOp::Barrier { name } => Some(OpKind::Barrier { barrier: self.barrier(cx, name) }),
+            SOp::CommInit { comm: name } => {
                 let c = self.comm(cx, Some(name), p)?;
                 let _ = self.member(cx, c, cx.rank, "", &f("0"))?;
                 Some(OpKind::CommInit { comm: c })
@@ -580,7 +580,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 self.collective(cx, p, CollectiveKind::AllReduce, None, buf, send, recv, stream, comm)
             }
             SOp::Broadcast { root, buf, send, recv, stream, comm } => {
-                let Root::Rank(r) = *root;
+                let Root::Rank { rank: r } = *root;
                 let kind = CollectiveKind::Broadcast { root: r };
                 self.collective(cx, p, kind, Some(r), buf, send, recv, stream, comm)
             }
@@ -595,7 +595,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             SOp::Alloc { buf, stream } | SOp::RecordStream { buf, stream } => {
                 let alloc = matches!(op, SOp::Alloc { .. });
                 let what = if alloc { "Alloc" } else { "RecordStream" };
-                let b = self.pooled(cx, what, buf, &f("buf"));
+                let b = self.pooled(cx, what, buf, &f("0"));
                 let s = self.stream(cx, stream, &f("stream"));
                 let (b, s) = (b?, s?);
                 if !self.same_device(cx, what, b, buf, s, stream, &f("stream")) {
@@ -603,9 +603,9 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 }
                 Some(if alloc { OpKind::Alloc { buf: b, stream: s } } else { OpKind::RecordStream { buf: b, stream: s } })
             }
-            SOp::Free(name) => Some(OpKind::Free { buf: self.pooled(cx, "Free", name, &f("0"))? }),
+            SOp::Free { buf } => Some(OpKind::Free { buf: self.pooled(cx, "Free", buf, &f("0"))? }),
             // Control forms never reach here: expansion removed them.
-            SOp::Group(_) | SOp::OnRanks(..) | SOp::Parity { .. } | SOp::Repeat(..) => None,
+            SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } => None,
         }
     }
 

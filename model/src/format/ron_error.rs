@@ -1,27 +1,41 @@
 //! Turns a `ron` deserialization error (syntax errors, unknown variants or fields, missing fields, wrong value types)
 //! into a [`Diagnostic`] with a precise span and a helpful message.
 
-use super::diagnostic::{did_you_mean, offset_of_line_byte_col, Diagnostic, Related};
+use super::diagnostic::{did_you_mean, Diagnostic, Related};
 use super::span_index::{unclosed_delimiters, SpanIndex};
-use ron::error::{Error, SpannedError};
+use super::surface::positional_name;
+use ron::error::Error;
 
 /// How many names a "known ..." help lists before it stops.
 const MAX_LISTED: usize = 40;
 
-/// The diagnostic for `err`, which `ron` reported while deserializing `text`.
-pub fn diagnostic(text: &str, err: &SpannedError) -> Diagnostic {
-    let offset = offset_of_line_byte_col(text, err.position.line, err.position.col);
-    if !matches!(err.code, Error::Eof) && only_trivia(&text[offset..]) {
+/// The diagnostic for `code`, which `ron` reported at byte `offset` of `text` (positions already mapped back from the
+/// desugared text); `index` is the span index of `text`.
+pub fn diagnostic(text: &str, index: &SpanIndex, offset: usize, code: &Error) -> Diagnostic {
+    let offset = offset.min(text.len());
+    if !matches!(code, Error::Eof) && only_trivia(&text[offset..]) {
         return eof(text);
     }
-    match &err.code {
+    match code {
         Error::NoSuchEnumVariant { expected, found, outer } => {
             let what = outer.as_deref().unwrap_or("variant");
             let (start, len) = ident_before(text, offset, found);
             let d = Diagnostic::at(text, start, len, format!("unknown {what} `{found}`"));
             with_suggestion(d, found, expected, &format!("{what}s"))
         }
+        Error::NoSuchStructField { found, outer, .. } if found.starts_with('_') && found[1..].parse::<usize>().is_ok() => {
+            let form = outer.as_deref().unwrap_or("this form");
+            let params = super::surface::POSITIONAL.iter().find(|(f, _)| *f == form).map_or(&[][..], |(_, p)| *p);
+            let (start, len) = token_at(text, offset);
+            let d = Diagnostic::at(text, start, len, format!("too many positional arguments for `{form}`"));
+            match params.len() {
+                0 => d.with_help(format!("`{form}` takes only named arguments (`name: value`)")),
+                n => d.with_help(format!("`{form}` takes at most {n} positional argument{}: {}", if n == 1 { "" } else { "s" }, params.join(", "))),
+            }
+        }
         Error::NoSuchStructField { expected, found, outer } => {
+            let expected: Vec<&str> = expected.iter().copied().filter(|f| !f.starts_with('_')).collect();
+            let expected = &expected[..];
             let (start, len) = ident_before(text, offset, found);
             let message = match outer {
                 Some(o) => format!("unknown field `{found}` in `{o}`"),
@@ -33,6 +47,14 @@ pub fn diagnostic(text: &str, err: &SpannedError) -> Diagnostic {
             };
             with_suggestion(Diagnostic::at(text, start, len, message), found, expected, &fields)
         }
+        Error::MissingStructField { field, outer } if outer.as_deref().and_then(|o| positional_name(o, field)).is_some() => {
+            let form = outer.as_deref().unwrap_or_default();
+            let name = positional_name(form, field).unwrap_or_default();
+            let (start, len) = token_at(text, offset);
+            let position = field[1..].parse::<usize>().unwrap_or(0) + 1;
+            Diagnostic::at(text, start, len, format!("missing `{name}` in `{form}`"))
+                .with_help(format!("give it as positional argument {position} or as `{name}: ...`"))
+        }
         Error::MissingStructField { field, outer } => {
             let message = match outer {
                 Some(o) => format!("missing field `{field}` in `{o}`"),
@@ -40,6 +62,12 @@ pub fn diagnostic(text: &str, err: &SpannedError) -> Diagnostic {
             };
             let (start, len) = token_at(text, offset);
             Diagnostic::at(text, start, len, message).with_help(format!("add `{field}: ...`"))
+        }
+        Error::DuplicateStructField { field, outer } if outer.as_deref().and_then(|o| positional_name(o, field)).is_some() => {
+            let form = outer.as_deref().unwrap_or_default();
+            let name = positional_name(form, field).unwrap_or_default();
+            let (start, len) = ident_before(text, offset, name);
+            Diagnostic::at(text, start, len, format!("`{name}` is given twice in `{form}` (as a positional argument and by name)"))
         }
         Error::DuplicateStructField { field, outer } => {
             let (start, len) = ident_before(text, offset, field);
@@ -64,15 +92,14 @@ pub fn diagnostic(text: &str, err: &SpannedError) -> Diagnostic {
             Diagnostic::at(text, start, 1, "unterminated string").with_help("close it with `\"`")
         }
         Error::Message(m) | Error::InvalidValueForType { expected: m, .. } if !m.is_empty() => {
-            let message = match &err.code {
+            let message = match code {
                 Error::InvalidValueForType { expected, found } => {
-                    let found = if found == "a unit value" { "a bare name (missing quotes?)" } else { found };
+                    let found = if found == "a unit value" { "a bare name (missing quotes?)" } else { found.as_str() };
                     format!("expected {expected}, found {found}")
                 }
                 _ => m.clone(),
             };
             // The deserializer reports a value's error just after the value: point at that value.
-            let index = SpanIndex::build(text);
             let (start, len) = match index.innermost_ending_at(offset) {
                 Some((_, n)) => (n.span.start, n.span.len()),
                 None => token_at(text, offset),

@@ -44,15 +44,49 @@ pub struct Node {
 #[derive(Clone, Debug, Default)]
 pub struct SpanIndex {
     nodes: BTreeMap<String, Node>,
+    /// Start offset and position of every positional argument of a named group `Name(..)` (except `Some(..)`), in
+    /// text order: what desugaring turns into named fields `_0:`, `_1:`, ...
+    positional: Vec<(usize, usize)>,
 }
 
 impl SpanIndex {
     /// Scans `text`. Malformed or truncated input yields the spans of whatever could be recognised.
     pub fn build(text: &str) -> SpanIndex {
-        let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new() };
+        let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional: Vec::new() };
         s.skip_trivia();
         s.value(Some(""), 0);
-        SpanIndex { nodes: s.nodes }
+        SpanIndex { nodes: s.nodes, positional: s.positional }
+    }
+
+    /// (start offset, position) of every positional argument of a named group other than `Some(..)`, in text order.
+    pub fn positional_args(&self) -> &[(usize, usize)] {
+        &self.positional
+    }
+
+    /// Makes positional paths findable when a parameter was given by name: for every group named in `params`
+    /// (group name, parameter names by position), a field written `name: value` is also recorded as `.i` (with
+    /// everything below it), unless `.i` is recorded already.
+    pub fn alias_positional(&mut self, params: &[(&str, &[&str])]) {
+        let mut added = Vec::new();
+        for (path, node) in &self.nodes {
+            let Some(group) = node.name.as_deref() else { continue };
+            let Some((_, names)) = params.iter().find(|(g, _)| *g == group) else { continue };
+            for (i, name) in names.iter().enumerate() {
+                let (named, positional) = (field(path, name), field(path, i));
+                if self.nodes.contains_key(&positional) {
+                    continue;
+                }
+                for (p, n) in self.nodes.range(named.clone()..) {
+                    let Some(rest) = p.strip_prefix(named.as_str()) else { break };
+                    if rest.is_empty() || rest.starts_with(['.', '[']) {
+                        added.push((format!("{positional}{rest}"), n.clone()));
+                    }
+                }
+            }
+        }
+        for (p, n) in added {
+            self.nodes.entry(p).or_insert(n);
+        }
     }
 
     /// The node recorded for exactly `path`.
@@ -123,7 +157,7 @@ pub fn index(path: &str, i: usize) -> String {
 /// The opening delimiters `(`, `[`, `{` that are still open at the end of `text` (strings and comments skipped),
 /// outermost first, as (byte offset, delimiter).
 pub fn unclosed_delimiters(text: &str) -> Vec<(usize, char)> {
-    let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new() };
+    let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional: Vec::new() };
     let mut open: Vec<(usize, char)> = Vec::new();
     loop {
         s.skip_trivia();
@@ -163,6 +197,7 @@ struct Scanner<'a> {
     b: &'a [u8],
     pos: usize,
     nodes: BTreeMap<String, Node>,
+    positional: Vec<(usize, usize)>,
 }
 
 fn is_ident_start(c: u8) -> bool {
@@ -261,18 +296,20 @@ impl Scanner<'_> {
                 self.pos += 2;
                 self.raw_string();
             }
-            b'(' if nested => self.fields(path, depth),
+            b'(' if nested => self.fields(path, depth, false),
             b'[' if nested => self.list(path, depth),
             b'{' if nested => self.map(path, depth),
             b'0'..=b'9' | b'+' | b'-' | b'.' => self.number(),
             c if is_ident_start(c) => {
-                name = Some(self.ident());
+                let id = self.ident();
                 let after_name = self.pos;
                 self.skip_trivia();
                 if self.peek() == Some(b'(') && nested {
-                    self.fields(path, depth);
+                    self.fields(path, depth, id != "Some");
+                    name = Some(id);
                 } else {
                     self.pos = after_name;
+                    name = Some(id);
                 }
             }
             _ => self.skip_char(),
@@ -377,8 +414,9 @@ impl Scanner<'_> {
         }
     }
 
-    /// The contents of `( .. )`: named fields `name: value` and positional values, comma-separated.
-    fn fields(&mut self, path: Option<&str>, depth: usize) {
+    /// The contents of `( .. )`: named fields `name: value` and positional values, comma-separated. `named_group`:
+    /// the group has a name (other than `Some`), so its positional values are recorded for desugaring.
+    fn fields(&mut self, path: Option<&str>, depth: usize, named_group: bool) {
         self.pos += 1;
         let mut positional = 0usize;
         loop {
@@ -411,6 +449,9 @@ impl Scanner<'_> {
             let child = match field_name {
                 Some(n) => path.map(|p| field(p, n)),
                 None => {
+                    if named_group {
+                        self.positional.push((self.pos, positional));
+                    }
                     positional += 1;
                     path.map(|p| field(p, positional - 1))
                 }
@@ -526,6 +567,25 @@ Program(
         assert_eq!(text_of(SAMPLE, &idx, &format!("{k}.writes[0].2")), r#""1 KiB""#);
         assert_eq!(text_of(SAMPLE, &idx, "threads[0].1[1].1[0].to"), "Next");
         assert_eq!(text_of(SAMPLE, &idx, "threads[0].1[2]"), "DeviceSync");
+    }
+
+    #[test]
+    fn records_positional_arguments_of_named_groups() {
+        let t = r#"[Kernel("k", stream: "s", reads: [Slice("x", 0, 4)]), Some("s"), ("a", 1), Rank(1)]"#;
+        let idx = SpanIndex::build(t);
+        let found: Vec<(&str, usize)> = idx.positional_args().iter().map(|&(o, i)| (&t[o..o + 3], i)).collect();
+        assert_eq!(found, vec![("\"k\"", 0), ("\"x\"", 0), ("0, ", 1), ("4)]", 2), ("1)]", 0)]);
+    }
+
+    #[test]
+    fn named_parameters_are_aliased_to_positions() {
+        let t = r#"(ops: [Record(event: "e", stream: "s"), Slice(buf: "x", offset: 0, len: [1]), Record("f", stream: "t")])"#;
+        let mut idx = SpanIndex::build(t);
+        idx.alias_positional(&[("Record", &["event"]), ("Slice", &["buf", "offset", "len"])]);
+        assert_eq!(text_of(t, &idx, "ops[0].0"), "\"e\"");
+        assert_eq!(text_of(t, &idx, "ops[1].2[0]"), "1");
+        assert_eq!(text_of(t, &idx, "ops[2].0"), "\"f\"");
+        assert!(idx.get("ops[0].1").is_none());
     }
 
     #[test]

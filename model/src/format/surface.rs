@@ -6,6 +6,43 @@ use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
 
+/// The parameters that may be given positionally, by form: `Kernel("fwd", stream: "s0")` is
+/// `Kernel(name: "fwd", stream: "s0")`. Positional argument `i` is parameter `i` of the list.
+pub const POSITIONAL: &[(&str, &[&str])] = &[
+    ("Stream", &["name", "kind"]),
+    ("Buffer", &["name", "size", "space"]),
+    ("Pooled", &["name", "size"]),
+    ("Comm", &["name", "members", "init"]),
+    ("Thread", &["name", "ops"]),
+    ("Kernel", &["name"]),
+    ("Memset", &["buf"]),
+    ("Record", &["event"]),
+    ("Wait", &["event"]),
+    ("EventQuery", &["event"]),
+    ("EventSync", &["event"]),
+    ("StreamSync", &["stream"]),
+    ("StreamQuery", &["stream"]),
+    ("Sleep", &["duration"]),
+    ("HostRead", &["buf"]),
+    ("HostWrite", &["buf"]),
+    ("Barrier", &["name"]),
+    ("CommInit", &["comm"]),
+    ("Group", &["ops"]),
+    ("Alloc", &["buf"]),
+    ("Free", &["buf"]),
+    ("RecordStream", &["buf"]),
+    ("OnRanks", &["ranks", "ops"]),
+    ("Repeat", &["count", "ops"]),
+    ("Slice", &["buf", "offset", "len"]),
+    ("Rank", &["rank"]),
+];
+
+/// The name of positional parameter `field` (`_0`, `_1`, ..) of `form`, if it has one.
+pub fn positional_name(form: &str, field: &str) -> Option<&'static str> {
+    let i: usize = field.strip_prefix('_')?.parse().ok()?;
+    POSITIONAL.iter().find(|(f, _)| *f == form).and_then(|(_, names)| names.get(i).copied())
+}
+
 /// `Program(ranks: .., streams: [..], events: [..], buffers: [..], comms: [..], threads: [..])`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename = "Program", deny_unknown_fields)]
@@ -25,8 +62,13 @@ pub struct SProgram {
 
 /// `Stream("s0", NonBlocking)`: a stream every rank creates.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename = "Stream")]
-pub struct SStream(pub String, pub SStreamKind);
+#[serde(rename = "Stream", deny_unknown_fields)]
+pub struct SStream {
+    #[serde(rename = "_0", alias = "name")]
+    pub name: String,
+    #[serde(rename = "_1", alias = "kind")]
+    pub kind: SStreamKind,
+}
 
 /// The kinds of stream a program may create (the legacy and per-thread default streams always exist).
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -38,12 +80,24 @@ pub enum SStreamKind {
 
 /// A buffer every rank allocates.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename = "buffer declaration")]
+#[serde(rename = "buffer declaration", deny_unknown_fields)]
 pub enum SBuffer {
-    /// `Buffer("x", "2 GiB")` or `Buffer("p", "4 KiB", PinnedHost)`: allocated for the whole program.
-    Buffer(String, Size, #[serde(default)] SSpace),
+    /// `Buffer("x", "2 GiB")` or `Buffer("p", "4 KiB", space: PinnedHost)`: allocated for the whole program.
+    Buffer {
+        #[serde(rename = "_0", alias = "name")]
+        name: String,
+        #[serde(rename = "_1", alias = "size")]
+        size: Size,
+        #[serde(rename = "_2", alias = "space", default)]
+        space: SSpace,
+    },
     /// `Pooled("out", "256 MiB")`: a caching-allocator block of device memory, live between `Alloc` and `Free`.
-    Pooled(String, Size),
+    Pooled {
+        #[serde(rename = "_0", alias = "name")]
+        name: String,
+        #[serde(rename = "_1", alias = "size")]
+        size: Size,
+    },
 }
 
 /// Where a [`SBuffer::Buffer`] lives.
@@ -56,10 +110,18 @@ pub enum SSpace {
     PageableHost,
 }
 
-/// `Comm("world")`, `Comm("pair01", [0, 1])`, `Comm("pair01", [0, 1], Explicit)`.
+/// `Comm("world")`, `Comm("pair01", members: [0, 1], init: Explicit)`.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename = "Comm")]
-pub struct SComm(pub String, #[serde(default)] pub Option<Vec<u32>>, #[serde(default)] pub SInit);
+#[serde(rename = "Comm", deny_unknown_fields)]
+pub struct SComm {
+    #[serde(rename = "_0", alias = "name")]
+    pub name: String,
+    /// Global ranks in communicator order; all ranks when absent.
+    #[serde(rename = "_1", alias = "members", default)]
+    pub members: Option<Vec<u32>>,
+    #[serde(rename = "_2", alias = "init", default)]
+    pub init: SInit,
+}
 
 /// How a communicator comes to exist.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -72,14 +134,16 @@ pub enum SInit {
     Explicit,
 }
 
-/// A host thread declaration.
+/// `Thread("main", [ops])` (every rank) or `Thread("producer", ranks: [0], ops: [ops])` (only the listed ranks).
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename = "thread declaration")]
-pub enum SThread {
-    /// `Thread("main", [ops])`: runs on every rank.
-    Thread(String, Vec<SOp>),
-    /// `ThreadOn("producer", [0], [ops])`: runs only on the listed ranks.
-    ThreadOn(String, Vec<u32>, Vec<SOp>),
+#[serde(rename = "Thread", deny_unknown_fields)]
+pub struct SThread {
+    #[serde(rename = "_0", alias = "name")]
+    pub name: String,
+    #[serde(rename = "_1", alias = "ops")]
+    pub ops: Vec<SOp>,
+    #[serde(default)]
+    pub ranks: Option<Vec<u32>>,
 }
 
 /// One operation as written, including the control forms expanded at load time.
@@ -87,6 +151,7 @@ pub enum SThread {
 #[serde(rename = "operation", deny_unknown_fields)]
 pub enum SOp {
     Kernel {
+        #[serde(rename = "_0", alias = "name")]
         name: String,
         stream: String,
         #[serde(default)]
@@ -97,6 +162,7 @@ pub enum SOp {
         duration: Option<Duration>,
     },
     Memset {
+        #[serde(rename = "_0", alias = "buf")]
         buf: BufArg,
         #[serde(default)]
         stream: Option<String>,
@@ -108,23 +174,52 @@ pub enum SOp {
         stream: Option<String>,
     },
     Record {
+        #[serde(rename = "_0", alias = "event")]
         event: String,
         stream: String,
     },
     Wait {
+        #[serde(rename = "_0", alias = "event")]
         event: String,
         stream: String,
     },
-    EventQuery(String),
-    EventSync(String),
-    StreamSync(String),
-    StreamQuery(String),
+    EventQuery {
+        #[serde(rename = "_0", alias = "event")]
+        event: String,
+    },
+    EventSync {
+        #[serde(rename = "_0", alias = "event")]
+        event: String,
+    },
+    StreamSync {
+        #[serde(rename = "_0", alias = "stream")]
+        stream: String,
+    },
+    StreamQuery {
+        #[serde(rename = "_0", alias = "stream")]
+        stream: String,
+    },
     DeviceSync,
-    Sleep(Duration),
-    HostRead(BufArg),
-    HostWrite(BufArg),
-    Barrier(String),
-    CommInit(String),
+    Sleep {
+        #[serde(rename = "_0", alias = "duration")]
+        duration: Duration,
+    },
+    HostRead {
+        #[serde(rename = "_0", alias = "buf")]
+        buf: BufArg,
+    },
+    HostWrite {
+        #[serde(rename = "_0", alias = "buf")]
+        buf: BufArg,
+    },
+    Barrier {
+        #[serde(rename = "_0", alias = "name")]
+        name: String,
+    },
+    CommInit {
+        #[serde(rename = "_0", alias = "comm")]
+        comm: String,
+    },
     Send {
         to: Peer,
         buf: BufArg,
@@ -141,7 +236,10 @@ pub enum SOp {
     },
     GroupStart,
     GroupEnd,
-    Group(Vec<SOp>),
+    Group {
+        #[serde(rename = "_0", alias = "ops")]
+        ops: Vec<SOp>,
+    },
     AllReduce {
         #[serde(default)]
         buf: Option<BufArg>,
@@ -180,52 +278,76 @@ pub enum SOp {
         comm: Option<String>,
     },
     Alloc {
+        #[serde(rename = "_0", alias = "buf")]
         buf: String,
         stream: String,
     },
-    Free(String),
+    Free {
+        #[serde(rename = "_0", alias = "buf")]
+        buf: String,
+    },
     RecordStream {
+        #[serde(rename = "_0", alias = "buf")]
         buf: String,
         stream: String,
     },
-    OnRanks(Vec<u32>, Vec<SOp>),
+    OnRanks {
+        #[serde(rename = "_0", alias = "ranks")]
+        ranks: Vec<u32>,
+        #[serde(rename = "_1", alias = "ops")]
+        ops: Vec<SOp>,
+    },
     Parity {
         #[serde(default)]
         even: Vec<SOp>,
         #[serde(default)]
         odd: Vec<SOp>,
     },
-    Repeat(u32, Vec<SOp>),
+    Repeat {
+        #[serde(rename = "_0", alias = "count")]
+        count: u32,
+        #[serde(rename = "_1", alias = "ops")]
+        ops: Vec<SOp>,
+    },
 }
 
 /// The peer of a send or recv.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename = "peer")]
+#[serde(rename = "peer", deny_unknown_fields)]
 pub enum Peer {
     /// The next member of the communicator (wrapping).
     Next,
     /// The previous member of the communicator (wrapping).
     Prev,
     /// The member with this global rank.
-    Rank(u32),
+    Rank {
+        #[serde(rename = "_0", alias = "rank")]
+        rank: u32,
+    },
     /// `even` when the caller's position in the communicator is even, else `odd`.
     Parity { even: SimplePeer, odd: SimplePeer },
 }
 
 /// A peer without the parity form.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename = "peer")]
+#[serde(rename = "peer", deny_unknown_fields)]
 pub enum SimplePeer {
     Next,
     Prev,
-    Rank(u32),
+    Rank {
+        #[serde(rename = "_0", alias = "rank")]
+        rank: u32,
+    },
 }
 
 /// The root of a broadcast: `Rank(0)` (a global rank).
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename = "root")]
+#[serde(rename = "root", deny_unknown_fields)]
 pub enum Root {
-    Rank(u32),
+    Rank {
+        #[serde(rename = "_0", alias = "rank")]
+        rank: u32,
+    },
 }
 
 /// A size as written: an integer (bytes) or a string with a unit, parsed during validation.
@@ -358,6 +480,50 @@ impl<'de> Visitor<'de> for BufArgVisitor {
         let offset: Size = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(1, &self))?;
         let len: Size = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(2, &self))?;
         Ok(BufArg::Slice(name, offset, len))
+    }
+
+    /// `Slice("x", 0, 4)` after desugaring (`Slice(_0: "x", _1: 0, _2: 4)`), or `Slice(buf: "x", offset: 0, len: 4)`.
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<BufArg, A::Error> {
+        const FIELDS: &[&str] = &["buf", "offset", "len"];
+        let (mut name, mut offset, mut len) = (None, None, None);
+        while let Some(FieldName(key)) = map.next_key::<FieldName>()? {
+            match key.as_str() {
+                "_0" | "buf" if name.is_none() => name = Some(map.next_value::<String>()?),
+                "_1" | "offset" if offset.is_none() => offset = Some(map.next_value::<Size>()?),
+                "_2" | "len" if len.is_none() => len = Some(map.next_value::<Size>()?),
+                "_0" | "buf" | "_1" | "offset" | "_2" | "len" => {
+                    let name = positional_name("Slice", &key).unwrap_or(&key);
+                    return Err(de::Error::custom(format!("`{name}` of Slice is given twice")));
+                }
+                k if k.starts_with('_') => {
+                    return Err(de::Error::custom("Slice takes 3 arguments: Slice(\"name\", offset, len)"))
+                }
+                _ => return Err(de::Error::unknown_field(&key, FIELDS)),
+            }
+        }
+        match (name, offset, len) {
+            (Some(n), Some(o), Some(l)) => Ok(BufArg::Slice(n, o, l)),
+            _ => Err(de::Error::custom("Slice takes 3 arguments: Slice(\"name\", offset, len)")),
+        }
+    }
+}
+
+/// A field name of a struct read through `deserialize_any` (ron reads field names as identifiers, not strings).
+struct FieldName(String);
+
+impl<'de> Deserialize<'de> for FieldName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<FieldName, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FieldName;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<FieldName, E> {
+                Ok(FieldName(v.to_string()))
+            }
+        }
+        d.deserialize_identifier(V)
     }
 }
 

@@ -30,7 +30,7 @@ fn errors(text: &str) -> Vec<String> {
 fn prog(ops: &str) -> String {
     format!(
         "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking), Stream(\"s1\", Blocking)], events: [\"e\", \"f\"],\n\
-         buffers: [Buffer(\"x\", \"4 KiB\"), Buffer(\"y\", \"8 KiB\"), Buffer(\"p\", \"4 KiB\", PinnedHost), Buffer(\"h\", 4096, PageableHost), Pooled(\"out\", \"1 MiB\")], comms: [Comm(\"world\")], threads: [Thread(\"main\", [\n\
+         buffers: [Buffer(\"x\", \"4 KiB\"), Buffer(\"y\", \"8 KiB\"), Buffer(\"p\", \"4 KiB\", space: PinnedHost), Buffer(\"h\", 4096, space: PageableHost), Pooled(\"out\", \"1 MiB\")], comms: [Comm(\"world\")], threads: [Thread(\"main\", [\n\
          {ops}\n])])"
     )
 }
@@ -137,15 +137,15 @@ fn origins_point_at_the_op_as_written() {
         let (line, column) = diagnostic::line_col(ALL_OPS, offset);
         Origin { offset: Some(offset), line: Some(line), column: Some(column) }
     };
-    assert_eq!(ops[0].origin, at("Kernel(name: \"fwd\""));
+    assert_eq!(ops[0].origin, at("Kernel(\"fwd\""));
     assert_eq!(ops[17].origin, at("Group(["), "GroupStart of Group sugar");
     assert_eq!(ops[20].origin, at("Group(["), "GroupEnd of Group sugar");
     assert_eq!(ops[18].origin, at("Send(to: Next"));
     assert_eq!(ops[21].origin, at("GroupStart,"));
-    let step = at("Kernel(name: \"step\"");
+    let step = at("Kernel(\"step\"");
     assert!(ops[36..39].iter().all(|o| o.origin == step), "every repetition keeps the inner op's position");
-    assert_eq!(ops[35].origin, at("Kernel(name: \"even\""));
-    assert_eq!(p.ranks[1].threads[0].ops[35].origin, at("Kernel(name: \"odd\""));
+    assert_eq!(ops[35].origin, at("Kernel(\"even\""));
+    assert_eq!(p.ranks[1].threads[0].ops[35].origin, at("Kernel(\"odd\""));
 }
 
 #[test]
@@ -159,7 +159,7 @@ fn defaults_and_sugar() {
 #[test]
 fn sizes_and_durations_in_all_forms() {
     let p = ok(&prog(
-        "Kernel(name: \"k\", stream: \"s0\", reads: [Slice(\"x\", \"1 KiB\", 1024), Slice(\"y\", 0, \"0.5 KiB\")], duration: 250), Sleep(\"1.5 ms\")",
+        "Kernel(\"k\", stream: \"s0\", reads: [Slice(\"x\", \"1 KiB\", 1024), Slice(\"y\", 0, \"0.5 KiB\")], duration: 250), Sleep(\"1.5 ms\")",
     ));
     let ops = ops_of(&p, 1, 0);
     let OpKind::Kernel { reads, duration_ns, .. } = ops[0] else { panic!() };
@@ -177,10 +177,10 @@ fn ranks_out_of_range() {
 
 #[test]
 fn unknown_names_with_suggestions() {
-    one_error("Kernel(name: \"k\", stream: \"s2\")", &["3:27: unknown stream `s2`", "did you mean `s0`?"]);
-    one_error("Kernel(name: \"k\", stream: \"compute\")", &["unknown stream `compute`", "known streams: s0, s1, sL, sPT"]);
-    one_error("Kernel(name: \"k\", stream: \"x\")", &["unknown stream `x`", "`x` is a buffer, not a stream"]);
-    one_error("Record(event: \"ee\", stream: \"s0\")", &["unknown event `ee`", "did you mean `e`?"]);
+    one_error("Kernel(\"k\", stream: \"s2\")", &["3:21: unknown stream `s2`", "did you mean `s0`?"]);
+    one_error("Kernel(\"k\", stream: \"compute\")", &["unknown stream `compute`", "known streams: s0, s1, sL, sPT"]);
+    one_error("Kernel(\"k\", stream: \"x\")", &["unknown stream `x`", "`x` is a buffer, not a stream"]);
+    one_error("Record(\"ee\", stream: \"s0\")", &["unknown event `ee`", "did you mean `e`?"]);
     one_error("HostRead(\"q\")", &["unknown buffer `q`", "known buffers: h, out, p, x, y"]);
     one_error("HostRead(\"xx\")", &["unknown buffer `xx`", "did you mean `x`?"]);
     one_error("AllReduce(buf: \"x\", stream: \"s0\", comm: \"wrld\")", &["unknown communicator `wrld`", "did you mean `world`?"]);
@@ -188,7 +188,7 @@ fn unknown_names_with_suggestions() {
 
 #[test]
 fn unknown_names_in_spmd_are_reported_once_without_rank() {
-    let e = errs("Kernel(name: \"k\", stream: \"s2\"), Repeat(5, [StreamSync(\"s2\")])");
+    let e = errs("Kernel(\"k\", stream: \"s2\"), Repeat(5, [StreamSync(\"s2\")])");
     assert_eq!(e.len(), 2, "{e:#?}");
     assert!(e.iter().all(|m| !m.contains("rank")), "{e:#?}");
 }
@@ -202,7 +202,7 @@ fn rank_specific_errors_say_which_rank() {
 
 #[test]
 fn qualified_names() {
-    ok(&prog("Kernel(name: \"k\", stream: \"s0@1\", writes: [\"x@1\"]), Wait(event: \"e@1\", stream: \"s0\"), StreamSync(\"sL@1\")"));
+    ok(&prog("Kernel(\"k\", stream: \"s0@1\", writes: [\"x@1\"]), Wait(\"e@1\", stream: \"s0\"), StreamSync(\"sL@1\")"));
     one_error("StreamSync(\"s0@5\")", &["`s0@5` names rank 5, which does not exist", "0 to 1"]);
     one_error("StreamSync(\"s0@one\")", &["invalid rank qualifier in `s0@one`"]);
     one_error("StreamSync(\"sPT@1\")", &["cannot be qualified"]);
@@ -236,17 +236,17 @@ fn duplicate_and_reserved_names() {
 #[test]
 fn declaration_errors() {
     let e = errors(
-        "Program(ranks: 2, buffers: [Buffer(\"z\", 0), Buffer(\"w\", \"3 parsecs\")], comms: [Comm(\"c\", [0, 2, 0]), Comm(\"d\", [])],\n\
-         threads: [ThreadOn(\"t\", [3], [])])",
+        "Program(ranks: 2, buffers: [Buffer(\"z\", 0), Buffer(\"w\", \"3 parsecs\")], comms: [Comm(\"c\", members: [0, 2, 0]), Comm(\"d\", members: [])],\n\
+         threads: [Thread(\"t\", ranks: [3], ops: [])])",
     );
     let all = e.join("\n");
     for needle in [
         "buffer `z` has size 0",
         "invalid size `3 parsecs`: unknown unit `parsecs`",
-        "1:94: rank 2 does not exist",
+        "1:103: rank 2 does not exist",
         "rank 0 is listed twice in `c`",
         "communicator `d` has no members",
-        "2:26: rank 3 does not exist",
+        "2:31: rank 3 does not exist",
     ] {
         assert!(all.contains(needle), "missing `{needle}` in\n{all}");
     }
@@ -272,27 +272,27 @@ fn memcpy_lengths_and_spaces() {
 fn memory_space_rules() {
     one_error("HostWrite(\"y\")", &["HostWrite of device memory `y`"]);
     one_error("HostRead(\"p@1\")", &["`p@1` is host memory of rank 1's process"]);
-    one_error("Kernel(name: \"k\", stream: \"s0\", reads: [\"h\"])", &["a kernel cannot access pageable host memory `h`"]);
-    one_error("Kernel(name: \"k\", stream: \"s0\", writes: [\"x@1\"])", &["`x@1` is device memory of rank 1, but the kernel runs on rank 0"]);
-    one_error("Kernel(name: \"k\", stream: \"s0@1\", writes: [\"x\"])", &["`x` is device memory of rank 0, but the kernel runs on rank 1"]);
-    ok(&prog("Kernel(name: \"k\", stream: \"s0\", reads: [\"p\"], writes: [\"x\"])"));
-    one_error("Memset(buf: \"p\", stream: \"s0\")", &["cudaMemsetAsync needs device memory, but `p` is pinned host memory"]);
+    one_error("Kernel(\"k\", stream: \"s0\", reads: [\"h\"])", &["a kernel cannot access pageable host memory `h`"]);
+    one_error("Kernel(\"k\", stream: \"s0\", writes: [\"x@1\"])", &["`x@1` is device memory of rank 1, but the kernel runs on rank 0"]);
+    one_error("Kernel(\"k\", stream: \"s0@1\", writes: [\"x\"])", &["`x` is device memory of rank 0, but the kernel runs on rank 1"]);
+    ok(&prog("Kernel(\"k\", stream: \"s0\", reads: [\"p\"], writes: [\"x\"])"));
+    one_error("Memset(\"p\", stream: \"s0\")", &["cudaMemsetAsync needs device memory, but `p` is pinned host memory"]);
     one_error("Send(to: Next, buf: \"p\", stream: \"s0\")", &["the send needs device memory"]);
 }
 
 #[test]
 fn event_recorded_on_another_device() {
     one_error(
-        "Record(event: \"e\", stream: \"s0@1\")",
+        "Record(\"e\", stream: \"s0@1\")",
         &["rank 0: event `e` of rank 0 cannot be recorded on stream `s0@1` of rank 1", "`e@1`"],
     );
-    ok(&prog("Record(event: \"e@1\", stream: \"s0@1\"), Wait(event: \"e@1\", stream: \"s0\")"));
+    ok(&prog("Record(\"e@1\", stream: \"s0@1\"), Wait(\"e@1\", stream: \"s0\")"));
 }
 
 #[test]
 fn peers_and_membership() {
     let solo = "Program(ranks: 2, streams: [Stream(\"s\", NonBlocking)], buffers: [Buffer(\"x\", 8)],\n\
-                comms: [Comm(\"solo\", [0]), Comm(\"all\")], threads: [Thread(\"t\", [\n";
+                comms: [Comm(\"solo\", members: [0]), Comm(\"all\")], threads: [Thread(\"t\", [\n";
     let e = errors(&format!("{solo}OnRanks([0], [Send(to: Next, buf: \"x\", stream: \"s\", comm: \"solo\")])])])"));
     assert_eq!(e.len(), 1);
     assert!(e[0].contains("the peer is the caller itself (rank 0): `solo` has a single member"), "{e:?}");
@@ -326,7 +326,7 @@ fn unbalanced_groups() {
 #[test]
 fn comm_init_rules() {
     let head = "Program(ranks: 2, streams: [Stream(\"s\", NonBlocking)], buffers: [Buffer(\"x\", 8)],\n\
-                comms: [Comm(\"w\"), Comm(\"ex\", [0, 1], Explicit)], threads: [Thread(\"t\", [\n";
+                comms: [Comm(\"w\"), Comm(\"ex\", members: [0, 1], init: Explicit)], threads: [Thread(\"t\", [\n";
     let e = errors(&format!("{head}CommInit(\"w\")])])"));
     assert_eq!(e.len(), 1);
     assert!(e[0].contains("CommInit of `w`, which is Implicit"), "{e:?}");
@@ -383,17 +383,17 @@ fn collective_rules() {
 
 #[test]
 fn pooled_buffers() {
-    ok(&prog("Alloc(buf: \"out\", stream: \"s0\"), RecordStream(buf: \"out\", stream: \"s1\"), Free(\"out\")"));
-    one_error("Alloc(buf: \"x\", stream: \"s0\")", &["Alloc of `x`, which is not a Pooled buffer", "Pooled(\"x\", size)"]);
+    ok(&prog("Alloc(\"out\", stream: \"s0\"), RecordStream(\"out\", stream: \"s1\"), Free(\"out\")"));
+    one_error("Alloc(\"x\", stream: \"s0\")", &["Alloc of `x`, which is not a Pooled buffer", "Pooled(\"x\", size)"]);
     one_error("Free(\"p\")", &["Free of `p`, which is not a Pooled buffer"]);
-    one_error("RecordStream(buf: \"out\", stream: \"s0@1\")", &["RecordStream of `out` (rank 0) on stream `s0@1` of another device (rank 1)"]);
+    one_error("RecordStream(\"out\", stream: \"s0@1\")", &["RecordStream of `out` (rank 0) on stream `s0@1` of another device (rank 1)"]);
 }
 
 #[test]
 fn durations() {
     one_error("Sleep(\"10 min\")", &["3:7: invalid duration `10 min`: unknown unit `min`"]);
     one_error("Sleep(-5)", &["a duration cannot be negative"]);
-    one_error("Kernel(name: \"k\", stream: \"s0\", duration: 1.5)", &["write fractions as a string"]);
+    one_error("Kernel(\"k\", stream: \"s0\", duration: 1.5)", &["write fractions as a string"]);
 }
 
 #[test]
@@ -421,7 +421,7 @@ fn on_ranks_out_of_range() {
 #[test]
 fn many_errors_are_all_collected_in_source_order() {
     let e = errs(
-        "Kernel(name: \"k\", stream: \"s9\"),\nHostRead(\"x\"),\nGroupEnd,\nSleep(\"1 fortnight\"),\nMemset(buf: \"nope\")",
+        "Kernel(\"k\", stream: \"s9\"),\nHostRead(\"x\"),\nGroupEnd,\nSleep(\"1 fortnight\"),\nMemset(\"nope\")",
     );
     assert_eq!(e.len(), 5, "{e:#?}");
     let lines: Vec<&str> = e.iter().map(|m| m.split(':').next().unwrap()).collect();
@@ -434,13 +434,13 @@ fn syntax_errors_have_positions() {
     assert_eq!(e, ["3:1: unknown operation `Kernal` [did you mean `Kernel`?]"]);
     let ds = load("t", &prog("Kernal(name: \"k\", stream: \"s0\")")).unwrap_err();
     assert_eq!(ds[0].len, 6);
-    let e = errs("Kernel(name: \"k\", strem: \"s0\")");
-    assert_eq!(e, ["3:19: unknown field `strem` in `Kernel` [did you mean `stream`?]"]);
-    let e = errs("Kernel(name: \"k\")");
-    assert_eq!(e, ["3:17: missing field `stream` in `Kernel` [add `stream: ...`]"]);
+    let e = errs("Kernel(\"k\", strem: \"s0\")");
+    assert_eq!(e, ["3:13: unknown field `strem` in `Kernel` [did you mean `stream`?]"]);
+    let e = errs("Kernel(\"k\")");
+    assert_eq!(e, ["3:11: missing field `stream` in `Kernel` [add `stream: ...`]"]);
     let e = errs("HostRead(p)");
     assert!(e[0].starts_with("3:10: expected a buffer name in double quotes, or Slice(\"name\", offset, len), found a bare name (missing quotes?)"), "{e:?}");
-    let e = errors("Program(ranks: 1, threads: [Thread(\"t\", [Kernel(name: \"k\", stream: \"sL\")])]) extra");
+    let e = errors("Program(ranks: 1, threads: [Thread(\"t\", [Kernel(\"k\", stream: \"sL\")])]) extra");
     assert!(e[0].contains("unexpected text after the end of the program"), "{e:?}");
     let e = errors("Program(ranks: 1, streams: [Stream(\"s\", NonBlock)], threads: [])");
     assert_eq!(e, ["1:41: unknown stream kind `NonBlock` [did you mean `NonBlocking`?]"]);
@@ -475,4 +475,47 @@ fn every_prefix_of_a_valid_program_is_handled_without_panic() {
 #[test]
 fn comments_and_attributes_are_accepted() {
     ok("#![enable(implicit_some)]\n/* block /* nested */ */ Program(ranks: 1, // trailing\n threads: [Thread(\"t\", [DeviceSync])],)");
+}
+
+#[test]
+fn parameters_may_be_given_by_position_or_by_name() {
+    let named = ok("Program(ranks: 2, streams: [Stream(name: \"s\", kind: Blocking)], buffers: [Buffer(name: \"x\", size: 8, space: Device)],\n\
+         comms: [Comm(name: \"w\", members: [1, 0])], threads: [Thread(name: \"t\", ops: [\n\
+         Kernel(name: \"k\", stream: \"s\", writes: [Slice(buf: \"x\", offset: 0, len: 4)]), OnRanks(ranks: [0], ops: [Repeat(count: 2, ops: [Send(to: Rank(rank: 1), buf: \"x\", stream: \"s\")])]),\n\
+         Record(event: \"e\", stream: \"s\"), Memset(buf: \"x\", stream: Some(\"s\"))])], events: [\"e\"])");
+    let positional = ok("Program(ranks: 2, streams: [Stream(\"s\", Blocking)], buffers: [Buffer(\"x\", 8, Device)],\n\
+         comms: [Comm(\"w\", [1, 0])], threads: [Thread(\"t\", [\n\
+         Kernel(\"k\", stream: \"s\", writes: [Slice(\"x\", 0, 4)]), OnRanks([0], [Repeat(2, [Send(to: Rank(1), buf: \"x\", stream: \"s\")])]),\n\
+         Record(\"e\", stream: \"s\"), Memset(\"x\", stream: \"s\")])], events: [\"e\"])");
+    let kinds = |p: &Program| -> Vec<Vec<OpKind>> {
+        p.ranks.iter().map(|r| r.threads[0].ops.iter().map(|o| o.kind.clone()).collect()).collect()
+    };
+    assert_eq!(kinds(&named), kinds(&positional));
+    assert_eq!(named.ranks[1].streams, positional.ranks[1].streams);
+    assert_eq!(named.comms[0].members, vec![1, 0]);
+}
+
+#[test]
+fn errors_about_positional_parameters() {
+    let e = errors("Program(ranks: 1, streams: [Stream(\"s\", Blocking, 5)], threads: [])");
+    assert_eq!(e, ["1:51: too many positional arguments for `Stream` [`Stream` takes at most 2 positional arguments: name, kind]"]);
+    let e = errs("Kernel(stream: \"s0\")");
+    assert_eq!(e, ["3:20: missing `name` in `Kernel` [give it as positional argument 1 or as `name: ...`]"]);
+    let e = errs("Kernel(\"k\", name: \"j\", stream: \"s0\")");
+    assert_eq!(e, ["3:13: `name` is given twice in `Kernel` (as a positional argument and by name)"]);
+    let e = errs("Send(Next, buf: \"x\", stream: \"s0\")");
+    assert_eq!(e, ["3:6: too many positional arguments for `Send` [`Send` takes only named arguments (`name: value`)]"]);
+    let e = errs("HostRead(Slice(\"x\", 0))");
+    assert!(e[0].contains("Slice takes 3 arguments: Slice(\"name\", offset, len)"), "{e:?}");
+    let e = errors("Program(ranks: 1, threads: [Thread(\"t\")])");
+    assert_eq!(e, ["1:39: missing `ops` in `Thread` [give it as positional argument 2 or as `ops: ...`]"]);
+}
+
+#[test]
+fn error_paths_follow_named_parameters_too() {
+    // `event: "ee"` is recorded under the positional path as well, so the error points at the value.
+    let e = errs("Record(event: \"ee\", stream: \"s0\")");
+    assert_eq!(e[0], "3:15: unknown event `ee` [did you mean `e`?]");
+    let ds = load("t", &prog("Record(\"ee\", stream: \"s0\")")).unwrap_err();
+    assert_eq!(ds[0].path.as_deref(), Some("threads[0].1[0].0"));
 }

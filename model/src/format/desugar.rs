@@ -1,0 +1,77 @@
+//! Positional arguments: `Kernel("fwd", stream: "s0")` is not RON (RON has either all-positional tuples or
+//! all-named structs), so before `ron` parses a program every positional argument of a named group `Name(..)`
+//! (except `Some(..)`) is rewritten to a named field `_0: "fwd"`, `_1: ..`, which the surface types accept
+//! (aliased to the parameter's real name). Insertions never add lines; this module maps positions back.
+
+use super::span_index::SpanIndex;
+
+/// The rewritten text and where text was inserted.
+pub struct Desugared {
+    pub text: String,
+    /// (offset in the original text, inserted length), in order.
+    inserts: Vec<(usize, usize)>,
+}
+
+/// Rewrites the positional arguments that `index` (built on `text`) found.
+pub fn desugar(text: &str, index: &SpanIndex) -> Desugared {
+    let args = index.positional_args();
+    let mut out = String::with_capacity(text.len() + args.len() * 5);
+    let mut inserts = Vec::with_capacity(args.len());
+    let mut copied = 0;
+    for &(offset, position) in args {
+        if offset < copied || !text.is_char_boundary(offset) {
+            continue;
+        }
+        out.push_str(&text[copied..offset]);
+        let field = format!("_{position}: ");
+        inserts.push((offset, field.len()));
+        out.push_str(&field);
+        copied = offset;
+    }
+    out.push_str(&text[copied..]);
+    Desugared { text: out, inserts }
+}
+
+impl Desugared {
+    /// The offset in the original text of `offset` in the rewritten text; an offset inside inserted text maps to the
+    /// start of the argument it was inserted before.
+    pub fn original_offset(&self, offset: usize) -> usize {
+        let mut shift = 0;
+        for &(at, len) in &self.inserts {
+            let start = at + shift;
+            if offset < start {
+                break;
+            }
+            if offset < start + len {
+                return at;
+            }
+            shift += len;
+        }
+        offset - shift
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rewrites_positional_arguments_and_maps_back() {
+        let t = "[Kernel(\"k\", stream: \"s\"), Some(\"x\"), Slice(\"b\", 0, 4)]";
+        let d = desugar(t, &SpanIndex::build(t));
+        assert_eq!(d.text, "[Kernel(_0: \"k\", stream: \"s\"), Some(\"x\"), Slice(_0: \"b\", _1: 0, _2: 4)]");
+        assert_eq!(d.original_offset(0), 0);
+        let k = d.text.find("\"k\"").unwrap();
+        assert_eq!(d.original_offset(k), t.find("\"k\"").unwrap());
+        assert_eq!(d.original_offset(k - 2), t.find("\"k\"").unwrap(), "inside `_0: `");
+        let four = d.text.find('4').unwrap();
+        assert_eq!(d.original_offset(four), t.find('4').unwrap());
+        assert_eq!(d.original_offset(d.text.len()), t.len());
+    }
+
+    #[test]
+    fn named_only_text_is_unchanged() {
+        let t = "Program(ranks: 1, threads: [])";
+        assert_eq!(desugar(t, &SpanIndex::build(t)).text, t);
+    }
+}
