@@ -7,7 +7,7 @@ use crate::error::HwError;
 use crate::lower::{self, Plan, Step, Tracing};
 use crate::observation::*;
 use crate::protocol::{monotonic_ns, write_ids, LogReader, Msg};
-use cuorder_model::program::{OpKind, Program, StreamKind};
+use cuorder_model::program::{MemSpace, OpKind, Program, StreamKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -479,7 +479,7 @@ pub fn build_observation(
                     (Some(false), Evidence::HostReturn)
                 } else if ended {
                     (Some(true), Evidence::DeviceTrace)
-                } else if step.device_stream() == Some(None) {
+                } else if host_synchronous(decl, step) {
                     (Some(true), Evidence::HostSynchronize)
                 } else if rep.synced {
                     (Some(true), Evidence::FinalSynchronize)
@@ -569,6 +569,18 @@ pub fn build_observation(
     }
 }
 
+/// Whether a synchronous (stream-less) memcpy or memset has finished when it returns: per CUDA's API
+/// synchronization behaviour, only copies *to* host memory and memsets *of* pinned host memory block the host until
+/// done; host-to-device and device-to-device copies and device memsets may return before the work ends.
+fn host_synchronous(decl: &cuorder_model::program::Rank, step: &Step) -> bool {
+    let space = |b: u32| decl.buffers.get(b as usize).map(|b| b.space);
+    match step {
+        Step::Memcpy { stream: None, dst, .. } => space(dst.buf) != Some(MemSpace::Device),
+        Step::Memset { stream: None, dst, .. } => space(dst.buf) == Some(MemSpace::PinnedHost),
+        _ => false,
+    }
+}
+
 /// Finish of an untraced device op inferred from a later event: a later op on the same stream whose end was traced
 /// (FIFO, S1), or a later stream/device synchronize that returned. "Later" = issued by the same thread after it, or
 /// entered by another thread after this op's call returned at `ret_ns`.
@@ -581,7 +593,8 @@ fn inferred_finish(
     step: &Step,
     ret_ns: u64,
 ) -> Option<Evidence> {
-    let Some(Some(stream)) = step.device_stream() else { return None };
+    // Synchronous copies and memsets run on the legacy default stream (index 0).
+    let Some(stream) = step.device_stream().map(|s| s.unwrap_or(0)) else { return None };
     let per_thread = decl.streams.get(stream as usize).map(|s| s.kind) == Some(StreamKind::PerThreadDefault);
     let mut best: Option<Evidence> = None;
     for (tj, steps) in rp.threads.iter().enumerate() {
@@ -598,7 +611,7 @@ fn inferred_finish(
             if !later {
                 continue;
             }
-            if other.device_stream() == Some(Some(stream)) {
+            if other.device_stream().map(|s| s.unwrap_or(0)) == Some(stream) {
                 if let Some(slot) = other.tracing().slot() {
                     if rep.trace.get(&slot).map(|t| t.1 != 0).unwrap_or(false) {
                         return Some(Evidence::LaterOnSameStream);
@@ -622,7 +635,7 @@ fn inferred_finish(
 mod tests {
     use super::*;
     use cuorder_model::build::Builder;
-    use cuorder_model::program::{MemSpace, StreamRef};
+    use cuorder_model::program::StreamRef;
 
     /// Two ranks: send then recv on a non-blocking stream, then a stream synchronize (the ungrouped hang).
     fn send_first() -> Program {
