@@ -204,27 +204,36 @@ impl<'a, 'i> Resolver<'a, 'i> {
         }
     }
 
-    /// Checks that `r` (argument `name` at `path`) is device memory of `rank` (where `why` runs).
-    fn device_on(&mut self, cx: &Ctx, r: Range, rank: RankId, name: &str, why: &str, path: &str) -> bool {
-        if r.space != MemSpace::Device {
-            self.err(
-                cx,
-                Issue::new(path, format!("{why} needs device memory, but `{name}` is {}", space_words(r.space)))
-                    .help("declare the buffer without a memory space (device memory) or copy it there with Memcpy"),
-            );
-            false
-        } else if r.range.buf.rank != rank {
-            self.err(
-                cx,
-                Issue::new(
-                    path,
-                    format!("`{name}` is device memory of rank {}, but {why} runs on rank {rank}", r.range.buf.rank),
-                )
-                .help(format!("use rank {rank}'s buffer (`{}@{rank}`), or a stream of rank {}", base(name), r.range.buf.rank)),
-            );
-            false
-        } else {
-            true
+    /// Checks what device work on a stream of `exec` (a kernel, memset, copy or NCCL operation: `what`) may touch:
+    /// device memory of `exec`, or with `peer` of the calling thread's own device too (peer access within one
+    /// process); pinned host memory of the calling process; pageable host memory only when `pageable`.
+    #[allow(clippy::too_many_arguments)]
+    fn access(&mut self, cx: &Ctx, r: Range, exec: RankId, name: &str, what: &str, path: &str, peer: bool, pageable: bool) -> bool {
+        let owner = r.range.buf.rank;
+        match r.space {
+            MemSpace::Device if owner == exec || (peer && owner == cx.rank) => true,
+            MemSpace::Device => {
+                let reach = if peer && exec != cx.rank {
+                    format!("device memory of rank {exec} (its device) or rank {} (the calling process's device)", cx.rank)
+                } else {
+                    format!("device memory of rank {exec}")
+                };
+                self.err(
+                    cx,
+                    Issue::new(path, format!("`{name}` is device memory of rank {owner}, but {what} on rank {exec} can only touch {reach}"))
+                        .help(format!("use the buffer of rank {exec} (`{}@{exec}`), or a stream of rank {owner}", base(name))),
+                );
+                false
+            }
+            MemSpace::PageableHost if !pageable => {
+                self.err(
+                    cx,
+                    Issue::new(path, format!("{what} cannot access pageable host memory `{name}`"))
+                        .help("declare it with `space: PinnedHost` (cudaMallocHost), or copy it to device memory with Memcpy"),
+                );
+                false
+            }
+            MemSpace::PinnedHost | MemSpace::PageableHost => self.host_of_caller(cx, r, name, path),
         }
     }
 
@@ -242,30 +251,6 @@ impl<'a, 'i> Resolver<'a, 'i> {
             false
         } else {
             true
-        }
-    }
-
-    /// A kernel on a stream of `rank` touching `r`: device memory of that rank or pinned memory of the caller.
-    fn kernel_access(&mut self, cx: &Ctx, r: Range, rank: RankId, name: &str, path: &str) -> bool {
-        match r.space {
-            MemSpace::Device => self.device_on(cx, r, rank, name, "the kernel", path),
-            MemSpace::PinnedHost => self.host_of_caller(cx, r, name, path),
-            MemSpace::PageableHost => {
-                self.err(
-                    cx,
-                    Issue::new(path, format!("a kernel cannot access pageable host memory `{name}`"))
-                        .help("declare it PinnedHost (cudaMallocHost), or copy it to device memory with Memcpy"),
-                );
-                false
-            }
-        }
-    }
-
-    /// A Memcpy side: device memory of the executing device, or host memory of the caller.
-    fn copy_side(&mut self, cx: &Ctx, r: Range, exec: RankId, name: &str, path: &str) -> bool {
-        match r.space {
-            MemSpace::Device => self.device_on(cx, r, exec, name, "the copy", path),
-            _ => self.host_of_caller(cx, r, name, path),
         }
     }
 
@@ -443,7 +428,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                         let path = index(&f(key), j);
                         match (self.range(cx, arg, &path), s) {
                             (Some(r), Some(s)) => {
-                                ok &= self.kernel_access(cx, r, s.rank, arg.name(), &path);
+                                ok &= self.access(cx, r, s.rank, arg.name(), "a kernel", &path, true, false);
                                 ranges[k].push(r.range);
                             }
                             _ => ok = false,
@@ -470,7 +455,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 let exec = s.map_or(cx.rank, |s| s.rank);
                 let r = self.range(cx, buf, &f("0"))?;
                 let what = if s.is_some() { "cudaMemsetAsync" } else { "cudaMemset" };
-                self.device_on(cx, r, exec, buf.name(), what, &f("0")).then_some(OpKind::Memset { stream: s, dst: r.range })
+                self.access(cx, r, exec, buf.name(), what, &f("0"), true, false).then_some(OpKind::Memset { stream: s, dst: r.range })
             }
             SOp::Memcpy { dst, src, stream } => {
                 let s = match stream {
@@ -481,8 +466,8 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 let d = self.range(cx, dst, &f("dst"));
                 let sr = self.range(cx, src, &f("src"));
                 let (s, d, sr) = (s.map_or(Some(None), |s| s.map(Some))?, d?, sr?);
-                let ok_d = self.copy_side(cx, d, exec, dst.name(), &f("dst"));
-                let ok_s = self.copy_side(cx, sr, exec, src.name(), &f("src"));
+                let ok_d = self.access(cx, d, exec, dst.name(), "the copy", &f("dst"), true, true);
+                let ok_s = self.access(cx, sr, exec, src.name(), "the copy", &f("src"), true, true);
                 if d.range.len != sr.range.len {
                     self.err(
                         cx,
@@ -565,7 +550,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 let pos = self.member(cx, c, s.rank, stream, p)?;
                 let peer = self.peer(cx, c, pos, peer, &f(if is_send { "to" } else { "from" }))?;
                 let what = if is_send { "the send" } else { "the recv" };
-                if !self.device_on(cx, r, s.rank, buf.name(), what, &f("buf")) {
+                if !self.access(cx, r, s.rank, buf.name(), what, &f("buf"), false, false) {
                     return None;
                 }
                 Some(if is_send {
@@ -641,7 +626,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
         let mut rs = Vec::new();
         for (r, (a, path)) in ranges.into_iter().zip(&args) {
             let r = r?;
-            if !self.device_on(cx, r, s.rank, a.name(), &format!("the {name}"), path) {
+            if !self.access(cx, r, s.rank, a.name(), &format!("the {name}"), path, false, false) {
                 return None;
             }
             rs.push(r.range);
@@ -695,12 +680,4 @@ pub fn kind_name(kind: CollectiveKind) -> &'static str {
 
 fn base(name: &str) -> &str {
     name.rsplit_once('@').map_or(name, |(b, _)| b)
-}
-
-fn space_words(s: MemSpace) -> &'static str {
-    match s {
-        MemSpace::Device => "device memory",
-        MemSpace::PinnedHost => "pinned host memory",
-        MemSpace::PageableHost => "pageable host memory",
-    }
 }

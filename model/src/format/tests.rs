@@ -264,8 +264,10 @@ fn slices() {
 fn memcpy_lengths_and_spaces() {
     one_error("Memcpy(dst: \"x\", src: \"y\", stream: \"s0\")", &["3:1: Memcpy lengths differ: dst is 4096 bytes, src is 8192 bytes"]);
     ok(&prog("Memcpy(dst: \"x\", src: Slice(\"y\", 0, \"4 KiB\")), Memcpy(dst: \"h\", src: \"x\", stream: \"s1\")"));
-    one_error("Memcpy(dst: \"x@1\", src: \"p\", stream: \"s0\")", &["rank 0: `x@1` is device memory of rank 1, but the copy runs on rank 0"]);
-    one_error("Memcpy(dst: \"x\", src: \"p\", stream: \"s0@1\")", &["rank 0: `x` is device memory of rank 0, but the copy runs on rank 1"]);
+    one_error("Memcpy(dst: \"x@1\", src: \"p\", stream: \"s0\")", &["rank 0: `x@1` is device memory of rank 1, but the copy on rank 0 can only touch device memory of rank 0"]);
+    // Peer access within one process: rank 0's thread copies on device 1 into device 0's memory.
+    ok(&prog("OnRanks([0], [Memcpy(dst: \"x\", src: \"x@1\", stream: \"s0@1\")])"));
+    one_error("OnRanks([0], [Memcpy(dst: \"x\", src: \"h@1\", stream: \"s0@1\")])", &["`h@1` is host memory of rank 1's process, not of this thread's (rank 0)"]);
 }
 
 #[test]
@@ -273,11 +275,18 @@ fn memory_space_rules() {
     one_error("HostWrite(\"y\")", &["HostWrite of device memory `y`"]);
     one_error("HostRead(\"p@1\")", &["`p@1` is host memory of rank 1's process"]);
     one_error("Kernel(\"k\", stream: \"s0\", reads: [\"h\"])", &["a kernel cannot access pageable host memory `h`"]);
-    one_error("Kernel(\"k\", stream: \"s0\", writes: [\"x@1\"])", &["`x@1` is device memory of rank 1, but the kernel runs on rank 0"]);
-    one_error("Kernel(\"k\", stream: \"s0@1\", writes: [\"x\"])", &["`x` is device memory of rank 0, but the kernel runs on rank 1"]);
+    one_error("Kernel(\"k\", stream: \"s0\", writes: [\"x@1\"])", &["`x@1` is device memory of rank 1, but a kernel on rank 0 can only touch device memory of rank 0"]);
+    one_error("OnRanks([0], [Kernel(\"k\", stream: \"s0@1\", writes: [\"y@2\"])])", &["`y@2` names rank 2, which does not exist"]);
+    let three = "Program(ranks: 3, streams: [Stream(\"s\", NonBlocking)], buffers: [Buffer(\"x\", 8)], threads: [Thread(\"t\", ranks: [0], ops: [\n";
+    let e = errors(&format!("{three}Kernel(\"k\", stream: \"s@1\", writes: [\"x@2\"])])])"));
+    assert_eq!(e, ["2:37: `x@2` is device memory of rank 2, but a kernel on rank 1 can only touch device memory of rank 1 (its device) or rank 0 (the calling process's device) [use the buffer of rank 1 (`x@1`), or a stream of rank 2]"]);
+    // Peer access within one process: a kernel on device 1 reads device 0's memory.
+    ok(&prog("OnRanks([0], [Kernel(\"k\", stream: \"s0@1\", reads: [\"x\"], writes: [\"x@1\"])])"));
     ok(&prog("Kernel(\"k\", stream: \"s0\", reads: [\"p\"], writes: [\"x\"])"));
-    one_error("Memset(\"p\", stream: \"s0\")", &["cudaMemsetAsync needs device memory, but `p` is pinned host memory"]);
-    one_error("Send(to: Next, buf: \"p\", stream: \"s0\")", &["the send needs device memory"]);
+    one_error("Memset(\"h\", stream: \"s0\")", &["cudaMemsetAsync cannot access pageable host memory `h`"]);
+    one_error("Send(to: Next, buf: \"h\", stream: \"s0\")", &["the send cannot access pageable host memory `h`"]);
+    one_error("OnRanks([0], [Send(to: Next, buf: \"x\", stream: \"s0@1\")])", &["`x` is device memory of rank 0, but the send on rank 1 can only touch device memory of rank 1"]);
+    ok(&prog("Memset(\"p\", stream: \"s0\"), Group([Send(to: Next, buf: \"p\", stream: \"s0\"), Recv(from: Prev, buf: \"p\", stream: \"s0\")])"));
 }
 
 #[test]
@@ -518,4 +527,34 @@ fn error_paths_follow_named_parameters_too() {
     assert_eq!(e[0], "3:15: unknown event `ee` [did you mean `e`?]");
     let ds = load("t", &prog("Record(\"ee\", stream: \"s0\")")).unwrap_err();
     assert_eq!(ds[0].path.as_deref(), Some("threads[0].1[0].0"));
+}
+
+#[test]
+fn random_edits_of_a_valid_program_never_panic() {
+    // A fixed linear congruential generator: deterministic, no dependencies.
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move |n: usize| {
+        state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        ((state >> 33) as usize) % n.max(1)
+    };
+    let pieces = ["(", ")", "[", "]", ",", ":", "\"", "@", "0", "99999999999999999999", "Next", "_0: ", "//", "/*", "é", " ", "Repeat(64, [", "GroupEnd,", "\"s0@1\"", "-1"];
+    for _ in 0..3000 {
+        let mut t = ALL_OPS.to_string();
+        for _ in 0..1 + next(3) {
+            let mut at = next(t.len());
+            while !t.is_char_boundary(at) {
+                at -= 1;
+            }
+            if next(2) == 0 {
+                t.insert_str(at, pieces[next(pieces.len())]);
+            } else {
+                let mut end = (at + 1 + next(8)).min(t.len());
+                while !t.is_char_boundary(end) {
+                    end += 1;
+                }
+                t.replace_range(at..end, "");
+            }
+        }
+        let _ = load("fuzz", &t);
+    }
 }
