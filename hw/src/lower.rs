@@ -180,6 +180,7 @@ impl std::error::Error for LowerError {}
 
 struct Ctx<'p> {
     p: &'p Program,
+    markers: bool,
     errors: Vec<LowerError>,
     op: OpId,
 }
@@ -313,7 +314,7 @@ fn new_slot(cx: &mut Ctx, rp: &mut RankPlan) -> u32 {
 
 /// Marker tracing for a stream op: none on the legacy stream (see [`Tracing::None`]).
 fn marker_trace(cx: &mut Ctx, rp: &mut RankPlan, kind: StreamKind, end_only: bool) -> Tracing {
-    if kind == StreamKind::LegacyDefault {
+    if kind == StreamKind::LegacyDefault || !cx.markers {
         return Tracing::None;
     }
     let s = new_slot(cx, rp);
@@ -331,7 +332,36 @@ fn marker_trace(cx: &mut Ctx, rp: &mut RankPlan, kind: StreamKind, end_only: boo
 /// memory, device work on pageable memory; NCCL peers outside the communicator; unbalanced groups; barrier arrivals by
 /// non-participants; limits ([`MAX_RANKS`], [`MAX_TRACE_SLOTS_PER_RANK`], [`MAX_OBS_SLOTS_PER_RANK`]) exceeded.
 pub fn lower(p: &Program) -> Result<Plan, Vec<LowerError>> {
-    let mut cx = Ctx { p, errors: Vec::new(), op: OpId { rank: 0, thread: 0, index: 0 } };
+    lower_with(p, &LowerOptions::default())
+}
+
+/// Options of [`lower_with`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LowerOptions {
+    /// Time non-kernel stream ops with marker kernels (default `true`; `false` leaves them untraced, for checking
+    /// that the markers change nothing).
+    pub markers: bool,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions { markers: true }
+    }
+}
+
+impl LowerOptions {
+    /// The options a run uses: the defaults, with markers off when `CUORDER_HW_NO_MARKERS=1` (read by the
+    /// supervisor and, through the inherited environment, by every rank process, so they lower alike).
+    pub fn from_env() -> LowerOptions {
+        LowerOptions { markers: std::env::var("CUORDER_HW_NO_MARKERS").as_deref() != Ok("1") }
+    }
+}
+
+/// [`lower`] with options.
+///
+/// Errors: as [`lower`].
+pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerError>> {
+    let mut cx = Ctx { p, markers: opts.markers, errors: Vec::new(), op: OpId { rank: 0, thread: 0, index: 0 } };
     if p.ranks.is_empty() {
         cx.errors.push(LowerError { op: None, message: "the program has no ranks".into() });
     }

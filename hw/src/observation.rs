@@ -198,6 +198,9 @@ pub struct Environment {
     pub nccl_library: Option<String>,
     /// The host's name.
     pub hostname: Option<String>,
+    /// Environment variables that change what runs (`NCCL_*`, `CUDA_*`, `CUORDER_*`), as the supervisor saw them.
+    #[serde(default)]
+    pub variables: BTreeMap<String, String>,
 }
 
 /// One GPU.

@@ -121,7 +121,7 @@ fn run_rank(a: &RankArgs, log: Arc<LogWriter>) -> Result<(), HwError> {
         .map_err(|e| HwError::io(format!("reading {}", a.program.display()), e))?;
     let program: Program =
         ron::from_str(&text).map_err(|e| HwError::Format(format!("{}: {e}", a.program.display())))?;
-    let plan = lower::lower(&program).map_err(HwError::Lower)?;
+    let plan = lower::lower_with(&program, &lower::LowerOptions::from_env()).map_err(HwError::Lower)?;
     let plan = plan
         .ranks
         .into_iter()

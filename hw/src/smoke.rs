@@ -14,6 +14,9 @@ pub fn programs() -> Vec<Program> {
         sendrecv_grouped(MIB, "sendrecv_grouped_1mib"),
         send_first_then_recv(2 * GIB, false, "send_first_2gib"),
         send_first_then_recv(2 * GIB, true, "send_first_2gib_grouped"),
+        send_first_then_recv(2 * GIB - MIB, false, "send_first_2047mib"),
+        send_first_then_recv(256 * MIB, false, "send_first_256mib"),
+        send_first_then_recv(MIB, false, "send_first_1mib"),
     ]
 }
 

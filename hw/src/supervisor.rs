@@ -186,7 +186,7 @@ pub enum RunEnd {
 /// [`HwError::NotEnoughGpus`]); NCCL is needed but not loadable in this process ([`HwError::Library`]); files or
 /// processes cannot be created ([`HwError::Io`]).
 pub fn run(program: &Program, opts: &RunOptions) -> Result<Observation, HwError> {
-    let plan = lower::lower(program).map_err(HwError::Lower)?;
+    let plan = lower::lower_with(program, &lower::LowerOptions::from_env()).map_err(HwError::Lower)?;
     let n = program.ranks.len();
     check_gpus(n)?;
     let used = crate::rank::used_comms(program);
@@ -357,6 +357,12 @@ pub fn run(program: &Program, opts: &RunOptions) -> Result<Observation, HwError>
         nccl_version: nccl_version.or_else(|| reports.iter().find_map(|r| r.nccl_version)),
         nccl_library: opts.nccl_library.clone(),
         hostname: hostname(),
+        variables: std::env::vars()
+            .filter(|(k, _)| {
+                (k.starts_with("NCCL_") || k.starts_with("CUDA_") || k.starts_with("CUORDER_")) && k != "CUORDER_HW_REEXEC"
+            })
+            .chain([("NCCL_NVLS_ENABLE".to_string(), "0".to_string()), ("CUDA_MODULE_LOADING".into(), "EAGER".into())])
+            .collect(),
     };
     if env.nccl_library.is_none() {
         env.nccl_library = std::env::var("CUORDER_HW_NCCL_FILE").ok();
