@@ -93,7 +93,7 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
         for item in items {
             match resolver.op(&cx, item) {
                 Some(kind) => ops.push((kind, item.path.clone())),
-                None => tainted = true,
+                None => tainted |= takes_part_in_matching(item),
             }
         }
         threads.push(ThreadOps { rank: *rank, thread: *thread, name, ops, tainted });
@@ -135,6 +135,16 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
         })
         .collect();
     Ok(Program { name: name.to_string(), ranks, comms: decls.comms.clone(), barriers })
+}
+
+/// Whether `item` is an NCCL send, recv or collective: when one fails to resolve, the positional matching of its
+/// thread's NCCL operations is no longer known, so the matching checks skip that thread.
+fn takes_part_in_matching(item: &expand::Item) -> bool {
+    use surface::SOp::*;
+    matches!(
+        item.leaf,
+        expand::Leaf::Op(Send { .. } | Recv { .. } | AllReduce { .. } | Broadcast { .. } | AllGather { .. } | ReduceScatter { .. })
+    )
 }
 
 #[cfg(test)]

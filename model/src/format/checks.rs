@@ -15,7 +15,8 @@ pub struct ThreadOps<'a> {
     pub thread: u32,
     pub name: &'a str,
     pub ops: Vec<(OpKind, Rc<str>)>,
-    /// Some op of this thread failed to resolve: matching checks skip what this thread takes part in.
+    /// An NCCL send, recv or collective of this thread failed to resolve: matching checks skip what this thread takes
+    /// part in.
     pub tainted: bool,
 }
 

@@ -118,9 +118,12 @@ pub fn diagnostic(text: &str, index: &SpanIndex, offset: usize, code: &Error) ->
     }
 }
 
-/// "unexpected end of file", pointing at the end, with the innermost delimiter still open as related place.
+/// "unexpected end of file", pointing at the last character of the text (or its end when it is blank), with the
+/// innermost delimiter still open as related place.
 fn eof(text: &str) -> Diagnostic {
-    let mut d = Diagnostic::at(text, text.len(), 0, "unexpected end of file");
+    let last = text.trim_end().char_indices().last().map(|(i, c)| (i, c.len_utf8()));
+    let (at, len) = last.unwrap_or((text.len(), 0));
+    let mut d = Diagnostic::at(text, at, len, "unexpected end of file");
     let open = unclosed_delimiters(text);
     if let Some(&(at, c)) = open.last() {
         let close: String = open

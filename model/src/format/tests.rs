@@ -463,7 +463,7 @@ fn truncated_file() {
     let ds = load("t", text).unwrap_err();
     assert_eq!(ds.len(), 1);
     assert_eq!(ds[0].message, "unexpected end of file");
-    assert_eq!((ds[0].offset, ds[0].len), (text.len(), 0));
+    assert_eq!((ds[0].offset, ds[0].len), (text.len() - 1, 1), "the last character");
     assert_eq!(ds[0].related[0].message, "this `[` is never closed");
     assert_eq!(ds[0].related[0].column, 41);
     assert!(ds[0].help.as_deref().unwrap().contains("`])])`"), "{:?}", ds[0].help);

@@ -1,0 +1,140 @@
+//! Snapshot tests of how program errors are reported: every bad input below is loaded, and its rendered
+//! diagnostics (file:line:column line, source snippet, labels, help) are compared with the committed snapshot.
+
+use cuorder::diagnostics::render;
+use cuorder_model::format::load;
+
+/// Loads `text` as `file`, expects it to fail, and returns the rendered diagnostics without colors.
+fn rendered(file: &str, text: &str) -> String {
+    match load(file, text) {
+        Ok(_) => panic!("{file} loaded, but it should have errors"),
+        Err(diags) => render(file, text, &diags, false),
+    }
+}
+
+#[test]
+fn truncated_file() {
+    let text = r#"// Two ranks exchange a buffer.
+Program(
+    ranks: 2,
+    streams: [Stream("s0", NonBlocking)],
+    buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
+    comms: [Comm("world")],
+    threads: [
+        Thread("main", [
+            Send(to: Next, buf: "x", stream: "s0"),
+            Recv(from: Prev, buf: "y","#;
+    insta::assert_snapshot!(rendered("truncated.ron", text));
+}
+
+#[test]
+fn misspelled_op_variant() {
+    let text = r#"Program(
+    ranks: 1,
+    streams: [Stream("s0", NonBlocking)],
+    buffers: [Buffer("a", "4 KiB")],
+    threads: [Thread("main", [
+        Kernal("fwd", stream: "s0", writes: ["a"]),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("misspelled.ron", text));
+}
+
+#[test]
+fn unknown_stream_name() {
+    let text = r#"Program(
+    ranks: 1,
+    streams: [Stream("compute", NonBlocking), Stream("copy", NonBlocking)],
+    buffers: [Buffer("a", "4 KiB")],
+    threads: [Thread("main", [
+        Kernel("fwd", stream: "compte", writes: ["a"]),
+        StreamSync("compute"),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("unknown_stream.ron", text));
+}
+
+#[test]
+fn recv_count_mismatch() {
+    let text = r#"// Rank 0 sends 1 MiB, rank 1 expects 2 MiB: a recv larger than its send waits forever.
+Program(
+    ranks: 2,
+    streams: [Stream("s0", NonBlocking)],
+    buffers: [Buffer("x", "1 MiB"), Buffer("y", "2 MiB")],
+    comms: [Comm("world")],
+    threads: [Thread("main", [
+        OnRanks([0], [Send(to: Rank(1), buf: "x", stream: "s0")]),
+        OnRanks([1], [Recv(from: Rank(0), buf: "y", stream: "s0")]),
+        StreamSync("s0"),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("recv_mismatch.ron", text));
+}
+
+#[test]
+fn event_recorded_on_another_device() {
+    let text = r#"// One process drives both GPUs. An event belongs to the device it was created on (S3).
+Program(
+    ranks: 2,
+    streams: [Stream("s0", NonBlocking)],
+    events: ["e"],
+    threads: [Thread("driver", ranks: [0], ops: [
+        Record("e", stream: "s0@1"),
+        Wait("e", stream: "s0"),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("event_other_device.ron", text));
+}
+
+#[test]
+fn unbalanced_groups() {
+    let text = r#"Program(
+    ranks: 2,
+    streams: [Stream("s0", NonBlocking)],
+    buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
+    comms: [Comm("world")],
+    threads: [Thread("main", [
+        GroupEnd,
+        GroupStart,
+        Send(to: Next, buf: "x", stream: "s0"),
+        Recv(from: Prev, buf: "y", stream: "s0"),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("unbalanced_groups.ron", text));
+}
+
+#[test]
+fn several_errors_at_once() {
+    let text = r#"// Several independent mistakes: all are reported, in source order.
+Program(
+    ranks: 2,
+    streams: [Stream("s0", NonBlocking), Stream("s0", Blocking)],
+    events: ["e"],
+    buffers: [Buffer("x", "4 KiB"), Buffer("p", "4 KiB", space: PinnedHost), Buffer("bad", "3 parsecs")],
+    comms: [Comm("world")],
+    threads: [Thread("main", [
+        Kernel("k", stream: "s0", writes: [Slice("x", "2 KiB", "4 KiB")]),
+        HostRead("x"),
+        Memcpy(dst: "p", src: Slice("x", 0, "1 KiB"), stream: "s0"),
+        Wait("ev", stream: "s0"),
+        Parity(even: [AllReduce(buf: "x", stream: "s0")], odd: [AllReduce(buf: Slice("x", 0, "1 KiB"), stream: "s0")]),
+        Sleep("2 weeks"),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("several.ron", text));
+}
+
+#[test]
+fn first_line_of_each_diagnostic_is_file_line_column_message() {
+    let text = "Program(ranks: 0, threads: [])";
+    let out = rendered("zero.ron", text);
+    assert!(out.starts_with("zero.ron:1:16: a program has 1 to 64 ranks, not 0\n"), "{out}");
+    let colored = render("zero.ron", text, &load("zero.ron", text).unwrap_err(), true);
+    assert!(colored.contains('\u{1b}'), "color output uses ANSI escapes");
+}
