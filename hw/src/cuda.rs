@@ -95,11 +95,16 @@ pub fn driver_status() -> DriverStatus {
     }
 }
 
-/// `cuDriverGetVersion`.
+/// `cuDriverGetVersion`; `None` when the driver library cannot be loaded.
 pub fn driver_version() -> Option<i32> {
-    let mut v = 0;
-    // SAFETY: plain out-parameter call; only called after the driver loaded.
-    (unsafe { cu::cuDriverGetVersion(&mut v) } == cu::CUresult::CUDA_SUCCESS).then_some(v)
+    // SAFETY: is_culib_present only tries dlopen; the call after it runs only when the library loads.
+    unsafe {
+        if !cu::is_culib_present() {
+            return None;
+        }
+        let mut v = 0;
+        (cu::cuDriverGetVersion(&mut v) == cu::CUresult::CUDA_SUCCESS).then_some(v)
+    }
 }
 
 /// Whether NCCL can be loaded under cudarc's names by this process.
@@ -108,8 +113,11 @@ pub fn nccl_available() -> bool {
     unsafe { nc::is_culib_present() }
 }
 
-/// `ncclGetVersion` (call only when [`nccl_available`]).
+/// `ncclGetVersion`; `None` when NCCL cannot be loaded.
 pub fn nccl_version() -> Option<i32> {
+    if !nccl_available() {
+        return None;
+    }
     cudarc::nccl::result::get_nccl_version().ok()
 }
 

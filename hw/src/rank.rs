@@ -129,6 +129,22 @@ fn run_rank(a: &RankArgs, log: Arc<LogWriter>) -> Result<(), HwError> {
         .ok_or_else(|| HwError::Format(format!("the program has no rank {}", a.rank)))?;
     let rank_decl = &program.ranks[a.rank as usize];
 
+    // cudarc panics when a library it needs cannot be loaded: check both before the first call into each.
+    match cuda::driver_status() {
+        cuda::DriverStatus::Devices(n) if n > a.device as usize => {}
+        cuda::DriverStatus::Devices(n) => {
+            return Err(HwError::NotEnoughGpus { needed: a.device as usize + 1, found: n });
+        }
+        cuda::DriverStatus::NoLibrary => return Err(HwError::NoGpu("no CUDA driver library in the rank process".into())),
+        cuda::DriverStatus::InitFailed(m) => return Err(HwError::NoGpu(format!("cuInit failed: {m}"))),
+    }
+    if used_comms(&program).iter().any(|&u| u) && !cuda::nccl_available() {
+        return Err(HwError::Library(format!(
+            "NCCL cannot be loaded in the rank process under cudarc's names ({}); LD_LIBRARY_PATH={}",
+            crate::libsearch::Lib::Nccl.cudarc_names().join(", "),
+            std::env::var("LD_LIBRARY_PATH").unwrap_or_default()
+        )));
+    }
     let dev = Device::open(a.device as usize)?;
     let cc = dev.compute_capability();
     let nccl_version = if cuda::nccl_available() { cuda::nccl_version() } else { None };

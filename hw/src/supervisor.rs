@@ -31,6 +31,9 @@ pub struct RunOptions {
     pub keep_work_dir: bool,
     /// The NCCL library file in use, recorded in the observation's environment.
     pub nccl_library: Option<String>,
+    /// Skip the GPU check: only for tests that run a stand-in rank executable (the supervisor's own logic — watchdog,
+    /// process-group kill, log reading — without a GPU).
+    pub skip_gpu_check: bool,
 }
 
 impl Default for RunOptions {
@@ -42,6 +45,7 @@ impl Default for RunOptions {
             work_dir: None,
             keep_work_dir: false,
             nccl_library: None,
+            skip_gpu_check: false,
         }
     }
 }
@@ -188,7 +192,9 @@ pub enum RunEnd {
 pub fn run(program: &Program, opts: &RunOptions) -> Result<Observation, HwError> {
     let plan = lower::lower_with(program, &lower::LowerOptions::from_env()).map_err(HwError::Lower)?;
     let n = program.ranks.len();
-    check_gpus(n)?;
+    if !opts.skip_gpu_check {
+        check_gpus(n)?;
+    }
     let used = crate::rank::used_comms(program);
     let mut ids: Vec<Option<String>> = vec![None; program.comms.len()];
     let mut nccl_version = None;
@@ -600,7 +606,7 @@ fn inferred_finish(
     ret_ns: u64,
 ) -> Option<Evidence> {
     // Synchronous copies and memsets run on the legacy default stream (index 0).
-    let Some(stream) = step.device_stream().map(|s| s.unwrap_or(0)) else { return None };
+    let stream = step.device_stream().map(|s| s.unwrap_or(0))?;
     let per_thread = decl.streams.get(stream as usize).map(|s| s.kind) == Some(StreamKind::PerThreadDefault);
     let mut best: Option<Evidence> = None;
     for (tj, steps) in rp.threads.iter().enumerate() {

@@ -1,6 +1,6 @@
 //! GPU tests of the hardware executor: run the smoke programs through the `cuorder-hw` binary and check what they
 //! observed. On a machine without a GPU (or with too few) each test says that it skipped and passes.
-//! `CUORDER_HW_TEST_BIG=1` adds the 2 GiB send-first programs (one of which hangs until the 20 s watchdog).
+//! `CUORDER_HW_TEST_BIG=1` adds the 2 GiB send-first programs (the ungrouped one must not complete).
 
 use cuorder_hw::observation::{Observation, OpId, Outcome, Seen, Version};
 use cuorder_hw::smoke;
@@ -83,8 +83,10 @@ fn two_gpus_send_first_2gib_hangs_and_grouped_completes() {
     if !gpus_or_skip("two_gpus_send_first_2gib", 2) {
         return;
     }
+    // Non-mirrored ungrouped first contact (N7) is undefined: NCCL 2.28.3 on the 2 x H200 host failed with an
+    // illegal memory access (hw/README.md); a hang is the other outcome seen. It must not complete.
     let o = run(&smoke::send_first_then_recv(2 << 30, false, "send_first_2gib"), 20);
-    assert!(matches!(o.outcome, Outcome::Hung { .. }), "{:?}", o.outcome);
+    assert!(!matches!(o.outcome, Outcome::Completed), "{:?}", o.outcome);
     let o = run(&smoke::send_first_then_recv(2 << 30, true, "send_first_2gib_grouped"), 20);
     assert_eq!(o.outcome, Outcome::Completed);
 }
