@@ -25,7 +25,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run PROGRAM (RON of the resolved program) on this machine's GPUs, one GPU per rank, and write the observation.
+    /// Run PROGRAM (the surface format, or RON of a resolved program) on this machine's GPUs, one GPU per rank, and
+    /// write the observation.
     Run {
         /// The program file.
         program: PathBuf,
@@ -113,16 +114,21 @@ fn write_smoke(dir: &Path) -> anyhow::Result<()> {
 
 fn load_program(path: &Path) -> Result<Program, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    // Until the surface format's parser lands, the file is the resolved program in RON.
-    ron::from_str::<Program>(&text).map_err(|e| {
-        format!(
-            "{}:{}:{}: not a resolved program in RON: {}",
-            path.display(),
-            e.position.line,
-            e.position.col,
-            e.code
-        )
-    })
+    let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
+    // The surface format first; a resolved program in RON (what `smoke-programs` writes) second.
+    match cuorder_model::format::load(&name, &text) {
+        Ok(p) => Ok(p),
+        Err(diags) => match ron::from_str::<Program>(&text) {
+            Ok(p) => Ok(p),
+            Err(_) => {
+                let mut m = format!("{} is not a valid program:\n", path.display());
+                for d in &diags {
+                    m.push_str(&format!("{d}\n"));
+                }
+                Err(m)
+            }
+        },
+    }
 }
 
 /// Makes NCCL (when `need_nccl`) and NVRTC loadable under cudarc's names, re-executing this process with
@@ -182,10 +188,6 @@ fn prepare_libraries(need_nccl: bool) -> Result<Option<String>, String> {
 }
 
 fn run_cmd(program: &Path, out: &Path, mut opts: RunOptions) -> i32 {
-    if let Err(e) = supervisor::check_gpus(1) {
-        eprintln!("cuorder-hw: {e}");
-        return 3;
-    }
     let prog = match load_program(program) {
         Ok(p) => p,
         Err(e) => {
@@ -193,6 +195,10 @@ fn run_cmd(program: &Path, out: &Path, mut opts: RunOptions) -> i32 {
             return 2;
         }
     };
+    if let Err(e) = supervisor::check_gpus(1) {
+        eprintln!("cuorder-hw: {e}");
+        return 3;
+    }
     let need_nccl = cuorder_hw::rank::used_comms(&prog).iter().any(|&u| u);
     match prepare_libraries(need_nccl) {
         Ok(f) => opts.nccl_library = f,
