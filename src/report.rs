@@ -55,8 +55,19 @@ impl Report {
             "ok" => "no deadlock, data race or undefined behaviour in any execution".to_string(),
             "inconclusive" => "inconclusive: no problem found before a limit stopped the search".to_string(),
             _ => {
-                let kinds: Vec<String> = self.findings.iter().map(|f| format!("{} ({})", f.kind, f.frequency_words())).collect();
-                kinds.join(", ")
+                // "2 data races (in every execution), 1 deadlock (in some executions)"
+                let mut groups: Vec<(String, &str, usize)> = vec![];
+                for f in &self.findings {
+                    match groups.iter_mut().find(|g| g.0 == f.kind && g.1 == f.frequency_words()) {
+                        Some(g) => g.2 += 1,
+                        None => groups.push((f.kind.clone(), f.frequency_words(), 1)),
+                    }
+                }
+                let parts: Vec<String> = groups
+                    .iter()
+                    .map(|(k, w, n)| if *n == 1 { format!("{k} ({w})") } else { format!("{n} {k}s ({w})") })
+                    .collect();
+                parts.join(", ")
             }
         };
         s.push_str(&format!("{}: {head}\n", self.program));

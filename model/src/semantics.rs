@@ -231,9 +231,13 @@ pub struct Race {
 }
 
 impl Race {
-    /// The key under which the explorer deduplicates races: the two ops and the buffers.
+    /// The key under which the explorer deduplicates races: the two ops and their buffers, in a canonical order
+    /// (the same pair of accesses is one race whichever ran first).
     pub fn key(&self) -> (OpLoc, OpLoc, BufRef, BufRef) {
-        (self.first.who.loc(), self.second.who.loc(), self.first.range.buf, self.second.range.buf)
+        let a = (self.first.who.loc(), self.first.range.buf);
+        let b = (self.second.who.loc(), self.second.range.buf);
+        let (x, y) = if a <= b { (a, b) } else { (b, a) };
+        (x.0, y.0, x.1, y.1)
     }
 }
 

@@ -98,7 +98,9 @@ impl Search<'_, '_> {
         let mut present: Vec<ProblemKey> = st.races.iter().map(race_key).collect();
         let enabled = sem.enabled(st);
         if let Some(u) = &st.undefined {
-            let key = ProblemKey::Undefined(u.rule.clone(), u.at.clone());
+            let mut at = u.at.clone();
+            at.sort();
+            let key = ProblemKey::Undefined(u.rule.clone(), at);
             self.record(key.clone(), || Problem::Undefined(u.clone()), path);
             present.push(key);
         } else if enabled.is_empty() {
