@@ -15,9 +15,9 @@ mod expand;
 mod issues;
 mod resolve;
 mod ron_error;
-pub mod span_index;
-pub mod surface;
-pub mod units;
+mod span_index;
+mod surface;
+mod units;
 
 pub use diagnostic::{Diagnostic, Related};
 

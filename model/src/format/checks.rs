@@ -44,14 +44,12 @@ fn groups(t: &ThreadOps, issues: &mut Issues) {
     for (op, path) in &t.ops {
         match op {
             OpKind::GroupStart => open.push(path),
-            OpKind::GroupEnd => {
-                if open.pop().is_none() {
-                    issues.push(
-                        Issue::new(&**path, "GroupEnd without a matching GroupStart")
-                            .help("every GroupEnd closes an earlier GroupStart of the same thread; Group([...]) writes both")
-                            .on_rank(t.rank),
-                    );
-                }
+            OpKind::GroupEnd if open.pop().is_none() => {
+                issues.push(
+                    Issue::new(&**path, "GroupEnd without a matching GroupStart")
+                        .help("every GroupEnd closes an earlier GroupStart of the same thread; Group([...]) writes both")
+                        .on_rank(t.rank),
+                );
             }
             _ => {}
         }

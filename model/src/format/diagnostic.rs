@@ -169,7 +169,7 @@ pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str
     for c in candidates {
         let prefix = n >= 3 && (c.starts_with(name) || name.starts_with(c)) && c != name;
         let d = if c.eq_ignore_ascii_case(name) || prefix { 0 } else { edit_distance(name, c) };
-        if d <= limit && best.map_or(true, |(bd, _)| d < bd) {
+        if d <= limit && !best.is_some_and(|(bd, _)| bd <= d) {
             best = Some((d, c));
         }
     }

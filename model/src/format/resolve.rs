@@ -184,7 +184,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                     return None;
                 }
                 let (bytes, space) = (b.bytes, b.space);
-                if offset.checked_add(len).map_or(true, |end| end > bytes) {
+                if !offset.checked_add(len).is_some_and(|end| end <= bytes) {
                     self.err(
                         cx,
                         Issue::new(
@@ -395,6 +395,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
         Some(buf)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn same_device(&mut self, cx: &Ctx, op: &str, buf: BufRef, name: &str, s: StreamRef, stream: &str, path: &str) -> bool {
         if buf.rank != s.rank {
             self.err(
@@ -458,10 +459,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 self.access(cx, r, exec, buf.name(), what, &f("0"), true, false).then_some(OpKind::Memset { stream: s, dst: r.range })
             }
             SOp::Memcpy { dst, src, stream } => {
-                let s = match stream {
-                    Some(name) => Some(self.stream(cx, name, &f("stream"))),
-                    None => None,
-                };
+                let s = stream.as_ref().map(|name| self.stream(cx, name, &f("stream")));
                 let exec = s.flatten().map_or(cx.rank, |s| s.rank);
                 let d = self.range(cx, dst, &f("dst"));
                 let sr = self.range(cx, src, &f("src"));

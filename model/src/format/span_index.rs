@@ -116,19 +116,10 @@ impl SpanIndex {
             .map(|(p, n)| (p.as_str(), n))
     }
 
-    /// Every recorded path with its node, in path order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &Node)> {
-        self.nodes.iter().map(|(p, n)| (p.as_str(), n))
-    }
-
     /// Number of recorded values.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.nodes.len()
-    }
-
-    /// `true` when nothing was recognised.
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
     }
 }
 
@@ -361,11 +352,7 @@ impl Scanner<'_> {
         while let Some(c) = self.peek() {
             self.pos += 1;
             match c {
-                b'\\' => {
-                    if self.peek().is_some() {
-                        self.pos += 1;
-                    }
-                }
+                b'\\' if self.peek().is_some() => self.pos += 1,
                 b'"' => return,
                 _ => {}
             }
@@ -377,11 +364,7 @@ impl Scanner<'_> {
         while let Some(c) = self.peek() {
             self.pos += 1;
             match c {
-                b'\\' => {
-                    if self.peek().is_some() {
-                        self.pos += 1;
-                    }
-                }
+                b'\\' if self.peek().is_some() => self.pos += 1,
                 b'\'' | b'\n' => return,
                 _ => {}
             }
