@@ -84,7 +84,7 @@ fn main() -> ExitCode {
                 Ok(p) => p,
                 Err(e) => return fail(e),
             };
-            let rep = report::check(&prog, &prof, &Limits { max_states });
+            let rep = report::check(&prog, &prof, &Limits { max_states, ..Limits::default() });
             match format {
                 Format::Text => print!("{}", rep.to_text()),
                 Format::Json => println!("{}", serde_json::to_string_pretty(&rep).expect("report serializes")),

@@ -153,6 +153,9 @@ pub fn explain(sem: &Semantics, f: &Finding) -> String {
             for b in &d.blocked {
                 s.push_str(&format!("  {b}\n"));
             }
+            for fix in fixes(d) {
+                s.push_str(&format!("fix: {fix}\n"));
+            }
             if sem.profile.eager_bytes_per_connection == 0 && !d.starvation && mentions_rendezvous(d) {
                 s.push_str(
                     "note: under rendezvous (profile portable) a send ends only with its recv; NCCL may complete small \
@@ -171,6 +174,41 @@ pub fn explain(sem: &Semantics, f: &Finding) -> String {
     }
     s.push_str(&format!("witness: a schedule of {} steps (`cuorder run --witness N` prints it)\n", f.witness.len()));
     s
+}
+
+/// The standard fixes for the mechanisms a wait-for cycle goes through, keyed by the rule ids its edges cite.
+fn fixes(d: &cuorder_model::waitfor::Stuck) -> Vec<&'static str> {
+    let has = |needle: &str| d.cycle.iter().any(|e| e.text.contains(needle));
+    let mut out = vec![];
+    if has("rendezvous") && has("queued behind") {
+        out.push(
+            "issue the send and the recv to the same peer in one group (ncclGroupStart/End: one launch whose parts \
+             progress independently; N4), or order them by rank parity (even ranks send first, odd ranks receive \
+             first) so that every send meets a recv that can run",
+        );
+    }
+    if has("(N7)") {
+        out.push(
+            "make first contact mirrored: group the send and the recv to that peer so both directions are set up \
+             together, order them by rank parity, or set the connection up with a grouped warm-up exchange",
+        );
+    }
+    if has("N5:") {
+        out.push("put the ops that must progress together in one group (N4); one communicator runs its launches one after another even on different streams");
+    }
+    if has("(N8)") || has("never calls comm_init") {
+        out.push("every member must call comm_init on the communicator, and members must create communicators in the same order");
+    }
+    if has("(C1)") {
+        out.push("every member must issue a communicator's collectives in the same order, and no member may block on its part before every member has issued it");
+    }
+    if has("never issues") {
+        out.push("every send needs a matching recv on the same communicator (the n-th send from a to b matches the n-th recv on b from a; N3)");
+    }
+    if d.starvation {
+        out.push("do not rely on two streams running side by side: make the operations that wait for each other one NCCL group, or order them on one stream");
+    }
+    out
 }
 
 fn mentions_rendezvous(d: &cuorder_model::waitfor::Stuck) -> bool {
@@ -211,24 +249,29 @@ fn explain_race(sem: &Semantics, r: &Race, witness: &[cuorder_model::semantics::
         MemSpace::PageableHost => "pageable host memory",
     };
     let mut s = format!("on r{} {} ({space}):\n", r.first.range.buf.rank, buf.name);
-    if r.first.block != r.second.block || r.first.range.buf != r.second.range.buf {
+    if r.first.range.buf != r.second.range.buf {
+        // The block belongs to the buffer whose allocation created it; the other buffer was handed it after a free.
+        let creator = r.first.block.buf;
+        let other = if r.first.range.buf == creator { r.second.range.buf } else { r.first.range.buf };
         s = format!(
-            "on r{} memory shared by {} and {} (the caching allocator handed {}'s block to {}; P4):\n",
-            r.first.range.buf.rank,
-            sem.program.buffer(r.first.range.buf).name,
-            sem.program.buffer(r.second.range.buf).name,
-            sem.program.buffer(r.first.range.buf).name,
-            sem.program.buffer(r.second.range.buf).name
+            "on r{} memory shared by {} and {} (the caching allocator handed {}'s freed block to {}; P4):\n",
+            creator.rank,
+            sem.program.buffer(creator).name,
+            sem.program.buffer(other).name,
+            sem.program.buffer(creator).name,
+            sem.program.buffer(other).name
         );
     }
-    s.push_str(&format!("  {}\n  {}\n", access_line(sem, st.as_ref(), &r.first), access_line(sem, st.as_ref(), &r.second)));
+    // Program order, so that the text does not depend on which access the explorer happened to run first.
+    let (a, b) = if r.first.who.loc() <= r.second.who.loc() { (&r.first, &r.second) } else { (&r.second, &r.first) };
+    s.push_str(&format!("  {}\n  {}\n", access_line(sem, st.as_ref(), a), access_line(sem, st.as_ref(), b)));
     s.push_str("nothing orders them: ");
     if r.first.end.is_none() {
-        s.push_str("the second started while the first was still running, ");
+        s.push_str("one started while the other was still running, and ");
     }
     s.push_str(
-        "the end of the first does not happen before the start of the second (no stream order, event wait, \
-         synchronize or message connects them)\n",
+        "neither one's end happens before the other's start (no stream order, event wait, synchronize or \
+         message connects them)\n",
     );
     if let Some(st) = &st {
         for hint in hints(sem, st, r) {

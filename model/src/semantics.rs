@@ -164,6 +164,9 @@ pub struct Item {
     pub status: ItemStatus,
     pub start: Option<VClock>,
     pub end: Option<VClock>,
+    /// The block each buffer the item touches occupied when the item was issued (P4: a stream-ordered use keeps
+    /// the memory it was issued on, even if the buffer is freed before the item runs).
+    pub blocks: Vec<(BufRef, BlockId)>,
 }
 
 /// A block of memory: the static buffer that owns it, or the pooled buffer whose allocation created it.
@@ -303,6 +306,9 @@ pub struct Semantics<'p> {
     /// First global stream index of each rank.
     pub stream_base: Vec<u32>,
     pub agents: usize,
+    /// Per global thread: it is the only host thread of its rank, and no op of the program touches a stream, event
+    /// or buffer of another rank than the issuing thread's (see [`Semantics::is_local`]).
+    isolated: Vec<bool>,
 }
 
 /// What an op does to memory.
@@ -327,7 +333,14 @@ impl<'p> Semantics<'p> {
             }
         }
         let agents = thread_of.len() + streams as usize;
-        Semantics { program, profile, thread_of, thread_base, stream_base, agents }
+        let crosses = program.ranks.iter().enumerate().any(|(r, rank)| {
+            rank.threads.iter().any(|t| t.ops.iter().any(|o| op_ranks(&o.kind).iter().any(|x| *x != r as RankId)))
+        });
+        let isolated = thread_of
+            .iter()
+            .map(|(r, _)| !crosses && program.ranks[*r as usize].threads.len() == 1)
+            .collect();
+        Semantics { program, profile, thread_of, thread_base, stream_base, agents, isolated }
     }
 
     /// The initial state: every thread at its first op, every queue empty, every clock zero.
@@ -471,6 +484,59 @@ impl<'p> Semantics<'p> {
         st.items.values().any(|i| {
             i.status == ItemStatus::Running && matches!(i.kind, ItemKind::Launch { .. }) && i.streams[0].rank == rank
         })
+    }
+
+    /// Whether `step` commutes with every other step that can ever be enabled alongside it, so that an explorer may
+    /// take it alone (a persistent set of one step; partial-order reduction). True for host steps of a thread that is
+    /// alone on its rank and whose rank no other thread touches, except for steps whose effect depends on how far
+    /// the device has got: event/stream queries (S4 answers), allocations (P4 reuse depends on recorded work), and
+    /// group ends that may set up connections (N7 synchronizes with the peer's host). Such a step only reads and
+    /// writes its own thread, its own rank's queues and event bindings (nobody else issues there), monotone
+    /// arrival sets (CommInit, barriers), or matching tables whose checks are symmetric; item and transfer steps
+    /// never disable it, and it never disables them.
+    ///
+    /// A finite item (kernel, copy, event marker) is local too when nothing can observe how far its device has got:
+    /// no host thread of its rank has a query or an allocation still to run (their outcome depends on whether the
+    /// item has ended), and either streams progress independently or no NCCL launch of its rank is unfinished (S1:
+    /// the explorer must still see the states where a spinning launch keeps the item from starting). Its start
+    /// clock is fixed once it is enabled, and race detection is symmetric in the order of the two accesses.
+    pub fn is_local(&self, st: &State, step: &Step) -> bool {
+        if let Step::Item(k) = step {
+            let item = &st.items[k];
+            if matches!(item.kind, ItemKind::Launch { .. }) {
+                return false;
+            }
+            let rank = item.streams[0].rank;
+            let quiet = (0..st.threads.len() as u32).filter(|t| self.rank_of(*t) == rank).all(|t| {
+                let pc = st.threads[t as usize].pc as usize;
+                let ops = self.ops_of(t);
+                ops[pc.min(ops.len())..].iter().all(|o| {
+                    !matches!(o.kind, OpKind::EventQuery { .. } | OpKind::StreamQuery { .. } | OpKind::Alloc { .. })
+                })
+            });
+            let no_spinner = self.profile.independent_progress
+                || !st.items.values().any(|i| {
+                    i.status != ItemStatus::Done
+                        && matches!(i.kind, ItemKind::Launch { .. })
+                        && i.streams[0].rank == rank
+                });
+            return quiet && no_spinner;
+        }
+        let Step::Host { thread, .. } = step else { return false };
+        if !self.isolated[*thread as usize] {
+            return false;
+        }
+        let th = &st.threads[*thread as usize];
+        if th.wait.is_some() {
+            return true; // returning from a blocking call: enabled until taken, joins clocks that no longer change
+        }
+        match &self.ops_of(*thread)[th.pc as usize].kind {
+            OpKind::EventQuery { .. } | OpKind::StreamQuery { .. } | OpKind::Alloc { .. } => false,
+            OpKind::GroupEnd | OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } => {
+                !self.profile.lazy_connect
+            }
+            _ => true,
+        }
     }
 
     /// Number of outcomes of the thread's next host step (0 = it cannot move).
@@ -795,9 +861,11 @@ impl<'p> Semantics<'p> {
             agent: self.stream_agent(item.streams[0]) as u32,
             time: c.get(self.stream_agent(item.streams[0])),
         };
+        let blocks = item.blocks.clone();
         for (loc, a) in accesses {
             let who = Accessor::Item { item: k, loc };
-            self.access(st, who, a, &c, if finite { Some(epoch) } else { None });
+            let Some(&(_, block)) = blocks.iter().find(|(b, _)| *b == a.range.buf) else { continue };
+            self.access(st, who, a, block, &c, if finite { Some(epoch) } else { None });
         }
         let item = st.items.get_mut(&k).unwrap();
         item.start = Some(c.clone());
@@ -851,8 +919,7 @@ impl<'p> Semantics<'p> {
 
     /// Records an access made at clock `at` and reports every earlier conflicting access it is not ordered after.
     /// Two accesses conflict when they overlap in bytes of one block and at least one writes.
-    fn access(&self, st: &mut State, who: Accessor, a: MemAccess, at: &VClock, end: Option<Epoch>) {
-        let Some((block, _)) = self.block_of(st, a.range.buf) else { return };
+    fn access(&self, st: &mut State, who: Accessor, a: MemAccess, block: BlockId, at: &VClock, end: Option<Epoch>) {
         let new = Access { who, block, range: a.range, write: a.write, end };
         let (lo, hi) = (a.range.offset, a.range.offset + a.range.len);
         for old in &st.accesses {
@@ -918,7 +985,19 @@ impl<'p> Semantics<'p> {
             st.queues[i].0.push(key);
         }
         let issue = st.threads[t as usize].clock.clone();
-        st.items.insert(key, Item { kind, streams, deps, issue, status: ItemStatus::Pending, start: None, end: None });
+        let locs: Vec<OpLoc> = match &kind {
+            ItemKind::Work => vec![key.loc()],
+            ItemKind::Launch { ops, .. } => ops.iter().map(|o| o.loc).collect(),
+            _ => vec![],
+        };
+        let mut blocks: Vec<(BufRef, BlockId)> = locs
+            .into_iter()
+            .flat_map(|l| self.op_accesses(l))
+            .filter_map(|a| self.block_of(st, a.range.buf).map(|(b, _)| (a.range.buf, b)))
+            .collect();
+        blocks.sort();
+        blocks.dedup();
+        st.items.insert(key, Item { kind, streams, deps, issue, status: ItemStatus::Pending, start: None, end: None, blocks });
     }
 
     /// Checks that every pooled buffer an op names is allocated (P4: using a freed tensor is undefined).
@@ -1035,7 +1114,10 @@ impl<'p> Semantics<'p> {
                 if self.check_allocated(st, loc, &[*range]) {
                     let c = st.threads[t as usize].clock.clone();
                     let e = Epoch { agent: t, time: c.get(t as usize) };
-                    self.access(st, Accessor::Host { loc }, MemAccess { range: *range, write: *write }, &c, Some(e));
+                    if let Some((block, _)) = self.block_of(st, range.buf) {
+                        let a = MemAccess { range: *range, write: *write };
+                        self.access(st, Accessor::Host { loc }, a, block, &c, Some(e));
+                    }
                 }
                 self.advance(st, t);
             }
@@ -1343,6 +1425,47 @@ impl<'p> Semantics<'p> {
             }
         }
     }
+}
+
+/// The ranks whose streams, events or buffers an op names.
+fn op_ranks(k: &OpKind) -> Vec<RankId> {
+    let mut v = vec![];
+    let mut range = |r: &BufRange| v.push(r.buf.rank);
+    match k {
+        OpKind::Kernel { reads, writes, .. } => reads.iter().chain(writes).for_each(&mut range),
+        OpKind::Memset { dst, .. } => range(dst),
+        OpKind::Memcpy { dst, src, .. } => {
+            range(dst);
+            range(src)
+        }
+        OpKind::Send { buf, .. } | OpKind::Recv { buf, .. } => range(buf),
+        OpKind::Collective { send, recv, .. } => {
+            range(send);
+            range(recv)
+        }
+        OpKind::HostAccess { range: r, .. } => range(r),
+        _ => {}
+    }
+    match k {
+        OpKind::Kernel { stream, .. }
+        | OpKind::StreamSynchronize { stream }
+        | OpKind::StreamQuery { stream }
+        | OpKind::Send { stream, .. }
+        | OpKind::Recv { stream, .. }
+        | OpKind::Collective { stream, .. }
+        | OpKind::Alloc { stream, .. }
+        | OpKind::RecordStream { stream, .. } => v.push(stream.rank),
+        OpKind::Memset { stream, .. } | OpKind::Memcpy { stream, .. } => v.extend(stream.map(|s| s.rank)),
+        OpKind::EventRecord { event, stream } | OpKind::StreamWaitEvent { stream, event } => {
+            v.push(stream.rank);
+            v.push(event.rank)
+        }
+        OpKind::EventQuery { event } | OpKind::EventSynchronize { event } => v.push(event.rank),
+        OpKind::DeviceSynchronize { rank } => v.push(*rank),
+        OpKind::Free { buf } => v.push(buf.rank),
+        _ => {}
+    }
+    v
 }
 
 /// The communicator an NCCL op uses.

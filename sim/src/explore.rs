@@ -14,11 +14,14 @@ use cuorder_model::verdict::{Finding, Frequency, Problem, ProblemKey};
 pub struct Limits {
     /// Distinct states visited before the search stops.
     pub max_states: usize,
+    /// Partial-order reduction ([`Semantics::is_local`] steps explored alone). Off only to test that it changes
+    /// no verdict.
+    pub reduce: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_states: 2_000_000 }
+        Limits { max_states: 2_000_000, reduce: true }
     }
 }
 
@@ -61,6 +64,7 @@ struct Frame {
 
 struct Search<'a, 'p> {
     sem: &'a Semantics<'p>,
+    reduce: bool,
     findings: Vec<Finding>,
     index: BTreeMap<ProblemKey, usize>,
     /// Number of distinct final states each problem appears in.
@@ -124,7 +128,11 @@ impl Search<'_, '_> {
                 *self.terminal_hits.entry(k).or_default() += 1;
             }
         }
-        enabled
+        // Partial-order reduction: a step that commutes with everything is explored alone.
+        match enabled.iter().find(|s| self.reduce && sem.is_local(st, s)) {
+            Some(s) => vec![s.clone()],
+            None => enabled,
+        }
     }
 }
 
@@ -132,6 +140,7 @@ impl Search<'_, '_> {
 pub fn explore(sem: &Semantics, limits: &Limits) -> Exploration {
     let mut search = Search {
         sem,
+        reduce: limits.reduce,
         findings: vec![],
         index: BTreeMap::new(),
         terminal_hits: BTreeMap::new(),

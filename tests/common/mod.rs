@@ -29,3 +29,9 @@ pub fn check_file(rel: &str, profile: &str) -> (Report, String) {
     let name = path.file_stem().unwrap().to_str().unwrap().to_string();
     (check_text(&name, &text, profile), text)
 }
+
+/// The report text without the exploration statistics line (state counts change with explorer optimizations,
+/// which must not churn verdict snapshots).
+pub fn without_stats(text: &str) -> String {
+    text.lines().filter(|l| !l.trim_start().starts_with("profile ")).collect::<Vec<_>>().join("\n") + "\n"
+}
