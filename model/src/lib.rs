@@ -11,3 +11,4 @@ pub mod semantics;
 pub mod waitfor;
 pub mod verdict;
 pub mod build;
+pub mod observation;
