@@ -26,7 +26,15 @@ pub fn load_program(path: &Path, color: bool) -> Result<(Program, String), LoadE
     let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("program");
     match cuorder_model::format::load(name, &text) {
         Ok(p) => Ok((p, text)),
-        Err(diags) => Err(LoadError { rendered: diagnostics::render(&path.display().to_string(), &text, &diags, color) }),
+        Err(diags) => {
+            // A resolved program (as `cuorder gen` and `cuorder-hw smoke-programs` write) is accepted too.
+            if text.trim_start().starts_with("(") || text.contains("ranks: [") {
+                if let Ok(p) = ron::from_str::<Program>(&text) {
+                    return Ok((p, text));
+                }
+            }
+            Err(LoadError { rendered: diagnostics::render(&path.display().to_string(), &text, &diags, color) })
+        }
     }
 }
 
@@ -51,4 +59,14 @@ pub fn load_profile(spec: &str) -> Result<Profile, LoadError> {
     Profile::from_ron(&text).map_err(|e| LoadError {
         rendered: format!("error: {}:{}:{}: {}\n", path.display(), e.position.line, e.position.col, e.code),
     })
+}
+
+/// Reads a hardware observation (as `cuorder-hw run` writes it).
+///
+/// Errors: unreadable file, not an observation, or another format version.
+pub fn load_observation(path: &Path) -> Result<cuorder_model::observation::Observation, LoadError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| LoadError { rendered: format!("error: cannot read {}: {e}\n", path.display()) })?;
+    cuorder_model::observation::Observation::from_ron(&text)
+        .map_err(|e| LoadError { rendered: format!("error: {}: {e}\n", path.display()) })
 }

@@ -60,6 +60,16 @@ enum Command {
         #[arg(long, default_value_t = 1_000_000)]
         max_steps: usize,
     },
+    /// Check a hardware observation (from `cuorder-hw run`) against the model: prints "agrees" or each
+    /// disagreement. Exit 0 agrees, 1 disagrees, 2 bad input.
+    Conform {
+        program: PathBuf,
+        trace: PathBuf,
+        #[arg(long, default_value = "portable")]
+        profile: String,
+        #[arg(long, default_value_t = 2_000_000)]
+        max_states: usize,
+    },
     /// List the built-in profiles, or print one as RON.
     Profile {
         name: Option<String>,
@@ -127,6 +137,24 @@ fn main() -> ExitCode {
                 }
             }
             ExitCode::SUCCESS
+        }
+        Command::Conform { program, trace, profile, max_states } => {
+            let prof = match load_profile(&profile) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
+            let (prog, _) = match load_program(&program, color) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
+            let obs = match cuorder::load_observation(&trace) {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            let sem = Semantics::new(&prog, &prof);
+            let c = cuorder_sim::conform::conform(&sem, &obs, &Limits { max_states, ..Limits::default() });
+            print!("{}", c.to_text());
+            ExitCode::from(if c.agrees() { 0 } else { 1 })
         }
         Command::Profile { name } => match name {
             None => {

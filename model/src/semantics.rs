@@ -221,6 +221,8 @@ pub struct Access {
     /// The buffer range as the program named it.
     pub range: BufRange,
     pub write: bool,
+    /// The accessor's start clock (what happens before the access).
+    pub start: VClock,
     /// The accessor's end event once it has ended; `None` while running.
     pub end: Option<Epoch>,
 }
@@ -920,7 +922,7 @@ impl<'p> Semantics<'p> {
     /// Records an access made at clock `at` and reports every earlier conflicting access it is not ordered after.
     /// Two accesses conflict when they overlap in bytes of one block and at least one writes.
     fn access(&self, st: &mut State, who: Accessor, a: MemAccess, block: BlockId, at: &VClock, end: Option<Epoch>) {
-        let new = Access { who, block, range: a.range, write: a.write, end };
+        let new = Access { who, block, range: a.range, write: a.write, start: at.clone(), end };
         let (lo, hi) = (a.range.offset, a.range.offset + a.range.len);
         for old in &st.accesses {
             if old.block != block || !(old.write || a.write) {

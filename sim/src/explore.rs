@@ -62,7 +62,21 @@ struct Frame {
     next: usize,
 }
 
+/// What kind of state the explorer hands to a [`explore_with`] visitor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinalKind {
+    /// Final: everything finished.
+    Complete,
+    /// Final: something unfinished and nothing enabled.
+    Deadlock,
+    /// Not final: stuck if the device withholds every item start next to a spinning NCCL kernel (S1).
+    Starved,
+    /// Final: undefined behaviour.
+    Undefined,
+}
+
 struct Search<'a, 'p> {
+    visitor: Option<&'a mut dyn FnMut(&State, FinalKind)>,
     sem: &'a Semantics<'p>,
     reduce: bool,
     findings: Vec<Finding>,
@@ -101,6 +115,20 @@ impl Search<'_, '_> {
         }
         let mut present: Vec<ProblemKey> = st.races.iter().map(race_key).collect();
         let enabled = sem.enabled(st);
+        if let Some(v) = self.visitor.as_mut() {
+            let kind = if st.undefined.is_some() {
+                Some(FinalKind::Undefined)
+            } else if enabled.is_empty() {
+                Some(if sem.is_complete(st) { FinalKind::Complete } else { FinalKind::Deadlock })
+            } else if !sem.profile.independent_progress && enabled.iter().all(|s| sem.starvable(st, s)) {
+                Some(FinalKind::Starved)
+            } else {
+                None
+            };
+            if let Some(k) = kind {
+                v(st, k);
+            }
+        }
         if let Some(u) = &st.undefined {
             let mut at = u.at.clone();
             at.sort();
@@ -138,7 +166,17 @@ impl Search<'_, '_> {
 
 /// Explores every execution of the program under the profile, up to `limits`.
 pub fn explore(sem: &Semantics, limits: &Limits) -> Exploration {
+    explore_inner(sem, limits, None)
+}
+
+/// Like [`explore`], and also calls `visit` on every final state (and every S1-stuck state) reached.
+pub fn explore_with(sem: &Semantics, limits: &Limits, visit: &mut dyn FnMut(&State, FinalKind)) -> Exploration {
+    explore_inner(sem, limits, Some(visit))
+}
+
+fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mut dyn FnMut(&State, FinalKind)>) -> Exploration {
     let mut search = Search {
+        visitor,
         sem,
         reduce: limits.reduce,
         findings: vec![],

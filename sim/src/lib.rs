@@ -1,6 +1,7 @@
 //! cuorder's simulator: schedulers over the model's enabled steps, the exhaustive explorer, single seeded runs,
 //! replay of a recorded schedule, and traces. Output is a pure function of (program, profile, seed or schedule).
 
+pub mod conform;
 pub mod explore;
 pub mod rng;
 pub mod run;

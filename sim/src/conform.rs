@@ -1,0 +1,334 @@
+//! Conformance: is a hardware observation one the model allows? (DESIGN.md "Soundness toward hardware".)
+//!
+//! Three checks, each against the final states of an exhaustive exploration under the profile:
+//! 1. the outcome: a completed run needs a final state where everything finished; a hang needs a stuck state whose
+//!    host threads sit where the hardware's did; a failure needs undefined behaviour;
+//! 2. every read: the version it saw must be one the model lets that read see in some final state with the observed
+//!    outcome — a write not ordered after the read and not certainly overwritten before it (following data moved by
+//!    copies and receives back to the op that wrote it), or the initial contents when no write certainly precedes it;
+//! 3. must-come-before: two kernels of one GPU that happens-before orders in every such final state must not overlap
+//!    or run the other way round on that GPU's clock.
+//! Reads are checked one by one (each against every final state with the observed outcome), not jointly.
+
+use std::collections::BTreeSet;
+
+use cuorder_model::observation::{Observation, OpId, Outcome as HwOutcome, Seen, ThreadAt, Version};
+use cuorder_model::program::{CollectiveKind, OpKind};
+use cuorder_model::semantics::{Access, Accessor, ItemKind, OpLoc, Semantics, State};
+
+use crate::explore::{explore_with, FinalKind, Limits};
+
+/// One way the hardware did something the model does not allow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Disagreement {
+    /// Which observation: "outcome", "read r1 main #5 kernel consume(...) [0]", "order ...".
+    pub observation: String,
+    /// What the hardware did and what the model allows.
+    pub message: String,
+    /// The rule or check involved.
+    pub rule: String,
+}
+
+/// The result of checking one observation.
+#[derive(Clone, Debug, Default)]
+pub struct Conformance {
+    pub disagreements: Vec<Disagreement>,
+    /// Final states of the model with the observed outcome.
+    pub matching_states: usize,
+    pub reads_checked: usize,
+    pub orders_checked: usize,
+    /// Set when exploration hit a limit: "agrees" then covers only what was explored.
+    pub limit_hit: Option<String>,
+}
+
+impl Conformance {
+    /// Whether the observation is one the model allows.
+    pub fn agrees(&self) -> bool {
+        self.disagreements.is_empty()
+    }
+
+    /// "agrees (...)" or one line per disagreement.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        if self.agrees() {
+            s.push_str(&format!(
+                "agrees: outcome allowed by {} final state(s) of the model; {} read(s) saw allowed versions; {} must-come-before pair(s) respected\n",
+                self.matching_states, self.reads_checked, self.orders_checked
+            ));
+        } else {
+            s.push_str(&format!("disagrees ({} disagreement(s)):\n", self.disagreements.len()));
+            for d in &self.disagreements {
+                s.push_str(&format!("  {}: {} [{}]\n", d.observation, d.message, d.rule));
+            }
+        }
+        if let Some(l) = &self.limit_hit {
+            s.push_str(&format!("note: {l}\n"));
+        }
+        s
+    }
+}
+
+/// A version as the model names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum MVersion {
+    Initial,
+    Op(OpLoc),
+}
+
+/// The versions a read may see; `None` = anything (data reduced by a collective).
+type MaySee = Option<BTreeSet<MVersion>>;
+
+fn op_id_to_loc(sem: &Semantics, id: OpId) -> Option<OpLoc> {
+    let rank = sem.program.ranks.get(id.rank as usize)?;
+    let thread = rank.threads.get(id.thread as usize)?;
+    (id.index < thread.ops.len() as u32).then(|| OpLoc { thread: sem.thread_id(id.rank, id.thread), op: id.index })
+}
+
+fn covers(w: &Access, r: &Access) -> bool {
+    w.range.offset <= r.range.offset && w.range.offset + w.range.len >= r.range.offset + r.range.len
+}
+
+fn overlaps(w: &Access, r: &Access) -> bool {
+    w.block == r.block && w.range.offset < r.range.offset + r.range.len && r.range.offset < w.range.offset + w.range.len
+}
+
+fn same_item(a: &Access, b: &Access) -> bool {
+    matches!((a.who, b.who), (Accessor::Item { item: x, .. }, Accessor::Item { item: y, .. }) if x == y)
+}
+
+/// `a` ends before `b` starts, by happens-before.
+fn hb(a: &Access, b: &Access) -> bool {
+    a.end.is_some_and(|e| e.happens_before(&b.start))
+}
+
+/// The versions read access `r` may see in final state `st` (see the module comment).
+fn may_see(sem: &Semantics, st: &State, r: &Access, depth: u32) -> MaySee {
+    if depth > 16 {
+        return None;
+    }
+    let cand: Vec<&Access> =
+        st.accesses.iter().filter(|w| w.write && overlaps(w, r) && !same_item(w, r) && !hb(r, w)).collect();
+    let mut out = BTreeSet::new();
+    for w in &cand {
+        let hidden = cand.iter().any(|w2| !std::ptr::eq(*w, *w2) && hb(w, w2) && hb(w2, r) && covers(w2, r));
+        if hidden {
+            continue;
+        }
+        let loc = w.who.loc();
+        match &sem.op(loc).kind {
+            OpKind::Memcpy { .. } => {
+                // Data moved by a copy: what the copy's own read of its source saw.
+                let src = st.accesses.iter().find(|a| !a.write && a.who == w.who);
+                match src.map(|a| may_see(sem, st, a, depth + 1)) {
+                    Some(Some(v)) => out.extend(v),
+                    _ => return None,
+                }
+            }
+            OpKind::Recv { comm, peer, .. } => {
+                // Data moved by a recv: what the matching send read (N3).
+                let me = sem.rank_of(loc.thread);
+                let seq = st.p2p.iter().find(|(k, v)| k.4 && k.0 == *comm && k.1 == *peer && k.2 == me && {
+                    let (_, op) = comm_op_loc(st, **v);
+                    op == loc
+                });
+                let send = seq.and_then(|(k, _)| st.p2p.get(&(k.0, k.1, k.2, k.3, false)));
+                let send_read = send.and_then(|at| {
+                    let (item, op) = comm_op_loc(st, *at);
+                    st.accesses.iter().find(|a| !a.write && a.who == Accessor::Item { item, loc: op })
+                });
+                match send_read.map(|a| may_see(sem, st, a, depth + 1)) {
+                    Some(Some(v)) => out.extend(v),
+                    _ => return None,
+                }
+            }
+            OpKind::Collective { kind, .. } => {
+                let _ = matches!(kind, CollectiveKind::Broadcast { .. });
+                return None;
+            }
+            _ => {
+                out.insert(MVersion::Op(loc));
+            }
+        }
+    }
+    if !cand.iter().any(|w| hb(w, r) && covers(w, r)) {
+        out.insert(MVersion::Initial);
+    }
+    Some(out)
+}
+
+fn comm_op_loc(st: &State, at: (cuorder_model::semantics::ItemKey, u32)) -> (cuorder_model::semantics::ItemKey, OpLoc) {
+    let item = &st.items[&at.0];
+    match &item.kind {
+        ItemKind::Launch { ops, .. } => (at.0, ops[at.1 as usize].loc),
+        _ => (at.0, at.0.loc()),
+    }
+}
+
+fn outcome_matches(sem: &Semantics, st: &State, kind: FinalKind, obs: &HwOutcome) -> bool {
+    match obs {
+        HwOutcome::Completed => kind == FinalKind::Complete,
+        HwOutcome::Failed { .. } => kind == FinalKind::Undefined,
+        HwOutcome::Hung { threads, .. } => {
+            matches!(kind, FinalKind::Deadlock | FinalKind::Starved)
+                && threads.iter().all(|p| {
+                    let t = sem.thread_id(p.rank, p.thread) as usize;
+                    let finished = sem.thread_finished(st, t as u32);
+                    let pc = st.threads[t].pc;
+                    match p.at {
+                        ThreadAt::InOp(i) | ThreadAt::Before(i) => !finished && pc == i,
+                        ThreadAt::Finished => finished,
+                        ThreadAt::NotStarted => pc == 0,
+                    }
+                })
+        }
+    }
+}
+
+/// Checks `obs` against the model of `sem`'s program and profile.
+pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conformance {
+    let mut finals: Vec<(State, FinalKind)> = vec![];
+    let ex = explore_with(sem, limits, &mut |st, k| finals.push((st.clone(), k)));
+    let mut c = Conformance { limit_hit: ex.limit_hit.clone(), ..Default::default() };
+    let matching: Vec<&State> =
+        finals.iter().filter(|(st, k)| outcome_matches(sem, st, *k, &obs.outcome)).map(|(st, _)| st).collect();
+    c.matching_states = matching.len();
+    if matching.is_empty() {
+        let kinds: BTreeSet<String> = finals.iter().map(|(_, k)| format!("{k:?}").to_lowercase()).collect();
+        let (what, rule) = match &obs.outcome {
+            HwOutcome::Completed => ("the hardware run completed".to_string(), "soundness: completion"),
+            HwOutcome::Hung { threads, .. } => {
+                let at: Vec<String> = threads
+                    .iter()
+                    .map(|p| {
+                        let t = sem.thread_id(p.rank, p.thread);
+                        format!("{} {:?}", sem.thread_label(t), p.at)
+                    })
+                    .collect();
+                (format!("the hardware run hung with {}", at.join(", ")), "soundness: hang")
+            }
+            HwOutcome::Failed { message, .. } => {
+                (format!("the hardware run failed ({message})"), "soundness: failure (undefined behaviour)")
+            }
+        };
+        c.disagreements.push(Disagreement {
+            observation: "outcome".into(),
+            message: format!(
+                "{what}; under profile {} the model's executions end only as: {}",
+                sem.profile.name,
+                kinds.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+            rule: rule.into(),
+        });
+        return c;
+    }
+    // Reads.
+    for ro in &obs.reads {
+        let seen: Vec<Version> = match &ro.seen {
+            Seen::Uniform(v) => vec![*v],
+            Seen::Mixed { first, last, min, max } => vec![*first, *last, *min, *max],
+            Seen::Empty | Seen::NotObserved => continue,
+        };
+        let Some(loc) = op_id_to_loc(sem, ro.op) else {
+            c.disagreements.push(Disagreement {
+                observation: format!("read {}", ro.op),
+                message: "the observation names an op the program does not have".into(),
+                rule: "trace/program mismatch".into(),
+            });
+            continue;
+        };
+        let mut allowed_somewhere = false;
+        let mut present = false;
+        let mut union: BTreeSet<MVersion> = BTreeSet::new();
+        let mut anything = false;
+        for st in &matching {
+            let Some(r) = st.accesses.iter().find(|a| !a.write && a.who.loc() == loc && a.range == ro.range) else {
+                continue;
+            };
+            present = true;
+            match may_see(sem, st, r, 0) {
+                None => {
+                    anything = true;
+                    allowed_somewhere = true;
+                }
+                Some(set) => {
+                    let ok = seen.iter().all(|v| match v {
+                        Version::Initial => set.contains(&MVersion::Initial),
+                        Version::Op(id) => op_id_to_loc(sem, *id).is_some_and(|l| set.contains(&MVersion::Op(l))),
+                        Version::Unknown(_) => false,
+                    });
+                    allowed_somewhere |= ok;
+                    union.extend(set);
+                }
+            }
+        }
+        if !present {
+            continue; // the model's matching executions never make this read (e.g. it is behind the hang)
+        }
+        c.reads_checked += 1;
+        if !allowed_somewhere && !anything {
+            let name = |v: &MVersion| match v {
+                MVersion::Initial => "initial contents".to_string(),
+                MVersion::Op(l) => sem.op_label(*l),
+            };
+            c.disagreements.push(Disagreement {
+                observation: format!("read by {} of {}", sem.op_label(loc), sem.program.range_label(&ro.range)),
+                message: format!(
+                    "saw {:?}; the model allows only: {}",
+                    ro.seen,
+                    union.iter().map(name).collect::<Vec<_>>().join("; ")
+                ),
+                rule: "reads see a write not ordered after them and not certainly overwritten (happens-before)".into(),
+            });
+        }
+    }
+    // Must-come-before between kernels of one GPU.
+    let spans: Vec<(OpLoc, u32, u64, u64)> = obs
+        .ops
+        .iter()
+        .filter(|o| o.kind == "Kernel")
+        .filter_map(|o| {
+            let d = o.device?;
+            Some((op_id_to_loc(sem, o.op)?, d.gpu, d.start_ns?, d.end_ns?))
+        })
+        .collect();
+    for (i, a) in spans.iter().enumerate() {
+        for b in &spans[i + 1..] {
+            for (x, y) in [(a, b), (b, a)] {
+                if x.1 != y.1 {
+                    continue;
+                }
+                let ordered_everywhere = matching.iter().all(|st| {
+                    let (kx, ky) = (item_of(st, x.0), item_of(st, y.0));
+                    match (kx, ky) {
+                        (Some(ix), Some(iy)) => match (&ix.end, &iy.start) {
+                            (Some(end), Some(start)) => {
+                                let agent = sem.thread_of.len() + sem.stream_index(ix.streams[0]);
+                                start.get(agent) >= end.get(agent)
+                            }
+                            _ => false,
+                        },
+                        _ => false,
+                    }
+                });
+                if ordered_everywhere {
+                    c.orders_checked += 1;
+                    if x.3 > y.2 {
+                        c.disagreements.push(Disagreement {
+                            observation: format!("order of {} and {}", sem.op_label(x.0), sem.op_label(y.0)),
+                            message: format!(
+                                "the model orders the first before the second in every execution, but on GPU {} the first ended at {} ns and the second started at {} ns",
+                                x.1, x.3, y.2
+                            ),
+                            rule: "must-come-before (happens-before)".into(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    c
+}
+
+fn item_of(st: &State, loc: OpLoc) -> Option<&cuorder_model::semantics::Item> {
+    st.items.get(&cuorder_model::semantics::ItemKey { thread: loc.thread, op: loc.op, sub: 0 })
+}
