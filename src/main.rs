@@ -70,6 +70,18 @@ enum Command {
         #[arg(long, default_value_t = 2_000_000)]
         max_states: usize,
     },
+    /// Write random well-formed programs (the agreement-test generator) as RON files `gen-SEED.ron`.
+    Gen {
+        /// First seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// How many programs (seeds seed, seed+1, ...).
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+        /// Output folder (created).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// List the built-in profiles, or print one as RON.
     Profile {
         name: Option<String>,
@@ -155,6 +167,24 @@ fn main() -> ExitCode {
             let c = cuorder_sim::conform::conform(&sem, &obs, &Limits { max_states, ..Limits::default() });
             print!("{}", c.to_text());
             ExitCode::from(if c.agrees() { 0 } else { 1 })
+        }
+        Command::Gen { seed, count, out } => {
+            if let Err(e) = std::fs::create_dir_all(&out) {
+                eprintln!("error: cannot create {}: {e}", out.display());
+                return ExitCode::from(2);
+            }
+            let opt = cuorder_sim::gen::GenOptions::default();
+            for s in seed..seed.saturating_add(count) {
+                let p = cuorder_sim::gen::program(s, &opt);
+                let text = ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).expect("program serializes");
+                let path = out.join(format!("gen-{s}.ron"));
+                if let Err(e) = std::fs::write(&path, text + "\n") {
+                    eprintln!("error: cannot write {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+            println!("wrote {count} program(s) to {}", out.display());
+            ExitCode::SUCCESS
         }
         Command::Profile { name } => match name {
             None => {

@@ -266,7 +266,7 @@ fn explain_race(sem: &Semantics, r: &Race, witness: &[cuorder_model::semantics::
     let (a, b) = if r.first.who.loc() <= r.second.who.loc() { (&r.first, &r.second) } else { (&r.second, &r.first) };
     s.push_str(&format!("  {}\n  {}\n", access_line(sem, st.as_ref(), a), access_line(sem, st.as_ref(), b)));
     s.push_str("nothing orders them: ");
-    if r.first.end.is_none() {
+    if r.first.end.is_none() || r.second.end.is_none() {
         s.push_str("one started while the other was still running, and ");
     }
     s.push_str(

@@ -230,7 +230,8 @@ pub struct Access {
 /// Two conflicting accesses not ordered by happens-before.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Race {
-    /// The access that happened first in the execution that found it.
+    /// The two accesses in a canonical order (by op, then range), as recorded when the later one started: an
+    /// access whose `end` is `None` was still running then.
     pub first: Access,
     pub second: Access,
 }
@@ -835,6 +836,9 @@ impl<'p> Semantics<'p> {
                 a.end = Some(epoch);
             }
         }
+        st.accesses.sort();
+        // Races recorded while the item ran carry its end as unknown; they stay as found.
+
     }
 
     /// Starts an item: joins its stream predecessors, dependencies and issue clock (MODEL.md); checks its accesses
@@ -924,6 +928,7 @@ impl<'p> Semantics<'p> {
     fn access(&self, st: &mut State, who: Accessor, a: MemAccess, block: BlockId, at: &VClock, end: Option<Epoch>) {
         let new = Access { who, block, range: a.range, write: a.write, start: at.clone(), end };
         let (lo, hi) = (a.range.offset, a.range.offset + a.range.len);
+        let mut races = vec![];
         for old in &st.accesses {
             if old.block != block || !(old.write || a.write) {
                 continue;
@@ -939,10 +944,19 @@ impl<'p> Semantics<'p> {
             }
             let ordered = old.end.is_some_and(|e| e.happens_before(at));
             if !ordered {
-                st.races.insert(Race { first: old.clone(), second: new.clone() });
+                // Canonical order of the pair, so that the state does not depend on which access ran first.
+                let (first, second) = if (old.who.loc(), old.range) <= (new.who.loc(), new.range) {
+                    (old.clone(), new.clone())
+                } else {
+                    (new.clone(), old.clone())
+                };
+                races.push(Race { first, second });
             }
         }
-        st.accesses.push(new);
+        st.races.extend(races);
+        // Sorted, so that commuting steps give equal states (the explorer merges them).
+        let pos = st.accesses.partition_point(|a| a < &new);
+        st.accesses.insert(pos, new);
     }
 
     fn tick_host(&self, st: &mut State, t: ThreadId) {

@@ -3,6 +3,7 @@
 
 pub mod conform;
 pub mod explore;
+pub mod gen;
 pub mod rng;
 pub mod run;
 pub mod scheduler;
