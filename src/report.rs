@@ -20,6 +20,8 @@ pub struct Report {
     pub states: usize,
     pub final_states: usize,
     pub completed_final_states: usize,
+    /// States stuck if the device does not run streams side by side (S1).
+    pub starved_states: usize,
     pub limit_hit: Option<String>,
     pub findings: Vec<RenderedFinding>,
 }
@@ -71,8 +73,13 @@ impl Report {
             }
         };
         s.push_str(&format!("{}: {head}\n", self.program));
+        let starved = if self.starved_states > 0 {
+            format!("; {} stuck if the device does not run streams side by side (S1)", self.starved_states)
+        } else {
+            String::new()
+        };
         s.push_str(&format!(
-            "  profile {}; explored {} states, {} final, {} of them complete\n",
+            "  profile {}; explored {} states, {} final, {} of them complete{starved}\n",
             self.profile, self.states, self.final_states, self.completed_final_states
         ));
         if let Some(l) = &self.limit_hit {
@@ -129,6 +136,7 @@ fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
         states: ex.states,
         final_states: ex.terminal_states,
         completed_final_states: ex.completed_states,
+        starved_states: ex.starved_states,
         limit_hit: ex.limit_hit.clone(),
         findings,
     }
@@ -180,7 +188,7 @@ pub fn explain(sem: &Semantics, f: &Finding) -> String {
 fn fixes(d: &cuorder_model::waitfor::Stuck) -> Vec<&'static str> {
     let has = |needle: &str| d.cycle.iter().any(|e| e.text.contains(needle));
     let mut out = vec![];
-    if has("rendezvous") && has("queued behind") {
+    if (has("rendezvous") || has("eager window")) && has("queued behind") {
         out.push(
             "issue the send and the recv to the same peer in one group (ncclGroupStart/End: one launch whose parts \
              progress independently; N4), or order them by rank parity (even ranks send first, odd ranks receive \
@@ -189,8 +197,10 @@ fn fixes(d: &cuorder_model::waitfor::Stuck) -> Vec<&'static str> {
     }
     if has("(N7)") {
         out.push(
-            "make first contact mirrored: group the send and the recv to that peer so both directions are set up \
-             together, order them by rank parity, or set the connection up with a grouped warm-up exchange",
+            "make first contact mirrored: each pair of ranks must first meet in NCCL needing the same connection \
+             directions — group the send and the recv to a peer so both directions are set up together, order them \
+             by rank parity, or set every connection up with one grouped warm-up exchange before ops that wait for \
+             each other",
         );
     }
     if has("N5:") {
@@ -281,14 +291,29 @@ fn explain_race(sem: &Semantics, r: &Race, witness: &[cuorder_model::semantics::
     s
 }
 
-/// Specific reasons a user probably expected an order that is not there (S3, N10, P4).
+/// Specific reasons a user probably expected an order that is not there (S3, N10), looking both ways: a wait
+/// before one access on its stream that does not cover the other access.
 fn hints(sem: &Semantics, st: &State, r: &Race) -> Vec<String> {
     let mut out = vec![];
-    let (Accessor::Item { item: a, .. }, Accessor::Item { item: b, .. }) = (r.first.who, r.second.who) else {
+    let (Accessor::Item { item: x, .. }, Accessor::Item { item: y, .. }) = (r.first.who, r.second.who) else {
         return out;
     };
+    for (a, b) in [(x, y), (y, x)] {
+        for h in wait_hints(sem, st, a, b) {
+            if !out.contains(&h) {
+                out.push(h);
+            }
+        }
+    }
+    out
+}
+
+/// Hints about the waits queued before item `b` on its stream(s) that a user may have meant to order `b` after `a`.
+fn wait_hints(sem: &Semantics, st: &State, a: cuorder_model::semantics::ItemKey, b: cuorder_model::semantics::ItemKey) -> Vec<String> {
+    let mut out = vec![];
     let (ia, ib) = (&st.items[&a], &st.items[&b]);
-    // A wait marker on b's stream, before b, bound to a record on a's stream that was enqueued before a.
+    let rank = ia.streams[0].rank;
+    let a_streams: Vec<String> = ia.streams.iter().map(|s| sem.program.stream_label(*s, rank)).collect();
     for sb in &ib.streams {
         let (q, _) = &st.queues[sem.stream_index(*sb)];
         let pos_b = q.iter().position(|k| *k == b).unwrap_or(q.len());
@@ -297,15 +322,13 @@ fn hints(sem: &Semantics, st: &State, r: &Race) -> Vec<String> {
             if wi.kind != ItemKind::WaitMarker {
                 continue;
             }
-            if wi.deps.is_empty() {
-                out.push(format!(
-                    "{} was issued before any record of its event, so it orders nothing (S3)",
-                    sem.op_label(w.loc())
-                ));
+            let Some(d) = wi.deps.first() else {
+                out.push(format!("{} was issued before any record of its event, so it orders nothing (S3)", sem.op_label(w.loc())));
                 continue;
-            }
-            for d in &wi.deps {
-                for sa in &ia.streams {
+            };
+            let rec = &st.items[d];
+            match ia.streams.iter().find(|sa| rec.streams.contains(sa)) {
+                Some(sa) => {
                     let (qa, _) = &st.queues[sem.stream_index(*sa)];
                     let (pd, pa) = (qa.iter().position(|k| k == d), qa.iter().position(|k| *k == a));
                     if let (Some(pd), Some(pa)) = (pd, pa) {
@@ -325,6 +348,17 @@ fn hints(sem: &Semantics, st: &State, r: &Race) -> Vec<String> {
                             ));
                         }
                     }
+                }
+                None => {
+                    let rs: Vec<String> = rec.streams.iter().map(|s| sem.program.stream_label(*s, rank)).collect();
+                    out.push(format!(
+                        "{} is bound to {} on stream {}, not to work on stream {} (S3: a wait binds to the event's most \
+                         recent record at the time of the wait call; a later or earlier record does not count)",
+                        sem.op_label(w.loc()),
+                        sem.op_label(d.loc()),
+                        rs.join("+"),
+                        a_streams.join("+")
+                    ));
                 }
             }
         }

@@ -3,6 +3,7 @@
 
 #[allow(dead_code)]
 pub(crate) mod cuda;
+pub mod calibrate;
 pub mod error;
 pub mod kernels;
 pub mod libsearch;

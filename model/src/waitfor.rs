@@ -82,7 +82,6 @@ impl<'p> Semantics<'p> {
                 let dirs: BTreeSet<_> = need.values().flatten().copied().collect();
                 format!("{} is blocked in {op}, setting up connection {} (N7)", self.thread_label(t), dirs_label(&dirs))
             }
-            Some(Wait::Init(_)) => format!("{} is blocked in {op} (N8)", self.thread_label(t)),
             Some(_) => format!("{} is blocked in {op}", self.thread_label(t)),
             None => format!("{} is about to call {op}", self.thread_label(t)),
         }

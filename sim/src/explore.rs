@@ -34,6 +34,9 @@ pub struct Exploration {
     pub terminal_states: usize,
     /// Final states in which everything finished.
     pub completed_states: usize,
+    /// States (not final) that are stuck if the device never runs the remaining items beside a spinning NCCL kernel
+    /// (S1; only explored when the profile does not guarantee independent progress).
+    pub starved_states: usize,
     /// Every distinct problem, in the order first found.
     pub findings: Vec<Finding>,
     /// Set when a limit stopped the search: the verdict then covers only what was explored.
@@ -85,6 +88,7 @@ struct Search<'a, 'p> {
     terminal_hits: BTreeMap<ProblemKey, usize>,
     terminal_states: usize,
     completed_states: usize,
+    starved_states: usize,
 }
 
 impl Search<'_, '_> {
@@ -145,6 +149,7 @@ impl Search<'_, '_> {
             }
         } else if !sem.profile.independent_progress && enabled.iter().all(|s| sem.starvable(st, s)) {
             // S1: the device may keep every remaining item from starting next to a spinning NCCL kernel.
+            self.starved_states += 1;
             let key = self.deadlock_key(st, true);
             self.record(key, || Problem::Deadlock(sem.explain(st, true)), path);
         }
@@ -184,6 +189,7 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         terminal_hits: BTreeMap::new(),
         terminal_states: 0,
         completed_states: 0,
+        starved_states: 0,
     };
     let mut visited: HashSet<u128> = HashSet::new();
     let mut path: Vec<Step> = vec![];
@@ -229,6 +235,7 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         states: visited.len(),
         terminal_states: search.terminal_states,
         completed_states: search.completed_states,
+        starved_states: search.starved_states,
         findings,
         limit_hit,
     }

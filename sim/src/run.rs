@@ -109,10 +109,10 @@ pub fn describe_step(sem: &Semantics, i: u32, before: &State, step: &Step, after
     }
     match step {
         Step::Transfer { send, recv } => {
-            ev(sem.thread_label(send.thread).replace(' ', " ") + " nccl", format!("data of #{} moves to {} #{} (rendezvous)", send.op, sem.thread_label(recv.thread), recv.op));
+            ev(format!("r{} nccl", sem.rank_of(send.thread)), format!("data of #{} moves to {} #{} (rendezvous)", send.op, sem.thread_label(recv.thread), recv.op));
         }
-        Step::Eager { send } => ev(sem.thread_label(send.thread) + " nccl", format!("#{} delivers into the connection buffers (eager)", send.op)),
-        Step::Drain { recv } => ev(sem.thread_label(recv.thread) + " nccl", format!("#{} takes its data from the connection buffers", recv.op)),
+        Step::Eager { send } => ev(format!("r{} nccl", sem.rank_of(send.thread)), format!("#{} delivers into the connection buffers (eager)", send.op)),
+        Step::Drain { recv } => ev(format!("r{} nccl", sem.rank_of(recv.thread)), format!("#{} takes its data from the connection buffers", recv.op)),
         Step::Collective { comm, seq } => ev(
             format!("{}", sem.program.comms[comm.0 as usize].name),
             format!("collective #{seq} completes on every member"),

@@ -1,11 +1,12 @@
 //! `cuorder-hw`: runs a program on this machine's GPUs and writes what it observed (`run`), writes the built-in
-//! smoke programs (`smoke-programs`), reports what it finds on the machine (`env`); `rank` is the hidden
-//! sub-command each rank process runs.
+//! smoke programs (`smoke-programs`), reports what it finds on the machine (`env`), measures the platform and writes
+//! a profile (`calibrate`, `calibration-programs`); `rank` is the hidden sub-command each rank process runs.
 //!
 //! Exit codes: 0 the run produced an observation (whatever its outcome); 1 an error; 2 bad input; 3 no GPU or driver.
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use cuorder_hw::calibrate::{self, CalibrateOptions, HwRunner, Stage};
 use cuorder_hw::error::HwError;
 use cuorder_hw::libsearch::{self, Found, Lib};
 use cuorder_hw::observation::{Evidence, Observation, Outcome};
@@ -53,6 +54,55 @@ enum Cmd {
     },
     /// Say what this machine offers: driver, GPUs, where NCCL and NVRTC are.
     Env,
+    /// Measure this machine's undocumented CUDA/NCCL behaviours with probe programs on 2 GPUs and write a profile
+    /// (`OUT_DIR/NAME.ron`, loadable by `cuorder check --profile`) and its measurements
+    /// (`MEASUREMENTS_DIR/NAME.measurements.ron`: every probe, the eager-window search, P2P/launch/event timing).
+    Calibrate {
+        /// Folder for the profile.
+        #[arg(long)]
+        out_dir: PathBuf,
+        /// Folder for the measurements (default: OUT_DIR).
+        #[arg(long)]
+        measurements_dir: Option<PathBuf>,
+        /// Keep every probe's run folder (program, rank logs, NCCL output, observation) here as NNN-PROGRAM/.
+        #[arg(long)]
+        probe_dir: Option<PathBuf>,
+        /// Watchdog of each semantic probe in seconds (a hang costs this).
+        #[arg(long, default_value_t = 3.0)]
+        probe_timeout_s: f64,
+        /// Watchdog of the timing probes in seconds.
+        #[arg(long, default_value_t = 15)]
+        timing_timeout_s: u64,
+        /// Limit on each probe's set-up, in seconds.
+        #[arg(long, default_value_t = 30)]
+        setup_timeout_s: u64,
+        /// No probe is started after this many seconds; what was not measured keeps the portable value.
+        #[arg(long, default_value_t = 300)]
+        budget_s: u64,
+        /// Largest size per send of the eager-window search, in MiB.
+        #[arg(long, default_value_t = 1024)]
+        eager_max_mib: u64,
+        /// Numbers of consecutive sends to search the eager window for (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+        eager_sends: Vec<u32>,
+        /// Repetitions of each P2P timing size.
+        #[arg(long, default_value_t = 5)]
+        timing_reps: u32,
+        /// Stages to skip: timing, eager, n5, s1, first-contact (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        skip: Vec<String>,
+        /// Profile name (default: GPU model, count, link and NCCL version, e.g. h200x2-nvlink-nccl2.28.3).
+        #[arg(long)]
+        name: Option<String>,
+        /// Link name (default: from `nvidia-smi topo -m`).
+        #[arg(long)]
+        link: Option<String>,
+    },
+    /// Write the semantic calibration probes (default sizes) as resolved-program RON files into DIR.
+    CalibrationPrograms {
+        #[arg(long)]
+        dir: PathBuf,
+    },
     /// One rank process (started by `run`).
     #[command(hide = true)]
     Rank {
@@ -87,6 +137,57 @@ fn main() {
             }
         },
         Cmd::Env => env_report(),
+        Cmd::CalibrationPrograms { dir } => match write_programs(&dir, cuorder_hw::calibrate::probes::semantic_programs(256 << 20)) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                1
+            }
+        },
+        Cmd::Calibrate {
+            out_dir,
+            measurements_dir,
+            probe_dir,
+            probe_timeout_s,
+            timing_timeout_s,
+            setup_timeout_s,
+            budget_s,
+            eager_max_mib,
+            eager_sends,
+            timing_reps,
+            skip,
+            name,
+            link,
+        } => {
+            let mut stages = Vec::new();
+            for s in &skip {
+                match Stage::parse(s) {
+                    Some(st) => stages.push(st),
+                    None => {
+                        eprintln!("error: unknown stage `{s}` (timing, eager, n5, s1, first-contact)");
+                        std::process::exit(2);
+                    }
+                }
+            }
+            if !(probe_timeout_s > 0.0 && probe_timeout_s < 3600.0) || eager_sends.contains(&0) {
+                eprintln!("error: --probe-timeout-s must be in (0, 3600) and --eager-sends positive");
+                std::process::exit(2);
+            }
+            let opts = CalibrateOptions {
+                probe_timeout: Duration::from_secs_f64(probe_timeout_s),
+                timing_timeout: Duration::from_secs(timing_timeout_s),
+                budget: Duration::from_secs(budget_s),
+                eager_max: eager_max_mib << 20,
+                eager_sends,
+                timing_reps,
+                skip: stages,
+                name,
+                link,
+                ..CalibrateOptions::default()
+            };
+            let run = RunOptions { setup_timeout: Duration::from_secs(setup_timeout_s), ..RunOptions::default() };
+            calibrate_cmd(&out_dir, measurements_dir.as_deref().unwrap_or(&out_dir), probe_dir, opts, run)
+        }
         Cmd::Run { program, out, timeout_s, setup_timeout_s, work_dir, keep_work_dir } => {
             let opts = RunOptions {
                 timeout: Duration::from_secs(timeout_s),
@@ -103,8 +204,12 @@ fn main() {
 }
 
 fn write_smoke(dir: &Path) -> anyhow::Result<()> {
+    write_programs(dir, cuorder_hw::smoke::programs())
+}
+
+fn write_programs(dir: &Path, programs: Vec<Program>) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    for p in cuorder_hw::smoke::programs() {
+    for p in programs {
         let path = dir.join(format!("{}.ron", p.name));
         std::fs::write(&path, cuorder_hw::smoke::to_ron(&p)).with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
@@ -171,6 +276,11 @@ fn prepare_libraries(need_nccl: bool) -> Result<Option<String>, String> {
     }
     let current = std::env::var("LD_LIBRARY_PATH").ok();
     let new = libsearch::prepend_ld_path(current.as_deref(), &dirs);
+    if current.as_deref() == Some(new.as_str()) {
+        // Already in front (a file named by CUORDER_NCCL_LIB is found as a file again after re-executing): the
+        // loader looks there before its cache.
+        return Ok(nccl_file);
+    }
     if std::env::var("CUORDER_HW_REEXEC").as_deref() == Ok("1") {
         return Err(format!(
             "the libraries were found but still cannot be loaded after re-executing with LD_LIBRARY_PATH={}",
@@ -230,6 +340,49 @@ fn run_cmd(program: &Path, out: &Path, mut opts: RunOptions) -> i32 {
             1
         }
     }
+}
+
+fn calibrate_cmd(out_dir: &Path, meas_dir: &Path, probe_dir: Option<PathBuf>, opts: CalibrateOptions, mut run: RunOptions) -> i32 {
+    if let Err(e) = supervisor::check_gpus(2) {
+        eprintln!("cuorder-hw: calibration needs 2 GPUs: {e}");
+        return 3;
+    }
+    match prepare_libraries(true) {
+        Ok(f) => run.nccl_library = f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    }
+    for d in [Some(out_dir), Some(meas_dir), probe_dir.as_deref()].into_iter().flatten() {
+        if let Err(e) = std::fs::create_dir_all(d) {
+            eprintln!("error: cannot create {}: {e}", d.display());
+            return 1;
+        }
+    }
+    let mut runner = HwRunner::new(run, probe_dir);
+    let partial = meas_dir.join("calibration.partial.ron");
+    let out = calibrate::calibrate(&mut runner, &opts, &mut |l: &str| println!("{l}"), Some(partial.clone()));
+    let name = &out.profile.name;
+    let meas_path = meas_dir.join(format!("{name}.measurements.ron"));
+    let prof_path = out_dir.join(format!("{name}.ron"));
+    let meas_ref = format!("traces/hw/calibration/{name}.measurements.ron");
+    let profile_text = calibrate::profile_ron(&out.profile, &meas_ref);
+    if let Err(e) = std::fs::write(&meas_path, out.measurements.to_ron()) {
+        eprintln!("error: cannot write {}: {e}", meas_path.display());
+        return 1;
+    }
+    let _ = std::fs::remove_file(&partial);
+    if let Err(e) = std::fs::write(&prof_path, &profile_text) {
+        eprintln!("error: cannot write {}: {e}", prof_path.display());
+        return 1;
+    }
+    for n in &out.measurements.notes {
+        println!("note: {n}");
+    }
+    println!("profile written to {}:\n{profile_text}", prof_path.display());
+    println!("measurements written to {}", meas_path.display());
+    0
 }
 
 fn summary(o: &Observation) -> String {
