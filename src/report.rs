@@ -322,13 +322,13 @@ fn wait_hints(sem: &Semantics, st: &State, a: cuorder_model::semantics::ItemKey,
             if wi.kind != ItemKind::WaitMarker {
                 continue;
             }
-            if w.thread == a.thread && a.op > w.op {
-                continue; // `a` was issued after the wait: the wait was never meant to cover it
-            }
             let Some(d) = wi.deps.first() else {
                 out.push(format!("{} was issued before any record of its event, so it orders nothing (S3)", sem.op_label(w.loc())));
                 continue;
             };
+            if w.thread == a.thread && a.op > w.op {
+                continue; // `a` was issued after the wait and its bound record: never meant to be covered by it
+            }
             let rec = &st.items[d];
             match ia.streams.iter().find(|sa| rec.streams.contains(sa)) {
                 Some(sa) => {
