@@ -4,6 +4,7 @@
 pub mod diagnostics;
 pub mod report;
 pub mod timeline;
+pub mod traces;
 
 use std::path::Path;
 

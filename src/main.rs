@@ -63,8 +63,15 @@ enum Command {
     /// Check a hardware observation (from `cuorder-hw run`) against the model: prints "agrees" or each
     /// disagreement. Exit 0 agrees, 1 disagrees, 2 bad input.
     Conform {
-        program: PathBuf,
-        trace: PathBuf,
+        /// The program (omit with --dir).
+        #[arg(required_unless_present = "dir")]
+        program: Option<PathBuf>,
+        /// The observation (omit with --dir).
+        #[arg(required_unless_present = "dir")]
+        trace: Option<PathBuf>,
+        /// Instead: re-check every folder with a MANIFEST.ron under DIR and print a summary.
+        #[arg(long, conflicts_with_all = ["program", "trace"])]
+        dir: Option<PathBuf>,
         #[arg(long, default_value = "portable")]
         profile: String,
         #[arg(long, default_value_t = 2_000_000)]
@@ -150,7 +157,8 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::Conform { program, trace, profile, max_states } => {
+        Command::Conform { dir: Some(dir), .. } => conform_dir(&dir),
+        Command::Conform { program: Some(program), trace: Some(trace), profile, max_states, dir: None } => {
             let prof = match load_profile(&profile) {
                 Ok(p) => p,
                 Err(e) => return fail(e),
@@ -167,6 +175,10 @@ fn main() -> ExitCode {
             let c = cuorder_sim::conform::conform(&sem, &obs, &Limits { max_states, ..Limits::default() });
             print!("{}", c.to_text());
             ExitCode::from(if c.agrees() { 0 } else { 1 })
+        }
+        Command::Conform { .. } => {
+            eprintln!("error: conform needs PROGRAM and TRACE, or --dir DIR");
+            ExitCode::from(2)
         }
         Command::Gen { seed, count, out } => {
             if let Err(e) = std::fs::create_dir_all(&out) {
@@ -203,4 +215,45 @@ fn main() -> ExitCode {
             },
         },
     }
+}
+
+/// `cuorder conform --dir DIR`: every manifest folder under DIR, one line per trace, and totals.
+fn conform_dir(dir: &std::path::Path) -> ExitCode {
+    let found = cuorder::traces::manifests(dir);
+    if found.is_empty() {
+        eprintln!("error: no MANIFEST.ron under {}", dir.display());
+        return ExitCode::from(2);
+    }
+    let root = std::env::current_dir().unwrap_or_default();
+    let (mut total, mut agree, mut explained, mut unexplained) = (0, 0, 0, 0);
+    for m in found {
+        let checks = match cuorder::traces::check_folder(&m, &root) {
+            Ok(c) => c,
+            Err(e) => return fail(e),
+        };
+        for c in checks {
+            total += 1;
+            let verdict = match (c.conformance.agrees(), &c.explained) {
+                (true, None) => {
+                    agree += 1;
+                    "agrees".to_string()
+                }
+                (false, Some(why)) => {
+                    explained += 1;
+                    format!("disagrees (explained: {why})")
+                }
+                (true, Some(_)) => {
+                    unexplained += 1;
+                    "agrees, but the manifest expects a disagreement".to_string()
+                }
+                (false, None) => {
+                    unexplained += 1;
+                    format!("DISAGREES\n{}", c.conformance.to_text())
+                }
+            };
+            println!("{}: {verdict}", c.trace.display());
+        }
+    }
+    println!("{total} traces: {agree} agree, {explained} explained disagreements, {unexplained} unexplained");
+    ExitCode::from(if unexplained == 0 { 0 } else { 1 })
 }
