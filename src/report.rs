@@ -147,11 +147,13 @@ pub fn explain(sem: &Semantics, f: &Finding) -> String {
     let mut s = String::new();
     match &f.problem {
         Problem::Deadlock(d) => {
-            if d.starvation {
+            if d.starvation && d.cycle.iter().any(|e| e.text.contains("S1")) {
                 s.push_str(
                     "the device may keep every remaining item from starting while an NCCL kernel spins \
                      (S1: streams are not guaranteed to progress independently)\n",
                 );
+            } else if d.starvation {
+                s.push_str("NCCL may refuse to buffer a send beyond its guaranteed eager window (N2)\n");
             }
             s.push_str(if d.is_cycle { "wait-for cycle:\n" } else { "wait-for chain (ends in a wait that nothing satisfies):\n" });
             for (i, e) in d.cycle.iter().enumerate() {
@@ -215,7 +217,7 @@ fn fixes(d: &cuorder_model::waitfor::Stuck) -> Vec<&'static str> {
     if has("never issues") {
         out.push("every send needs a matching recv on the same communicator (the n-th send from a to b matches the n-th recv on b from a; N3)");
     }
-    if d.starvation {
+    if d.starvation && has("S1") {
         out.push("do not rely on two streams running side by side: make the operations that wait for each other one NCCL group, or order them on one stream");
     }
     out

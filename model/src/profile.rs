@@ -23,6 +23,11 @@ pub struct Profile {
     /// N2: bytes a send may deliver into a connection's internal buffers with no recv running, per (communicator,
     /// source, destination) connection. 0 = rendezvous: a send ends only together with its recv.
     pub eager_bytes_per_connection: u64,
+    /// N2: of that window, the bytes that are *guaranteed*: sends beyond this (up to `eager_bytes_per_connection`)
+    /// may or may not complete without their recv, so the explorer also reports the executions in which the
+    /// platform refuses them. Defaults to `eager_bytes_per_connection` (a window that is always available).
+    #[serde(default)]
+    pub eager_bytes_guaranteed: Option<u64>,
     /// S1: `true` when streams are guaranteed to progress independently. `false` (the documented guarantee) also
     /// explores executions in which a spinning NCCL kernel keeps every other item of its device from starting.
     pub independent_progress: bool,
@@ -48,6 +53,7 @@ impl Profile {
                           independent progress (S1), per-communicator serialization (N5); connections exist at init"
                 .into(),
             eager_bytes_per_connection: 0,
+            eager_bytes_guaranteed: None,
             independent_progress: false,
             lazy_connect: false,
             nonmirrored_first_contact: NonMirrored::Hang,
@@ -65,6 +71,7 @@ impl Profile {
                           connection set-up (N7), per-communicator serialization (N5)"
                 .into(),
             eager_bytes_per_connection: 4 << 20,
+            eager_bytes_guaranteed: None,
             independent_progress: true,
             lazy_connect: true,
             nonmirrored_first_contact: NonMirrored::Hang,
@@ -82,6 +89,11 @@ impl Profile {
             "eager" => Some(Profile::eager()),
             _ => None,
         }
+    }
+
+    /// Bytes per connection that are always available to eager sends (N2).
+    pub fn eager_guaranteed(&self) -> u64 {
+        self.eager_bytes_guaranteed.unwrap_or(self.eager_bytes_per_connection).min(self.eager_bytes_per_connection)
     }
 
     /// Parses a profile written in RON.

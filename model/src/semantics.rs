@@ -478,7 +478,16 @@ impl<'p> Semantics<'p> {
 
     /// Enabled steps an adversarial device may withhold when streams have no guaranteed independent progress (S1):
     /// starting any item on a device where an NCCL launch is running (spinning).
+    /// Also an eager delivery beyond the profile's guaranteed eager window (N2): the platform may refuse it.
     pub fn starvable(&self, st: &State, step: &Step) -> bool {
+        if let Step::Eager { send } = step {
+            let (item, op) = Self::comm_op(st, self.find_comm_op(st, *send));
+            let (ItemKind::Launch { comm, .. }, CommOpKind::Send { peer, .. }) = (&item.kind, op.kind) else {
+                return false;
+            };
+            let used = st.eager_used.get(&(*comm, self.rank_of(send.thread), peer)).copied().unwrap_or(0);
+            return used + op.bytes > self.profile.eager_guaranteed();
+        }
         if self.profile.independent_progress {
             return false;
         }

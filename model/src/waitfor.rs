@@ -223,10 +223,17 @@ impl<'p> Semantics<'p> {
         let ItemKind::Launch { comm, ops } = &item.kind else { return };
         let rank = item.streams[0].rank;
         let me = self.item_label(st, k);
-        let rendezvous = if self.profile.eager_bytes_per_connection == 0 {
+        let (possible, guaranteed) = (self.profile.eager_bytes_per_connection, self.profile.eager_guaranteed());
+        let rendezvous = if possible == 0 {
             "rendezvous".to_string()
+        } else if guaranteed < possible {
+            format!(
+                "no recv running, and the send is not guaranteed to fit the eager window left: {} guaranteed, up to {} seen",
+                crate::describe::bytes(guaranteed),
+                crate::describe::bytes(possible)
+            )
         } else {
-            format!("larger than the {} eager window left", crate::describe::bytes(self.profile.eager_bytes_per_connection))
+            format!("larger than the {} eager window left", crate::describe::bytes(possible))
         };
         for op in ops.iter().filter(|o| o.status == CommOpStatus::Pending) {
             let (r, _) = self.thread_of[op.loc.thread as usize];

@@ -124,7 +124,7 @@ impl Search<'_, '_> {
                 Some(FinalKind::Undefined)
             } else if enabled.is_empty() {
                 Some(if sem.is_complete(st) { FinalKind::Complete } else { FinalKind::Deadlock })
-            } else if !sem.profile.independent_progress && enabled.iter().all(|s| sem.starvable(st, s)) {
+            } else if enabled.iter().all(|s| sem.starvable(st, s)) {
                 Some(FinalKind::Starved)
             } else {
                 None
@@ -147,7 +147,7 @@ impl Search<'_, '_> {
                 self.record(key.clone(), || Problem::Deadlock(sem.explain(st, false)), path);
                 present.push(key);
             }
-        } else if !sem.profile.independent_progress && enabled.iter().all(|s| sem.starvable(st, s)) {
+        } else if enabled.iter().all(|s| sem.starvable(st, s)) {
             // S1: the device may keep every remaining item from starting next to a spinning NCCL kernel.
             self.starved_states += 1;
             let key = self.deadlock_key(st, true);
