@@ -212,6 +212,14 @@ pub struct FirstContact {
     pub bytes: u64,
     /// Both ranks: ungrouped send then receive on a fresh pair (not mirrored).
     pub ungrouped: Option<ProbeOutcome>,
+    /// When the ungrouped probe hung: `Some(true)` if every host had returned from all its NCCL calls (the set-up
+    /// finished on the host and the hang is on the device), `Some(false)` if a host was still inside one (the
+    /// host-level wait that `NonMirrored::Hang` models).
+    #[serde(default)]
+    pub ungrouped_calls_returned: Option<bool>,
+    /// When the ungrouped probe hung: whether both sends finished (a device trace saw their end).
+    #[serde(default)]
+    pub ungrouped_sends_finished: Option<bool>,
     /// Both ranks: {send, receive} in one group on a fresh pair (mirrored).
     pub grouped: Option<ProbeOutcome>,
     /// Host time of rank 0's outermost `ncclGroupEnd` in the grouped probe (the connection set-up), in ns.
@@ -686,8 +694,9 @@ impl Cal<'_> {
         let b = self.opts.first_contact_bytes;
         let env = self.debug_env();
         let mut fc = FirstContact { bytes: b, late_peer_sleep_ns: self.opts.late_peer_sleep.as_nanos() as u64, ..Default::default() };
-        let (out, _) = self.probe(&probes::first_contact(b, false), self.opts.probe_timeout, &env);
+        let (out, obs) = self.probe(&probes::first_contact(b, false), self.opts.probe_timeout, &env);
         fc.ungrouped = Some(out);
+        (fc.ungrouped_calls_returned, fc.ungrouped_sends_finished) = obs.as_ref().map(hang_shape).unwrap_or((None, None));
         let (out, obs) = self.probe(&probes::first_contact(b, true), self.opts.probe_timeout, &env);
         fc.grouped = Some(out);
         fc.grouped_connect_host_ns = obs.as_ref().and_then(|o| host_dur(o, 0, probes::FIRST_CONTACT_GROUP_END));
@@ -718,6 +727,44 @@ impl Cal<'_> {
             None => Link { kind: "unknown".into(), detail: None, source: "none".into() },
         };
     }
+}
+
+/// For a hung run: (whether every NCCL call returned to its host, whether every send finished); (None, None) for a
+/// run that did not hang.
+pub fn hang_shape(o: &Observation) -> (Option<bool>, Option<bool>) {
+    if !matches!(o.outcome, Outcome::Hung { .. }) {
+        return (None, None);
+    }
+    let nccl = |k: &str| matches!(k, "Send" | "Recv" | "GroupEnd" | "Collective" | "CommInit");
+    let returned = o.ops.iter().filter(|x| nccl(&x.kind)).all(|x| x.host_return_ns.is_some());
+    let sends: Vec<_> = o.ops.iter().filter(|x| x.kind == "Send").collect();
+    let finished = (!sends.is_empty()).then(|| sends.iter().all(|x| x.finished == Some(true)));
+    (Some(returned), finished)
+}
+
+/// Re-derives the profile of `m` from the probe folders of its run (`probe_dir/NNN-PROGRAM/observation.ron`, as
+/// `calibrate --probe-dir` keeps them): fills in what later versions of this code read from the observations
+/// (the shape of the first-contact hang), then [`derive_profile`] again. The name stays `m.profile`.
+///
+/// Errors: an observation that should be there cannot be read.
+pub fn rederive(m: &mut Measurements, probe_dir: &std::path::Path) -> Result<Profile, String> {
+    if let Some(rec) = m.probes.iter().find(|p| p.program.starts_with("n7-first-contact-ungrouped")) {
+        if matches!(rec.outcome, ProbeOutcome::Hung) {
+            let path = probe_dir.join(format!("{:03}-{}", rec.index, rec.program)).join("observation.ron");
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let o = Observation::from_ron(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            (m.first_contact.ungrouped_calls_returned, m.first_contact.ungrouped_sends_finished) = hang_shape(&o);
+        }
+    }
+    let (mut profile, mut notes) = derive_profile(m);
+    profile.name = m.profile.clone();
+    notes.push(format!(
+        "re-derived by cuorder-hw {} from the measurements and the probe observations (no new device run)",
+        env!("CARGO_PKG_VERSION")
+    ));
+    m.notes = notes;
+    m.derived = Some(profile.clone());
+    Ok(profile)
 }
 
 fn fit_of(out: &ProbeOutcome) -> Fit {
@@ -856,6 +903,16 @@ pub fn derive_profile(m: &Measurements) -> (Profile, Vec<String>) {
     } else {
         desc.push(format!("eager {eager_bytes} B ({})", per.join(", ")));
     }
+    let granules = eager_granules(m);
+    if !granules.is_empty() {
+        let g: Vec<String> = granules.iter().map(|&g| bytes(g)).collect();
+        notes.push(format!(
+            "N2 (inference): every boundary is consistent with a window of {} B in which each send takes a whole \
+             number of granules of {} (a per-send rounding, e.g. channels x slot size), not with byte-exact sharing",
+            eager.unwrap_or(0),
+            g.join(" or ")
+        ));
+    }
     if m.eager.iter().any(|e| !e.monotone) {
         notes.push("N2: some answers of the eager search were not monotone in size or not reproducible: see the probes".into());
     }
@@ -902,6 +959,9 @@ pub fn derive_profile(m: &Measurements) -> (Profile, Vec<String>) {
     // N7.
     let fc = &m.first_contact;
     let blocked = fc.late_peer_send_host_ns.map(|ns| ns >= fc.late_peer_sleep_ns / 2);
+    if let (Some(true), Some(ns)) = (blocked, fc.late_peer_send_host_ns) {
+        desc.push(format!("N7 set-up blocks the host (first send to a late peer: {} ms in the call)", ns / 1_000_000));
+    }
     if let Some(b) = blocked {
         notes.push(format!(
             "N7: an ungrouped first send to a peer that calls NCCL {} ms later {} ({:?} ns in the call)",
@@ -911,6 +971,20 @@ pub fn derive_profile(m: &Measurements) -> (Profile, Vec<String>) {
         ));
     }
     let (lazy, nonmirrored) = match &fc.ungrouped {
+        Some(ProbeOutcome::Hung) if fc.ungrouped_calls_returned == Some(true) => {
+            let sends = match fc.ungrouped_sends_finished {
+                Some(true) => ", both sends finished",
+                Some(false) => ", not every send finished",
+                None => "",
+            };
+            notes.push(format!(
+                "N7: non-mirrored ungrouped first contact hung on the device after every NCCL call had returned to its \
+                 host (set-up done{sends}; the receives never finished): not the host-level wait that Hang models, \
+                 so Undefined"
+            ));
+            desc.push(format!("N7 non-mirrored first contact hung on the device after the calls returned{sends} -> undefined"));
+            (true, NonMirrored::Undefined)
+        }
         Some(ProbeOutcome::Hung) => {
             notes.push("N7: non-mirrored ungrouped first contact hung: lazy connection set-up, Hang".into());
             desc.push("N7 non-mirrored first contact hung".into());
@@ -956,16 +1030,45 @@ pub fn derive_profile(m: &Measurements) -> (Profile, Vec<String>) {
         m.date,
         desc.join("; ")
     );
-    let profile = Profile {
-        name: String::new(),
-        description,
-        eager_bytes_per_connection: eager_bytes,
-        independent_progress: independent,
-        lazy_connect: lazy,
-        nonmirrored_first_contact: nonmirrored,
-        serialize_per_comm: serialize,
-    };
+    // Built from `portable` so that fields this code does not measure keep their portable values.
+    let mut profile = portable;
+    profile.name = String::new();
+    profile.description = description;
+    profile.eager_bytes_per_connection = eager_bytes;
+    profile.independent_progress = independent;
+    profile.lazy_connect = lazy;
+    profile.nonmirrored_first_contact = nonmirrored;
+    profile.serialize_per_comm = serialize;
     (profile, notes)
+}
+
+/// Powers of two G (64 KiB ..= the one-send window W) such that, for every search with both a fitting and a hanging
+/// size, `k` sends of the fitting size take at most W and `k` sends of the hanging size more than W when each send
+/// is rounded up to whole multiples of G. Empty when fewer than two searches have both, or when byte-exact sharing
+/// (G = 1) already explains every boundary.
+pub fn eager_granules(m: &Measurements) -> Vec<u64> {
+    let Some(w) = m.eager.iter().find(|e| e.sends == 1).and_then(|e| e.largest_fit_per_send) else { return vec![] };
+    let pts: Vec<(u64, u64, u64)> = m
+        .eager
+        .iter()
+        .filter_map(|e| Some((e.sends as u64, e.largest_fit_per_send?, e.smallest_hang_per_send?)))
+        .collect();
+    if pts.len() < 2 {
+        return vec![];
+    }
+    let ok = |g: u64| pts.iter().all(|&(k, f, h)| k * f.div_ceil(g) * g <= w && k * h.div_ceil(g) * g > w);
+    if ok(1) {
+        return vec![];
+    }
+    let mut out = Vec::new();
+    let mut g = 64 * KIB;
+    while g <= w {
+        if ok(g) {
+            out.push(g);
+        }
+        g *= 2;
+    }
+    out
 }
 
 /// Whether several consecutive sends share the window ("the total counts") or each has its own.

@@ -98,6 +98,22 @@ enum Cmd {
         #[arg(long)]
         link: Option<String>,
     },
+    /// Derive the profile again from a calibration's measurements and its probe folders (no GPU needed): rewrites
+    /// the measurements file and writes OUT_DIR/NAME.ron.
+    CalibrateRederive {
+        /// The measurements file (`NAME.measurements.ron`); rewritten with the new notes and profile.
+        #[arg(long)]
+        measurements: PathBuf,
+        /// The run's probe folders (`--probe-dir` of `calibrate`).
+        #[arg(long)]
+        probe_dir: PathBuf,
+        /// Folder for the profile.
+        #[arg(long)]
+        out_dir: PathBuf,
+        /// Where the profile's header says the measurements are.
+        #[arg(long)]
+        measurements_ref: Option<String>,
+    },
     /// Write the semantic calibration probes (default sizes) as resolved-program RON files into DIR.
     CalibrationPrograms {
         #[arg(long)]
@@ -137,6 +153,9 @@ fn main() {
             }
         },
         Cmd::Env => env_report(),
+        Cmd::CalibrateRederive { measurements, probe_dir, out_dir, measurements_ref } => {
+            rederive_cmd(&measurements, &probe_dir, &out_dir, measurements_ref)
+        }
         Cmd::CalibrationPrograms { dir } => match write_programs(&dir, cuorder_hw::calibrate::probes::semantic_programs(256 << 20)) {
             Ok(()) => 0,
             Err(e) => {
@@ -382,6 +401,46 @@ fn calibrate_cmd(out_dir: &Path, meas_dir: &Path, probe_dir: Option<PathBuf>, op
     }
     println!("profile written to {}:\n{profile_text}", prof_path.display());
     println!("measurements written to {}", meas_path.display());
+    0
+}
+
+fn rederive_cmd(meas: &Path, probe_dir: &Path, out_dir: &Path, meas_ref: Option<String>) -> i32 {
+    let text = match std::fs::read_to_string(meas) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", meas.display());
+            return 2;
+        }
+    };
+    let mut m = match calibrate::Measurements::from_ron(&text) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {} is not a calibration's measurements: {e}", meas.display());
+            return 2;
+        }
+    };
+    let profile = match calibrate::rederive(&mut m, probe_dir) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    let meas_ref = meas_ref.unwrap_or_else(|| format!("traces/hw/calibration/{}.measurements.ron", profile.name));
+    let prof_path = out_dir.join(format!("{}.ron", profile.name));
+    let profile_text = calibrate::profile_ron(&profile, &meas_ref);
+    if let Err(e) = std::fs::create_dir_all(out_dir).and_then(|_| std::fs::write(&prof_path, &profile_text)) {
+        eprintln!("error: cannot write {}: {e}", prof_path.display());
+        return 1;
+    }
+    if let Err(e) = std::fs::write(meas, m.to_ron()) {
+        eprintln!("error: cannot write {}: {e}", meas.display());
+        return 1;
+    }
+    for n in &m.notes {
+        println!("note: {n}");
+    }
+    println!("profile written to {}:\n{profile_text}", prof_path.display());
     0
 }
 

@@ -17,23 +17,35 @@ struct Fake {
     window: u64,
     runs: Vec<String>,
     envs: Vec<Vec<(String, String)>>,
+    first_contact: FirstContactMode,
+}
+
+/// What the fake's non-mirrored first contact does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FirstContactMode {
+    /// Fails with an illegal memory access (seen on NCCL 2.28.3 on 2026-11-29, first device run).
+    Fail,
+    /// Hangs after every call returned (seen on 2.28.3 and 2.28.9 in the calibration run).
+    DeviceHang,
+    /// Hangs with both hosts inside the send (the wait `NonMirrored::Hang` models).
+    HostHang,
 }
 
 impl Fake {
     fn new(window: u64) -> Fake {
-        Fake { window, runs: vec![], envs: vec![] }
+        Fake { window, runs: vec![], envs: vec![], first_contact: FirstContactMode::Fail }
     }
 }
 
 fn obs(p: &Program, outcome: Outcome, host: &dyn Fn(u32, u32) -> (u64, u64)) -> Observation {
     let mut ops = Vec::new();
     for (r, rank) in p.ranks.iter().enumerate() {
-        for (i, _) in rank.threads[0].ops.iter().enumerate() {
+        for i in 0..rank.threads[0].ops.len() {
             let (r, i) = (r as u32, i as u32);
             let (a, b) = host(r, i);
             ops.push(OpObservation {
                 op: OpId { rank: r, thread: 0, index: i },
-                kind: String::new(),
+                kind: crate::lower::op_kind_name(&rank.threads[0].ops[i as usize].kind).to_string(),
                 host_enter_ns: Some(a),
                 host_return_ns: Some(b),
                 // Every op spans 0.5 us, one every microsecond.
@@ -75,6 +87,15 @@ impl ProbeRunner for Fake {
             obs(p, if total <= self.window { Outcome::Completed } else { hung }, &seq)
         } else if name.starts_with("n5-two-streams") {
             obs(p, hung, &seq)
+        } else if name.starts_with("n7-first-contact-ungrouped") && self.first_contact != FirstContactMode::Fail {
+            let mut o = obs(p, hung, &seq);
+            for x in &mut o.ops {
+                if self.first_contact == FirstContactMode::HostHang && x.op.index == 0 {
+                    x.host_return_ns = None;
+                }
+                x.finished = Some(x.op.index == 0 && self.first_contact == FirstContactMode::DeviceHang);
+            }
+            o
         } else if name.starts_with("n7-first-contact-ungrouped") {
             let message = "rank 0: op (rank 0, thread 0, op 1): ncclRecv failed: unhandled cuda error (run with \
                            NCCL_DEBUG=INFO for details): ... an illegal memory access was encountered"
@@ -229,6 +250,104 @@ fn a_broken_machine_stops_the_calibration() {
     assert!(matches!(&out.measurements.probes.last().unwrap().outcome, ProbeOutcome::Skipped(m) if m.contains("unusable")));
     assert_eq!(out.profile.eager_bytes_per_connection, 0);
     assert!(out.profile.serialize_per_comm && !out.profile.independent_progress && !out.profile.lazy_connect);
+}
+
+#[test]
+fn first_contact_hang_on_the_device_is_undefined_on_the_host_is_hang() {
+    let opts = CalibrateOptions { skip: vec![Stage::Timing, Stage::Eager, Stage::N5, Stage::S1], ..Default::default() };
+    let mut f = Fake::new(MIB);
+    f.first_contact = FirstContactMode::DeviceHang;
+    let out = calibrate(&mut f, &opts, &mut quiet(), None);
+    let fc = &out.measurements.first_contact;
+    assert_eq!((fc.ungrouped_calls_returned, fc.ungrouped_sends_finished), (Some(true), Some(true)));
+    assert!(out.profile.lazy_connect && out.profile.nonmirrored_first_contact == NonMirrored::Undefined);
+    assert!(out.profile.description.contains("hung on the device after the calls returned, both sends finished -> undefined"), "{}", out.profile.description);
+    assert!(out.profile.description.contains("N7 set-up blocks the host (first send to a late peer: 501 ms"), "{}", out.profile.description);
+
+    let mut f = Fake::new(MIB);
+    f.first_contact = FirstContactMode::HostHang;
+    let out = calibrate(&mut f, &opts, &mut quiet(), None);
+    assert_eq!(out.measurements.first_contact.ungrouped_calls_returned, Some(false));
+    assert!(out.profile.lazy_connect && out.profile.nonmirrored_first_contact == NonMirrored::Hang);
+}
+
+#[test]
+fn rederive_reads_the_probe_observations() {
+    // A calibration whose measurements predate the hang-shape fields: re-derived from its probe folder.
+    let opts = CalibrateOptions { skip: vec![Stage::Timing, Stage::Eager, Stage::N5, Stage::S1], ..Default::default() };
+    let mut f = Fake::new(MIB);
+    f.first_contact = FirstContactMode::DeviceHang;
+    let out = calibrate(&mut f, &opts, &mut quiet(), None);
+    let mut m = out.measurements.clone();
+    m.first_contact.ungrouped_calls_returned = None;
+    m.first_contact.ungrouped_sends_finished = None;
+    let old = derive_profile(&m).0;
+    assert_eq!(old.nonmirrored_first_contact, NonMirrored::Hang);
+    // Older measurement files lack the new fields: they still load.
+    let text = m.to_ron().replace("ungrouped_calls_returned: None,", "").replace("ungrouped_sends_finished: None,", "");
+    let mut m = Measurements::from_ron(&text).unwrap();
+
+    let dir = std::env::temp_dir().join(format!("cuorder-rederive-test-{}", std::process::id()));
+    let rec = m.probes.iter().find(|p| p.program.starts_with("n7-first-contact-ungrouped")).unwrap().clone();
+    let pd = dir.join(format!("{:03}-{}", rec.index, rec.program));
+    std::fs::create_dir_all(&pd).unwrap();
+    let mut f2 = Fake::new(MIB);
+    f2.first_contact = FirstContactMode::DeviceHang;
+    let o = f2.run(&probes::first_contact(KIB, false), Duration::from_secs(3), &[]).unwrap();
+    std::fs::write(pd.join("observation.ron"), o.to_ron()).unwrap();
+    let p = rederive(&mut m, &dir).unwrap();
+    assert_eq!(p.nonmirrored_first_contact, NonMirrored::Undefined);
+    assert_eq!(p.name, out.profile.name);
+    assert_eq!(m.derived.as_ref(), Some(&p));
+    assert!(m.notes.last().unwrap().contains("re-derived"));
+    assert!(rederive(&mut m, &dir.join("nothing")).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn eager_granules_explain_per_send_rounding() {
+    // The boundaries measured on 2 x H200, NCCL 2.28.3 (window 64 MiB; 2 x 32 MiB fit; 3 x 16 MiB fit but
+    // 3 x 16.16 MiB hung): each send rounded up to 8 or 16 MiB explains them all.
+    let mut m = calibrate(&mut Fake::new(MIB), &CalibrateOptions { skip: Stage::ALL.to_vec(), ..Default::default() }, &mut quiet(), None).measurements;
+    let search = |k: u32, f: u64, h: u64| EagerSearch {
+        sends: k,
+        params: SearchParams { start: 0, max: GIB, granule: 4 * KIB, rel_tol_ppm: 15_000 },
+        probes: vec![],
+        largest_fit_per_send: Some(f),
+        smallest_hang_per_send: Some(h),
+        largest_fit_total: Some(k as u64 * f),
+        stopped: None,
+        monotone: true,
+        confirm: vec![],
+    };
+    m.eager = vec![search(1, 64 * MIB, 67633152), search(2, 32 * MIB, 33816576), search(3, 16 * MIB, 16949248)];
+    assert_eq!(eager_granules(&m), vec![8 * MIB, 16 * MIB]);
+    assert!(derive_profile(&m).1.iter().any(|n| n.contains("granules of 8 MiB or 16 MiB")));
+    // Byte-exact sharing explains these: no granule note.
+    m.eager = vec![search(1, 64 * MIB, 65 * MIB), search(2, 32 * MIB, 33 * MIB)];
+    assert!(eager_granules(&m).is_empty());
+}
+
+#[test]
+fn committed_calibration_files_load() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for dir in ["traces/profiles", "traces/hw/calibration"] {
+        let Ok(rd) = std::fs::read_dir(root.join(dir)) else { continue };
+        for e in rd.flatten() {
+            let path = e.path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if name.ends_with(".measurements.ron") {
+                let m = Measurements::from_ron(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let p = m.derived.expect("a derived profile");
+                // The profile file of the same name says the same.
+                let prof = std::fs::read_to_string(root.join("traces/profiles").join(format!("{}.ron", m.profile))).unwrap();
+                assert_eq!(Profile::from_ron(&prof).unwrap(), p, "{name}");
+            } else if dir == "traces/profiles" && name.ends_with(".ron") {
+                Profile::from_ron(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        }
+    }
 }
 
 #[test]
