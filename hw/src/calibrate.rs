@@ -903,6 +903,21 @@ pub fn derive_profile(m: &Measurements) -> (Profile, Vec<String>) {
     } else {
         desc.push(format!("eager {eager_bytes} B ({})", per.join(", ")));
     }
+    // The part of the window every search filled: when several sends fit less in all than one send (per-send
+    // rounding), only that much is taken as guaranteed; the rest of the window may be refused.
+    let smallest_total = m.eager.iter().filter_map(|e| e.largest_fit_total).min();
+    let eager_guaranteed = match (eager, smallest_total) {
+        // Differences within the searches' resolution (a few per cent) are not per-send rounding.
+        (Some(w), Some(g)) if g.saturating_add((w / 20).max(16 * KIB)) < w => {
+            notes.push(format!(
+                "N2: guaranteed {g} bytes: the smallest total that completed in every search (k sends of a size \
+                 that fits); beyond it, up to {w} bytes, a send may be refused. Many small sends were not probed"
+            ));
+            desc.push(format!("eager guaranteed {g} B (the smallest total that fitted)"));
+            Some(g)
+        }
+        _ => None,
+    };
     let granules = eager_granules(m);
     if !granules.is_empty() {
         let g: Vec<String> = granules.iter().map(|&g| bytes(g)).collect();
@@ -1035,6 +1050,7 @@ pub fn derive_profile(m: &Measurements) -> (Profile, Vec<String>) {
     profile.name = String::new();
     profile.description = description;
     profile.eager_bytes_per_connection = eager_bytes;
+    profile.eager_bytes_guaranteed = eager_guaranteed;
     profile.independent_progress = independent;
     profile.lazy_connect = lazy;
     profile.nonmirrored_first_contact = nonmirrored;

@@ -136,6 +136,7 @@ fn fake_machine_gives_the_expected_profile() {
     assert_eq!(p.name, "h200x2-nvlink-nccl2.28.3");
     assert!(p.eager_bytes_per_connection <= window && p.eager_bytes_per_connection * 1015 / 1000 + 8 * KIB >= window, "{p:?}");
     assert!(p.serialize_per_comm && p.independent_progress && p.lazy_connect, "{p:?}");
+    assert_eq!(p.eager_bytes_guaranteed, None); // the total counts: the whole window is guaranteed
     assert_eq!(p.nonmirrored_first_contact, NonMirrored::Undefined);
     assert!(p.description.contains("2 x NVIDIA H200 (nvlink NV18), driver 580.159.04, NCCL 2.28.3"), "{}", p.description);
     assert!(p.description.contains("illegal memory access"), "{}", p.description);
@@ -204,6 +205,7 @@ fn per_message_window_and_nothing_fits() {
     let f = out.measurements.eager[2].largest_fit_per_send.unwrap();
     assert!((MIB - 16 * KIB..=MIB).contains(&f), "{f}");
     assert_eq!(out.profile.eager_bytes_per_connection, 3 * f);
+    assert_eq!(out.profile.eager_bytes_guaranteed, Some(out.measurements.eager[0].largest_fit_total.unwrap()));
     assert!(out.profile.description.contains("2 sends each get it, 3 sends each get it"), "{}", out.profile.description);
     // Not measured: the portable values, and the link from nothing.
     assert!(out.profile.serialize_per_comm && !out.profile.independent_progress && !out.profile.lazy_connect);
@@ -322,6 +324,8 @@ fn eager_granules_explain_per_send_rounding() {
     };
     m.eager = vec![search(1, 64 * MIB, 67633152), search(2, 32 * MIB, 33816576), search(3, 16 * MIB, 16949248)];
     assert_eq!(eager_granules(&m), vec![8 * MIB, 16 * MIB]);
+    assert_eq!(derive_profile(&m).0.eager_bytes_guaranteed, Some(48 * MIB));
+    assert_eq!(derive_profile(&m).0.eager_guaranteed(), 48 * MIB);
     assert!(derive_profile(&m).1.iter().any(|n| n.contains("granules of 8 MiB or 16 MiB")));
     // Byte-exact sharing explains these: no granule note.
     m.eager = vec![search(1, 64 * MIB, 65 * MIB), search(2, 32 * MIB, 33 * MIB)];
