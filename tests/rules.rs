@@ -69,9 +69,15 @@ fn s2_l6_legacy_default_stream_waits_for_blocking_streams() {
     // The other direction: a blocking stream waits for the legacy stream.
     let back = gpu1(r#"Stream("sA", Blocking)"#, "", BUFS, r#"Kernel("w", stream: "sL", writes: ["a"]), Kernel("r", stream: "sA", reads: ["a"])"#);
     assert_eq!(verdict("L6back", &back, "portable"), Vec::<String>::new());
-    // The per-thread default stream takes no part.
+    // The per-thread default stream "is not a non-blocking stream and will synchronize with the legacy default
+    // stream" (CUDA Runtime API, "Stream synchronization behavior"; SEMANTICS.md S2 says otherwise and is wrong).
     let pt = gpu1("", "", BUFS, r#"Kernel("w", stream: "sPT", writes: ["a"]), Kernel("r", stream: "sL", reads: ["a"])"#);
-    assert_eq!(verdict("L6pt", &pt, "portable"), vec!["data race always"]);
+    assert_eq!(verdict("L6pt", &pt, "portable"), Vec::<String>::new());
+    let pt_back = gpu1("", "", BUFS, r#"Kernel("w", stream: "sL", writes: ["a"]), Kernel("r", stream: "sPT", reads: ["a"])"#);
+    assert_eq!(verdict("L6pt-back", &pt_back, "portable"), Vec::<String>::new());
+    // A non-blocking stream does not.
+    let nb = gpu1(AB, "", BUFS, r#"Kernel("w", stream: "sL", writes: ["a"]), Kernel("r", stream: "sA", reads: ["a"])"#);
+    assert_eq!(verdict("L6nb-back", &nb, "portable"), vec!["data race always"]);
 }
 
 #[test]
@@ -184,10 +190,10 @@ fn n1_nccl_calls_return_before_the_gpu_runs_them() {
 fn n2_send_without_recv_completes_only_within_the_eager_window() {
     let t = |size: &str| {
         format!(
-            r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "{size}")], comms: [Comm("world")],
+            r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "{size}"), Buffer("w", "{size}")], comms: [Comm("world")],
             threads: [Thread("main", [
                 // A grouped warm-up sets up both directions of the connection (N7), as NCCL's users do.
-                Group([Send(to: Next, buf: "x", stream: "s0"), Recv(from: Prev, buf: "x", stream: "s0")]),
+                Group([Send(to: Next, buf: "x", stream: "s0"), Recv(from: Prev, buf: "w", stream: "s0")]),
                 StreamSync("s0"),
                 OnRanks([0], [Send(to: Rank(1), buf: "x", stream: "s0"), StreamSync("s0"), Barrier("b")]),
                 OnRanks([1], [Barrier("b"), Recv(from: Rank(0), buf: "x", stream: "s0"), StreamSync("s0")]),
@@ -314,4 +320,40 @@ fn p4_freed_block_reused_while_a_send_reads_it() {
     // record_stream keeps the block out of the pool until the send has ended.
     let fixed = t.replace(r#"Free("out")"#, r#"RecordStream("out", stream: "sN"), Free("out")"#);
     assert_eq!(verdict("P4fixed", &fixed, "portable"), Vec::<String>::new());
+}
+
+/// Regression: two ops of one NCCL group used to be exempt from race detection because a group is one launch.
+/// The parts of a group progress independently (N4), so a send and a recv of one buffer in one group race.
+#[test]
+fn n4_ops_of_one_group_race_on_a_shared_buffer() {
+    let t = gpu2(AB, "", r#"Buffer("g", "1 MiB")"#,
+        r#"Group([Send(to: Next, buf: "g", stream: "sA"), Recv(from: Prev, buf: "g", stream: "sA")]), StreamSync("sA")"#);
+    assert_eq!(verdict("N4race", &t, "portable"), vec!["data race always", "data race always"]);
+}
+
+/// S5 per CUDA's "API synchronization behavior": a synchronous device-to-device cudaMemcpy does not wait on the
+/// host, so a kernel on a non-blocking stream may read the destination before the copy; a synchronous memset of
+/// pinned memory is fully synchronous.
+#[test]
+fn s5_synchronous_copy_and_memset_block_only_where_documented() {
+    let t = gpu1(AB, "", BUFS, r#"Memcpy(dst: "b", src: "a"), Kernel("r", stream: "sA", reads: ["b"])"#);
+    assert_eq!(verdict("S5d2d", &t, "portable"), vec!["data race always"]);
+    let t = gpu1(AB, "", BUFS, r#"Memset("p"), HostRead("p")"#);
+    assert_eq!(verdict("S5memset", &t, "portable"), Vec::<String>::new());
+}
+
+/// NCCL docs, "Thread safety": two host threads issuing on one communicator with nothing ordering them is undefined.
+#[test]
+fn nccl_one_communicator_from_two_threads_is_undefined() {
+    let t = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking), Stream("s1", NonBlocking)],
+        buffers: [Buffer("a", "1 MiB"), Buffer("b", "1 MiB")], comms: [Comm("world")],
+        threads: [Thread("t1", [AllReduce(buf: "a", stream: "s0"), StreamSync("s0")]),
+                  Thread("t2", [AllReduce(buf: "b", stream: "s1"), StreamSync("s1")])])"#;
+    let r = check_text("threads", t, "portable");
+    assert!(kinds(&r).iter().all(|k| k.starts_with("undefined")), "{:?}", kinds(&r));
+    assert!(r.to_text().contains("two host threads"), "{}", r.to_text());
+    // Ordered by a barrier, the same calls are fine.
+    let ordered = t.replace(r#"Thread("t2", [AllReduce"#, r#"Thread("t2", [Barrier("b"), AllReduce"#)
+        .replace(r#"[AllReduce(buf: "a", stream: "s0"), StreamSync("s0")]"#, r#"[AllReduce(buf: "a", stream: "s0"), StreamSync("s0"), Barrier("b")]"#);
+    assert_eq!(verdict("threads-ordered", &ordered, "portable"), Vec::<String>::new());
 }

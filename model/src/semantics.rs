@@ -290,6 +290,8 @@ pub struct State {
     pub allocated: BTreeMap<BufRef, Allocation>,
     pub pool: Vec<PoolBlock>,
     pub alloc_count: BTreeMap<BufRef, u32>,
+    /// The thread that last issued NCCL work on (communicator, rank), and when (NCCL docs, "Thread safety").
+    pub comm_issuer: BTreeMap<(CommId, RankId), (ThreadId, Epoch)>,
     /// Every access made so far (race detection).
     pub accesses: Vec<Access>,
     /// Races found on the way here.
@@ -377,6 +379,7 @@ impl<'p> Semantics<'p> {
             allocated: BTreeMap::new(),
             pool: vec![],
             alloc_count: BTreeMap::new(),
+            comm_issuer: BTreeMap::new(),
             accesses: vec![],
             races: BTreeSet::new(),
             undefined: None,
@@ -946,9 +949,12 @@ impl<'p> Semantics<'p> {
             if ohi <= lo || hi <= olo {
                 continue;
             }
-            if let (Accessor::Item { item: x, .. }, Accessor::Item { item: y, .. }) = (old.who, who) {
-                if x == y {
-                    continue; // one item's own accesses (e.g. an in-place collective)
+            if let (Accessor::Item { item: x, loc: lx }, Accessor::Item { item: y, loc: ly }) = (old.who, who) {
+                // One op's own accesses (a copy, an in-place collective) do not race; nor do two ops of one launch
+                // to the same peer in the same direction, which run in order (N4). Other ops of one NCCL group
+                // progress independently (N4), so their conflicting accesses race.
+                if x == y && (lx == ly || self.same_lane(lx, ly)) {
+                    continue;
                 }
             }
             let ordered = old.end.is_some_and(|e| e.happens_before(at));
@@ -966,6 +972,15 @@ impl<'p> Semantics<'p> {
         // Sorted, so that commuting steps give equal states (the explorer merges them).
         let pos = st.accesses.partition_point(|a| a < &new);
         st.accesses.insert(pos, new);
+    }
+
+    /// Two NCCL ops of one thread to the same peer in the same direction (or two collectives): ordered in a launch.
+    fn same_lane(&self, a: OpLoc, b: OpLoc) -> bool {
+        match (&self.op(a).kind, &self.op(b).kind) {
+            (OpKind::Send { peer: p, .. }, OpKind::Send { peer: q, .. }) | (OpKind::Recv { peer: p, .. }, OpKind::Recv { peer: q, .. }) => p == q,
+            (OpKind::Collective { .. }, OpKind::Collective { .. }) => true,
+            _ => false,
+        }
     }
 
     fn tick_host(&self, st: &mut State, t: ThreadId) {
@@ -988,18 +1003,20 @@ impl<'p> Semantics<'p> {
     fn enqueue(&self, st: &mut State, t: ThreadId, key: ItemKey, kind: ItemKind, streams: Vec<StreamRef>, mut deps: Vec<ItemKey>) {
         for s in &streams {
             // S2: the legacy stream waits for every blocking stream of its device, and they wait for it.
+            // S2, refined by CUDA's "Stream synchronization behavior": the per-thread default stream "is not a
+            // non-blocking stream and will synchronize with the legacy default stream", like a blocking stream.
             match self.program.stream(*s).kind {
                 StreamKind::LegacyDefault => {
                     for o in self.rank_streams(s.rank) {
-                        if self.program.stream(o).kind == StreamKind::Blocking {
+                        if matches!(self.program.stream(o).kind, StreamKind::Blocking | StreamKind::PerThreadDefault) {
                             deps.extend(self.tail(st, o));
                         }
                     }
                 }
-                StreamKind::Blocking => {
+                StreamKind::Blocking | StreamKind::PerThreadDefault => {
                     deps.extend(self.tail(st, StreamRef { rank: s.rank, index: 0 }));
                 }
-                StreamKind::NonBlocking | StreamKind::PerThreadDefault => {}
+                StreamKind::NonBlocking => {}
             }
         }
         deps.retain(|d| *d != key);
@@ -1062,12 +1079,19 @@ impl<'p> Semantics<'p> {
                 self.advance(st, t);
             }
             OpKind::Memset { stream, dst } => {
-                if self.check_allocated(st, loc, &[*dst]) {
-                    // A synchronous cudaMemset goes to the legacy stream; the host is not guaranteed to wait.
-                    let s = stream.unwrap_or(StreamRef { rank: dst.buf.rank, index: 0 });
-                    self.enqueue(st, t, key, ItemKind::Work, vec![s], vec![]);
+                if !self.check_allocated(st, loc, &[*dst]) {
+                    self.advance(st, t);
+                    return None;
                 }
-                self.advance(st, t);
+                // A synchronous cudaMemset goes to the legacy stream. CUDA "API synchronization behavior": it is
+                // fully synchronous when the target is pinned host memory, and may return early otherwise.
+                let s = stream.unwrap_or(StreamRef { rank: dst.buf.rank, index: 0 });
+                self.enqueue(st, t, key, ItemKind::Work, vec![s], vec![]);
+                if stream.is_none() && self.program.buffer(dst.buf).space != MemSpace::Device {
+                    st.threads[t as usize].wait = Some(Wait::Items(vec![key]));
+                } else {
+                    self.advance(st, t);
+                }
             }
             OpKind::Memcpy { stream, dst, src } => {
                 if !self.check_allocated(st, loc, &[*dst, *src]) {
@@ -1081,11 +1105,23 @@ impl<'p> Semantics<'p> {
                     .unwrap_or(rank);
                 let s = stream.unwrap_or(StreamRef { rank: dev_rank, index: 0 });
                 self.enqueue(st, t, key, ItemKind::Work, vec![s], vec![]);
-                let pageable = |r: &BufRange| self.program.buffer(r.buf).space == MemSpace::PageableHost;
-                let wait = if stream.is_none() || pageable(dst) {
-                    // S5: synchronous memcpy, and async copies to pageable memory, return once the copy is done.
+                let space = |r: &BufRange| self.program.buffer(r.buf).space;
+                let (dst_dev, src_dev) = (space(dst) == MemSpace::Device, space(src) == MemSpace::Device);
+                let wait = if stream.is_none() {
+                    // S5, per CUDA "API synchronization behavior" for cudaMemcpy: device to device does not
+                    // synchronize the host; from pageable memory it returns once staged; otherwise (to host
+                    // memory, from pinned memory) it returns once the copy is done.
+                    if dst_dev && src_dev {
+                        None
+                    } else if dst_dev && space(src) == MemSpace::PageableHost {
+                        Some(Wait::Started(key))
+                    } else {
+                        Some(Wait::Items(vec![key]))
+                    }
+                } else if space(dst) == MemSpace::PageableHost {
+                    // S5: async copies to pageable memory return once the copy is done.
                     Some(Wait::Items(vec![key]))
-                } else if pageable(src) {
+                } else if space(src) == MemSpace::PageableHost {
                     // S5: async copies from pageable memory return once staged (after the stream's earlier work).
                     Some(Wait::Started(key))
                 } else {
@@ -1361,6 +1397,22 @@ impl<'p> Semantics<'p> {
             }
         }
         for (sub, comm) in comms.into_iter().enumerate() {
+            // NCCL docs, "Thread safety": one communicator must not be used by several threads in parallel.
+            let now = &st.threads[t as usize].clock;
+            if let Some(&(u, e)) = st.comm_issuer.get(&(comm, rank)) {
+                if u != t && !e.happens_before(now) {
+                    let name = &self.program.comms[comm.0 as usize].name;
+                    let msg = format!(
+                        "{} and {} use communicator {name} from two host threads with nothing ordering the calls \
+                         (NCCL: a communicator must not be used by several threads in parallel)",
+                        self.thread_label(u),
+                        self.op_label(OpLoc { thread: t, op: pc })
+                    );
+                    self.set_undefined(st, "NCCL thread safety", msg, vec![OpLoc { thread: t, op: pc }]);
+                    return;
+                }
+            }
+            st.comm_issuer.insert((comm, rank), (t, Epoch { agent: t, time: now.get(t as usize) }));
             let key = ItemKey { thread: t, op: pc, sub: sub as u16 };
             let mut streams = vec![];
             let mut cops = vec![];
