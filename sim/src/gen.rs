@@ -28,7 +28,7 @@ impl Default for GenOptions {
 }
 
 /// Message sizes in bytes: some within NCCL's eager window, some far beyond it.
-const SIZES: [u64; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20];
+const SIZES: [u64; 6] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20];
 
 /// One exchange between rank 0 and rank 1, as both ranks issue it.
 #[derive(Clone, Copy, Debug)]
