@@ -225,7 +225,7 @@ fn conform_dir(dir: &std::path::Path) -> ExitCode {
         return ExitCode::from(2);
     }
     let root = std::env::current_dir().unwrap_or_default();
-    let (mut total, mut agree, mut explained, mut unexplained) = (0, 0, 0, 0);
+    let (mut total, mut agree, mut explained, mut unexplained, mut inconclusive) = (0, 0, 0, 0, 0);
     for m in found {
         let checks = match cuorder::traces::check_folder(&m, &root) {
             Ok(c) => c,
@@ -233,6 +233,11 @@ fn conform_dir(dir: &std::path::Path) -> ExitCode {
         };
         for c in checks {
             total += 1;
+            if let Some(why) = &c.conformance.inconclusive {
+                inconclusive += 1;
+                println!("{}: inconclusive: {why}", c.trace.display());
+                continue;
+            }
             let verdict = match (c.conformance.agrees(), &c.explained) {
                 (true, None) => {
                     agree += 1;
@@ -254,6 +259,8 @@ fn conform_dir(dir: &std::path::Path) -> ExitCode {
             println!("{}: {verdict}", c.trace.display());
         }
     }
-    println!("{total} traces: {agree} agree, {explained} explained disagreements, {unexplained} unexplained");
+    println!(
+        "{total} traces: {agree} agree, {explained} explained disagreements, {unexplained} unexplained, {inconclusive} inconclusive"
+    );
     ExitCode::from(if unexplained == 0 { 0 } else { 1 })
 }

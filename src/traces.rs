@@ -33,7 +33,7 @@ pub struct TraceCheck {
 }
 
 impl TraceCheck {
-    /// Agrees, or disagrees as the manifest explains.
+    /// Agrees, disagrees as the manifest explains, or is inconclusive as the manifest explains.
     pub fn as_expected(&self) -> bool {
         self.conformance.agrees() == self.explained.is_none()
     }

@@ -22,6 +22,49 @@ fn corpus() -> Vec<std::path::PathBuf> {
     files
 }
 
+/// The built-in profiles and every calibrated profile in traces/profiles/.
+fn profiles() -> Vec<Profile> {
+    let mut v = vec![Profile::portable(), Profile::eager()];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/profiles");
+    for e in std::fs::read_dir(dir).into_iter().flatten() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "ron") {
+            v.push(cuorder::load_profile(p.to_str().unwrap()).unwrap_or_else(|e| panic!("{}", e.rendered)));
+        }
+    }
+    v
+}
+
+#[test]
+fn reduction_changes_no_verdict_on_generated_programs() {
+    let opt = cuorder_sim::gen::GenOptions::default();
+    for seed in 0..12 {
+        let p = cuorder_sim::gen::program(seed, &opt);
+        for prof in profiles() {
+            compare(&format!("gen-{seed}"), &p, &prof);
+        }
+    }
+}
+
+fn compare(name: &str, p: &cuorder_model::program::Program, prof: &Profile) {
+    let on = check(p, prof, &Limits::default());
+    if on.states > 2_000 {
+        return; // its unreduced space is too large for the test budget
+    }
+    let off = check(p, prof, &Limits { reduce: false, max_states: 20_000 });
+    if off.limit_hit.is_some() {
+        return;
+    }
+    let key = |r: &cuorder::report::Report| {
+        let mut v: Vec<String> =
+            r.findings.iter().map(|f| format!("{} {} {}", f.kind, f.frequency, f.text.lines().next().unwrap_or(""))).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(key(&on), key(&off), "{name} under {}", prof.name);
+    assert!(on.states <= off.states);
+}
+
 #[test]
 fn reduction_changes_no_verdict() {
     let files = corpus();
@@ -29,7 +72,7 @@ fn reduction_changes_no_verdict() {
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         let p = cuorder_model::format::load("p", &text).unwrap_or_else(|_| panic!("{} loads", f.display()));
-        for prof in [Profile::portable(), Profile::eager()] {
+        for prof in profiles() {
             let on = check(&p, &prof, &Limits::default());
             if on.states > 5_000 {
                 continue; // its unreduced space is too large for the test budget

@@ -548,7 +548,18 @@ impl<'p> Semantics<'p> {
         match &self.ops_of(*thread)[th.pc as usize].kind {
             OpKind::EventQuery { .. } | OpKind::StreamQuery { .. } | OpKind::Alloc { .. } => false,
             OpKind::GroupEnd | OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } => {
-                !self.profile.lazy_connect
+                // With lazy connections, only when the launch needs no new connection (N7: set-up synchronizes
+                // with the peer's host).
+                !self.profile.lazy_connect || {
+                    let pc = th.pc;
+                    let ops: Vec<u32> = match &self.ops_of(*thread)[pc as usize].kind {
+                        OpKind::GroupEnd if th.group_depth == 1 => th.group_ops.clone(),
+                        OpKind::GroupEnd => vec![],
+                        _ if th.group_depth > 0 => vec![],
+                        _ => vec![pc],
+                    };
+                    self.new_connections(st, *thread, &ops).is_empty()
+                }
             }
             _ => true,
         }
@@ -1328,21 +1339,8 @@ impl<'p> Semantics<'p> {
     /// The outermost group end (or an ungrouped call): set up connections if needed (N7), then enqueue one launch
     /// per communicator.
     fn group_end(&self, st: &mut State, t: ThreadId, ops: Vec<u32>) {
-        let rank = self.rank_of(t);
         if self.profile.lazy_connect {
-            let mut need: BTreeMap<RankId, BTreeSet<(CommId, RankId, RankId)>> = BTreeMap::new();
-            for &i in &ops {
-                let dir = match &self.ops_of(t)[i as usize].kind {
-                    OpKind::Send { comm, peer, .. } => Some((*comm, *peer, (*comm, rank, *peer))),
-                    OpKind::Recv { comm, peer, .. } => Some((*comm, *peer, (*comm, *peer, rank))),
-                    _ => None,
-                };
-                if let Some((_, peer, d)) = dir {
-                    if !st.connected.contains(&d) {
-                        need.entry(peer).or_default().insert(d);
-                    }
-                }
-            }
+            let need = self.new_connections(st, t, &ops);
             if !need.is_empty() {
                 // N7: the host blocks in the group end until each peer's host sets up the mirrored directions.
                 self.check_nonmirrored(st, t, &need);
@@ -1352,6 +1350,26 @@ impl<'p> Semantics<'p> {
         }
         self.enqueue_launches(st, t, &ops);
         self.advance(st, t);
+    }
+
+    /// The connection directions (per peer) that the launch of `ops` of thread `t` needs and that are not set up
+    /// yet (N7).
+    fn new_connections(&self, st: &State, t: ThreadId, ops: &[u32]) -> BTreeMap<RankId, BTreeSet<(CommId, RankId, RankId)>> {
+        let rank = self.rank_of(t);
+        let mut need: BTreeMap<RankId, BTreeSet<(CommId, RankId, RankId)>> = BTreeMap::new();
+        for &i in ops {
+            let dir = match &self.ops_of(t)[i as usize].kind {
+                OpKind::Send { comm, peer, .. } => Some((*peer, (*comm, rank, *peer))),
+                OpKind::Recv { comm, peer, .. } => Some((*peer, (*comm, *peer, rank))),
+                _ => None,
+            };
+            if let Some((peer, d)) = dir {
+                if !st.connected.contains(&d) {
+                    need.entry(peer).or_default().insert(d);
+                }
+            }
+        }
+        need
     }
 
     /// N7 (INFER): when the peer is already blocked setting up different directions with us, the first contact is

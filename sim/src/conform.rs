@@ -39,18 +39,28 @@ pub struct Conformance {
     pub orders_checked: usize,
     /// Set when exploration hit a limit: "agrees" then covers only what was explored.
     pub limit_hit: Option<String>,
+    /// Set when the model says the program's behaviour is undefined in some execution: then any hardware outcome
+    /// and any read is allowed, and nothing else is checked.
+    pub undefined: Option<String>,
+    /// Set when the observation cannot be judged: the watchdog fired while a host thread was still in a sleep
+    /// longer than the watchdog (the run was cut short, it did not hang).
+    pub inconclusive: Option<String>,
 }
 
 impl Conformance {
-    /// Whether the observation is one the model allows.
+    /// Whether the observation is one the model allows (an inconclusive observation does not agree).
     pub fn agrees(&self) -> bool {
-        self.disagreements.is_empty()
+        self.disagreements.is_empty() && self.inconclusive.is_none()
     }
 
     /// "agrees (...)" or one line per disagreement.
     pub fn to_text(&self) -> String {
         let mut s = String::new();
-        if self.agrees() {
+        if let Some(why) = &self.inconclusive {
+            s.push_str(&format!("inconclusive: {why}\n"));
+        } else if let Some(u) = &self.undefined {
+            s.push_str(&format!("agrees: the model says the behaviour is undefined ({u}), so any outcome is allowed\n"));
+        } else if self.agrees() {
             s.push_str(&format!(
                 "agrees: outcome allowed by {} final state(s) of the model; {} read(s) saw allowed versions; {} must-come-before pair(s) respected\n",
                 self.matching_states, self.reads_checked, self.orders_checked
@@ -189,6 +199,31 @@ pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conforman
     let mut finals: Vec<(State, FinalKind)> = vec![];
     let ex = explore_with(sem, limits, &mut |st, k| finals.push((st.clone(), k)));
     let mut c = Conformance { limit_hit: ex.limit_hit.clone(), ..Default::default() };
+    if let HwOutcome::Hung { threads, .. } = &obs.outcome {
+        for p in threads {
+            let (ThreadAt::InOp(i) | ThreadAt::Before(i)) = p.at else { continue };
+            let t = sem.thread_id(p.rank, p.thread);
+            if let Some(OpKind::HostSleep { ns }) = sem.program.ranks[p.rank as usize].threads[p.thread as usize].ops.get(i as usize).map(|o| &o.kind) {
+                if *ns >= obs.timeout_ms.saturating_mul(1_000_000) {
+                    c.inconclusive = Some(format!(
+                        "the watchdog ({} ms) fired while {} was in #{i} sleep of {} ms: the run was cut short, not hung; run it with a longer --timeout-s",
+                        obs.timeout_ms,
+                        sem.thread_label(t),
+                        ns / 1_000_000
+                    ));
+                    return c;
+                }
+            }
+        }
+    }
+    // Undefined behaviour allows anything (SEMANTICS.md: N3, N7, C1, P4 ... make the program's behaviour undefined).
+    if let Some((st, _)) = finals.iter().find(|(_, k)| *k == FinalKind::Undefined) {
+        if let Some(u) = &st.undefined {
+            c.undefined = Some(format!("rule {}: {}", u.rule, u.message));
+            c.matching_states = finals.iter().filter(|(_, k)| *k == FinalKind::Undefined).count();
+            return c;
+        }
+    }
     let matching: Vec<&State> =
         finals.iter().filter(|(st, k)| outcome_matches(sem, st, *k, &obs.outcome)).map(|(st, _)| st).collect();
     c.matching_states = matching.len();
@@ -221,7 +256,21 @@ pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conforman
         });
         return c;
     }
-    // Reads.
+    // Reads depend only on a final state's accesses and P2P matching: check each distinct pair once.
+    let read_states: Vec<&State> = {
+        let mut seen = std::collections::HashSet::new();
+        matching
+            .iter()
+            .copied()
+            .filter(|st| {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::hash::DefaultHasher::new();
+                st.accesses.hash(&mut h);
+                st.p2p.hash(&mut h);
+                seen.insert(h.finish())
+            })
+            .collect()
+    };
     for ro in &obs.reads {
         let seen: Vec<Version> = match &ro.seen {
             Seen::Uniform(v) => vec![*v],
@@ -240,7 +289,7 @@ pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conforman
         let mut present = false;
         let mut union: BTreeSet<MVersion> = BTreeSet::new();
         let mut anything = false;
-        for st in &matching {
+        for st in &read_states {
             let Some(r) = st.accesses.iter().find(|a| !a.write && a.who.loc() == loc && a.range == ro.range) else {
                 continue;
             };
