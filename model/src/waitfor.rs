@@ -236,6 +236,11 @@ impl<'p> Semantics<'p> {
             format!("larger than the {} eager window left", crate::describe::bytes(possible))
         };
         for op in ops.iter().filter(|o| o.status == CommOpStatus::Pending) {
+            let rendezvous = if possible > 0 && op.bytes > possible {
+                format!("larger than the whole {} eager window; N2 rendezvous", crate::describe::bytes(possible))
+            } else {
+                rendezvous.clone()
+            };
             let (r, _) = self.thread_of[op.loc.thread as usize];
             let what = format!("#{} {}", op.loc.op, self.program.op_label(r, &self.op(op.loc).kind));
             // "r0 s0: #0 send(...)" for a launch of one op; "r0 s0: group ... [..]: #3 send(...)" inside a group.
