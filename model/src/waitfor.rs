@@ -237,7 +237,7 @@ impl<'p> Semantics<'p> {
         };
         for op in ops.iter().filter(|o| o.status == CommOpStatus::Pending) {
             let rendezvous = if possible > 0 && op.bytes > possible {
-                format!("larger than the whole {} eager window; N2 rendezvous", crate::describe::bytes(possible))
+                format!("larger than the whole {} eager window: rendezvous", crate::describe::bytes(possible))
             } else {
                 rendezvous.clone()
             };
