@@ -100,17 +100,24 @@ fn fail(e: LoadError) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// The profile and the program a command names.
+fn load_both(
+    profile: &str,
+    program: &std::path::Path,
+    color: bool,
+) -> Result<(cuorder_model::profile::Profile, cuorder_model::program::Program), LoadError> {
+    let prof = load_profile(profile)?;
+    let (prog, _) = load_program(program, color)?;
+    Ok((prof, prog))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let color = std::io::stderr().is_terminal();
     match cli.command {
         Command::Check { program, profile, format, max_states } => {
-            let prof = match load_profile(&profile) {
-                Ok(p) => p,
-                Err(e) => return fail(e),
-            };
-            let (prog, _) = match load_program(&program, color) {
-                Ok(p) => p,
+            let (prof, prog) = match load_both(&profile, &program, color) {
+                Ok(x) => x,
                 Err(e) => return fail(e),
             };
             let rep = report::check(&prog, &prof, &Limits { max_states, ..Limits::default() });
@@ -121,12 +128,8 @@ fn main() -> ExitCode {
             ExitCode::from(rep.exit_code() as u8)
         }
         Command::Run { program, profile, seed, witness, trace, max_steps } => {
-            let prof = match load_profile(&profile) {
-                Ok(p) => p,
-                Err(e) => return fail(e),
-            };
-            let (prog, _) = match load_program(&program, color) {
-                Ok(p) => p,
+            let (prof, prog) = match load_both(&profile, &program, color) {
+                Ok(x) => x,
                 Err(e) => return fail(e),
             };
             let sem = Semantics::new(&prog, &prof);
@@ -159,12 +162,8 @@ fn main() -> ExitCode {
         }
         Command::Conform { dir: Some(dir), .. } => conform_dir(&dir),
         Command::Conform { program: Some(program), trace: Some(trace), profile, max_states, dir: None } => {
-            let prof = match load_profile(&profile) {
-                Ok(p) => p,
-                Err(e) => return fail(e),
-            };
-            let (prog, _) = match load_program(&program, color) {
-                Ok(p) => p,
+            let (prof, prog) = match load_both(&profile, &program, color) {
+                Ok(x) => x,
                 Err(e) => return fail(e),
             };
             let obs = match cuorder::load_observation(&trace) {
