@@ -21,6 +21,12 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    Model,
+    Hw,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 enum Format {
     Text,
@@ -59,6 +65,13 @@ enum Command {
         /// Stop after this many steps.
         #[arg(long, default_value_t = 1_000_000)]
         max_steps: usize,
+        /// `model`: one execution of the model. `hw`: run on this machine's GPUs (one per rank; needs the
+        /// `cuorder-hw` binary next to this one), write the observation to --trace, and check it against the model.
+        #[arg(long, value_enum, default_value = "model")]
+        backend: Backend,
+        /// Watchdog for a hardware run, in seconds (hangs are reported as observations).
+        #[arg(long, default_value_t = 20)]
+        timeout_s: u64,
     },
     /// Check a hardware observation (from `cuorder-hw run`) against the model: prints "agrees" or each
     /// disagreement. Exit 0 agrees, 1 disagrees, 2 bad input.
@@ -127,12 +140,15 @@ fn main() -> ExitCode {
             }
             ExitCode::from(rep.exit_code() as u8)
         }
-        Command::Run { program, profile, seed, witness, trace, max_steps } => {
+        Command::Run { program, profile, seed, witness, trace, max_steps, backend, timeout_s } => {
             let (prof, prog) = match load_both(&profile, &program, color) {
                 Ok(x) => x,
                 Err(e) => return fail(e),
             };
             let sem = Semantics::new(&prog, &prof);
+            if backend == Backend::Hw {
+                return run_hw(&sem, trace.as_deref(), timeout_s);
+            }
             let tr = match witness {
                 None => run(&sem, &mut RandomScheduler::new(seed), Some(seed), max_steps),
                 Some(n) => {
@@ -262,4 +278,34 @@ fn conform_dir(dir: &std::path::Path) -> ExitCode {
         "{total} traces: {agree} agree, {explained} explained disagreements, {unexplained} unexplained, {inconclusive} inconclusive"
     );
     ExitCode::from(if unexplained == 0 { 0 } else { 1 })
+}
+
+/// `cuorder run --backend hw`: run on the GPUs, keep the observation, and check it against the model.
+/// Exit 0 agrees, 1 disagrees or inconclusive, 2 bad input, 3 no GPU here.
+fn run_hw(sem: &Semantics, trace: Option<&std::path::Path>, timeout_s: u64) -> ExitCode {
+    let opts = cuorder_hw::supervisor::RunOptions {
+        timeout: std::time::Duration::from_secs(timeout_s),
+        ..Default::default()
+    };
+    let obs = match cuorder_hw::supervisor::run(sem.program, &opts) {
+        Ok(o) => o,
+        Err(e @ (cuorder_hw::error::HwError::NoGpu(_) | cuorder_hw::error::HwError::NotEnoughGpus { .. })) => {
+            eprintln!("cuorder: cannot run on hardware here: {e}");
+            return ExitCode::from(3);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("hardware: {:?}", obs.outcome);
+    if let Some(path) = trace {
+        if let Err(e) = std::fs::write(path, obs.to_ron() + "\n") {
+            eprintln!("error: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    let c = cuorder_sim::conform::conform(sem, &obs, &Limits::default());
+    print!("{}", c.to_text());
+    ExitCode::from(if c.agrees() { 0 } else { 1 })
 }

@@ -101,3 +101,17 @@ fn witness_replays_to_the_deadlock() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("outcome: deadlock"), "{out}");
 }
+
+/// `run --backend hw` runs on GPUs and checks the observation; on a machine without a GPU it says so and exits 3.
+#[test]
+fn run_on_hardware_says_when_there_is_no_gpu() {
+    let (code, out, err) = cuorder(&["run", "examples/nccl-1456-grouped.ron", "--backend", "hw", "--timeout-s", "20"]);
+    match code {
+        3 => {
+            assert!(err.contains("cannot run on hardware here"), "{err}");
+            eprintln!("skipped: no GPU on this machine ({})", err.trim());
+        }
+        0 => assert!(out.contains("agrees"), "{out}"),
+        _ => panic!("exit {code}: {out}{err}"),
+    }
+}
