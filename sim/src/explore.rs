@@ -119,39 +119,41 @@ impl Search<'_, '_> {
         }
         let mut present: Vec<ProblemKey> = st.races.iter().map(race_key).collect();
         let enabled = sem.enabled(st);
-        if let Some(v) = self.visitor.as_mut() {
-            let kind = if st.undefined.is_some() {
-                Some(FinalKind::Undefined)
-            } else if enabled.is_empty() {
-                Some(if sem.is_complete(st) { FinalKind::Complete } else { FinalKind::Deadlock })
-            } else if enabled.iter().all(|s| sem.starvable(st, s)) {
-                Some(FinalKind::Starved)
-            } else {
-                None
-            };
-            if let Some(k) = kind {
-                v(st, k);
-            }
-        }
-        if let Some(u) = &st.undefined {
-            let mut at = u.at.clone();
-            at.sort();
-            let key = ProblemKey::Undefined(u.rule.clone(), at);
-            self.record(key.clone(), || Problem::Undefined(u.clone()), path);
-            present.push(key);
+        // Classify the state once: final (undefined, complete, deadlock), stuck only if the platform withholds what
+        // it may withhold (S1 starts, eager beyond the guaranteed window), or neither.
+        let kind = if st.undefined.is_some() {
+            Some(FinalKind::Undefined)
         } else if enabled.is_empty() {
-            if sem.is_complete(st) {
-                self.completed_states += 1;
-            } else {
+            Some(if sem.is_complete(st) { FinalKind::Complete } else { FinalKind::Deadlock })
+        } else if enabled.iter().all(|s| sem.starvable(st, s)) {
+            Some(FinalKind::Starved)
+        } else {
+            None
+        };
+        if let (Some(v), Some(k)) = (self.visitor.as_mut(), kind) {
+            v(st, k);
+        }
+        match kind {
+            Some(FinalKind::Undefined) => {
+                let u = st.undefined.as_ref().expect("undefined state");
+                let mut at = u.at.clone();
+                at.sort();
+                let key = ProblemKey::Undefined(u.rule.clone(), at);
+                self.record(key.clone(), || Problem::Undefined(u.clone()), path);
+                present.push(key);
+            }
+            Some(FinalKind::Complete) => self.completed_states += 1,
+            Some(FinalKind::Deadlock) => {
                 let key = self.deadlock_key(st, false);
                 self.record(key.clone(), || Problem::Deadlock(sem.explain(st, false)), path);
                 present.push(key);
             }
-        } else if enabled.iter().all(|s| sem.starvable(st, s)) {
-            // S1: the device may keep every remaining item from starting next to a spinning NCCL kernel.
-            self.starved_states += 1;
-            let key = self.deadlock_key(st, true);
-            self.record(key, || Problem::Deadlock(sem.explain(st, true)), path);
+            Some(FinalKind::Starved) => {
+                self.starved_states += 1;
+                let key = self.deadlock_key(st, true);
+                self.record(key, || Problem::Deadlock(sem.explain(st, true)), path);
+            }
+            None => {}
         }
         if enabled.is_empty() {
             self.terminal_states += 1;
