@@ -60,7 +60,9 @@ fn state_hash(st: &State) -> u128 {
 }
 
 struct Frame {
-    state: State,
+    /// The state; taken (moved to its last child) once every other successor has been tried, so that memory grows
+    /// with the number of branching points on the path, not with its length.
+    state: Option<State>,
     steps: Vec<Step>,
     next: usize,
 }
@@ -198,7 +200,7 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
     let init = sem.initial();
     visited.insert(state_hash(&init));
     let steps = search.visit(&init, &path);
-    let mut stack = vec![Frame { state: init, steps, next: 0 }];
+    let mut stack = vec![Frame { state: Some(init), steps, next: 0 }];
     let mut limit_hit = None;
     while let Some(top) = stack.last_mut() {
         if top.next >= top.steps.len() {
@@ -208,7 +210,11 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         }
         let step = top.steps[top.next].clone();
         top.next += 1;
-        let mut st = top.state.clone();
+        let mut st = if top.next == top.steps.len() {
+            top.state.take().expect("a frame's state is taken only by its last successor")
+        } else {
+            top.state.clone().expect("a frame keeps its state until its last successor")
+        };
         sem.apply(&mut st, &step);
         if !visited.insert(state_hash(&st)) {
             continue;
@@ -223,7 +229,7 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         }
         path.push(step);
         let steps = search.visit(&st, &path);
-        stack.push(Frame { state: st, steps, next: 0 });
+        stack.push(Frame { state: Some(st), steps, next: 0 });
     }
     let mut findings = search.findings;
     for (key, idx) in &search.index {
