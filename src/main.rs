@@ -154,7 +154,11 @@ fn main() -> ExitCode {
                 Some(n) => {
                     let rep = report::check(&prog, &prof, &Limits::default());
                     let Some(f) = n.checked_sub(1).and_then(|i| rep.findings.get(i)) else {
-                        eprintln!("error: --witness {n}: check found {} problem(s)", rep.findings.len());
+                        eprintln!(
+                            "error: --witness {n}: findings are numbered from 1, and check found {} under profile {} (pass the same --profile as to check)",
+                            rep.findings.len(),
+                            prof.name
+                        );
                         return ExitCode::from(2);
                     };
                     match replay(&sem, &f.finding.witness) {

@@ -67,7 +67,13 @@ impl Report {
                 }
                 let parts: Vec<String> = groups
                     .iter()
-                    .map(|(k, w, n)| if *n == 1 { format!("{k} ({w})") } else { format!("{n} {k}s ({w})") })
+                    .map(|(k, w, n)| if *n == 1 {
+                        format!("{k} ({w})")
+                    } else if k == "undefined" {
+                        format!("{n} undefined behaviours ({w})")
+                    } else {
+                        format!("{n} {k}s ({w})")
+                    })
                     .collect();
                 parts.join(", ")
             }
@@ -112,13 +118,14 @@ fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
     let findings: Vec<RenderedFinding> = ex
         .findings
         .iter()
-        .map(|f| RenderedFinding {
+        .enumerate()
+        .map(|(i, f)| RenderedFinding {
             kind: f.problem.kind_name().to_string(),
             frequency: match f.frequency {
                 Frequency::Always => "always".into(),
                 Frequency::Sometimes => "sometimes".into(),
             },
-            text: explain(sem, f),
+            text: explain(sem, f, i + 1, &sem.profile.name),
             finding: f.clone(),
         })
         .collect();
@@ -142,8 +149,8 @@ fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
     }
 }
 
-/// The text of one finding.
-pub fn explain(sem: &Semantics, f: &Finding) -> String {
+/// The text of one finding; `number` is its 1-based position in the report (what `run --witness` takes).
+pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> String {
     let mut s = String::new();
     match &f.problem {
         Problem::Deadlock(d) => {
@@ -182,7 +189,11 @@ pub fn explain(sem: &Semantics, f: &Finding) -> String {
             }
         }
     }
-    s.push_str(&format!("witness: a schedule of {} steps (`cuorder run --witness N` prints it)\n", f.witness.len()));
+    let prof = if profile == "portable" { String::new() } else { format!(" --profile {profile}") };
+    s.push_str(&format!(
+        "witness: a schedule of {} steps (`cuorder run PROGRAM --witness {number}{prof}` prints it)\n",
+        f.witness.len()
+    ));
     s
 }
 

@@ -22,6 +22,9 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
     s.push('\n');
     match &trace.outcome {
         Outcome::Completed => s.push_str("outcome: completed\n"),
+        Outcome::StepLimit(n) if trace.scheduler == "replay" => {
+            s.push_str(&format!("outcome: end of the replayed schedule ({n} steps)\n"))
+        }
         Outcome::StepLimit(n) => s.push_str(&format!("outcome: stopped at the step limit ({n} steps)\n")),
         Outcome::Undefined(u) => s.push_str(&format!("outcome: undefined (rule {}): {}\n", u.rule, u.message)),
         Outcome::Deadlock(d) => {
