@@ -629,7 +629,9 @@ impl<'p> Semantics<'p> {
         }) && item.deps.iter().all(|d| Self::item_done(st, *d))
     }
 
-    fn comm_op<'s>(st: &'s State, at: (ItemKey, u32)) -> (&'s Item, &'s CommOp) {
+    /// The launch and the NCCL op at `at` = (launch, index of the op in it), as the P2P and collective tables name
+    /// them.
+    pub fn comm_op<'s>(st: &'s State, at: (ItemKey, u32)) -> (&'s Item, &'s CommOp) {
         let item = &st.items[&at.0];
         let ItemKind::Launch { ops, .. } = &item.kind else { unreachable!("comm op outside a launch") };
         (item, &ops[at.1 as usize])

@@ -13,8 +13,8 @@
 use std::collections::BTreeSet;
 
 use cuorder_model::observation::{Observation, OpId, Outcome as HwOutcome, Seen, ThreadAt, Version};
-use cuorder_model::program::{CollectiveKind, OpKind};
-use cuorder_model::semantics::{Access, Accessor, ItemKind, OpLoc, Semantics, State};
+use cuorder_model::program::OpKind;
+use cuorder_model::semantics::{Access, Accessor, OpLoc, Semantics, State};
 
 use crate::explore::{explore_with, FinalKind, Limits};
 
@@ -137,24 +137,20 @@ fn may_see(sem: &Semantics, st: &State, r: &Access, depth: u32) -> MaySee {
             OpKind::Recv { comm, peer, .. } => {
                 // Data moved by a recv: what the matching send read (N3).
                 let me = sem.rank_of(loc.thread);
-                let seq = st.p2p.iter().find(|(k, v)| k.4 && k.0 == *comm && k.1 == *peer && k.2 == me && {
-                    let (_, op) = comm_op_loc(st, **v);
-                    op == loc
+                let seq = st.p2p.iter().find(|(k, v)| {
+                    k.4 && k.0 == *comm && k.1 == *peer && k.2 == me && Semantics::comm_op(st, **v).1.loc == loc
                 });
                 let send = seq.and_then(|(k, _)| st.p2p.get(&(k.0, k.1, k.2, k.3, false)));
                 let send_read = send.and_then(|at| {
-                    let (item, op) = comm_op_loc(st, *at);
-                    st.accesses.iter().find(|a| !a.write && a.who == Accessor::Item { item, loc: op })
+                    let who = Accessor::Item { item: at.0, loc: Semantics::comm_op(st, *at).1.loc };
+                    st.accesses.iter().find(|a| !a.write && a.who == who)
                 });
                 match send_read.map(|a| may_see(sem, st, a, depth + 1)) {
                     Some(Some(v)) => out.extend(v),
                     _ => return None,
                 }
             }
-            OpKind::Collective { kind, .. } => {
-                let _ = matches!(kind, CollectiveKind::Broadcast { .. });
-                return None;
-            }
+            OpKind::Collective { .. } => return None, // reduced data: any version
             _ => {
                 out.insert(MVersion::Op(loc));
             }
@@ -164,14 +160,6 @@ fn may_see(sem: &Semantics, st: &State, r: &Access, depth: u32) -> MaySee {
         out.insert(MVersion::Initial);
     }
     Some(out)
-}
-
-fn comm_op_loc(st: &State, at: (cuorder_model::semantics::ItemKey, u32)) -> (cuorder_model::semantics::ItemKey, OpLoc) {
-    let item = &st.items[&at.0];
-    match &item.kind {
-        ItemKind::Launch { ops, .. } => (at.0, ops[at.1 as usize].loc),
-        _ => (at.0, at.0.loc()),
-    }
 }
 
 fn outcome_matches(sem: &Semantics, st: &State, kind: FinalKind, obs: &HwOutcome) -> bool {
