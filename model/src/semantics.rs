@@ -314,6 +314,9 @@ pub struct Semantics<'p> {
     /// Per global thread: it is the only host thread of its rank, and no op of the program touches a stream, event
     /// or buffer of another rank than the issuing thread's (see [`Semantics::is_local`]).
     isolated: Vec<bool>,
+    /// Per global thread: index of its last op whose outcome depends on device progress (event/stream query,
+    /// allocation), if any (see [`Semantics::is_local`]).
+    last_observer: Vec<Option<u32>>,
 }
 
 /// What an op does to memory.
@@ -345,7 +348,17 @@ impl<'p> Semantics<'p> {
             .iter()
             .map(|(r, _)| !crosses && program.ranks[*r as usize].threads.len() == 1)
             .collect();
-        Semantics { program, profile, thread_of, thread_base, stream_base, agents, isolated }
+        let last_observer = thread_of
+            .iter()
+            .map(|(r, t)| {
+                let ops = &program.ranks[*r as usize].threads[*t as usize].ops;
+                ops.iter().rposition(|o| {
+                    matches!(o.kind, OpKind::EventQuery { .. } | OpKind::StreamQuery { .. } | OpKind::Alloc { .. })
+                })
+                .map(|i| i as u32)
+            })
+            .collect();
+        Semantics { program, profile, thread_of, thread_base, stream_base, agents, isolated, last_observer }
     }
 
     /// The initial state: every thread at its first op, every queue empty, every clock zero.
@@ -522,13 +535,9 @@ impl<'p> Semantics<'p> {
                 return false;
             }
             let rank = item.streams[0].rank;
-            let quiet = (0..st.threads.len() as u32).filter(|t| self.rank_of(*t) == rank).all(|t| {
-                let pc = st.threads[t as usize].pc as usize;
-                let ops = self.ops_of(t);
-                ops[pc.min(ops.len())..].iter().all(|o| {
-                    !matches!(o.kind, OpKind::EventQuery { .. } | OpKind::StreamQuery { .. } | OpKind::Alloc { .. })
-                })
-            });
+            let quiet = (0..st.threads.len() as u32)
+                .filter(|t| self.rank_of(*t) == rank)
+                .all(|t| self.last_observer[t as usize].is_none_or(|last| st.threads[t as usize].pc > last));
             let no_spinner = self.profile.independent_progress
                 || !st.items.values().any(|i| {
                     i.status != ItemStatus::Done
