@@ -12,7 +12,9 @@ pub enum NonMirrored {
     Undefined,
 }
 
-/// Semantic parameters of one platform. Every field is a behaviour that the documentation leaves open.
+/// Semantic parameters of one platform. Every field is a behaviour that the documentation leaves open; where a
+/// capacity or behaviour is undocumented, the profile separates what is *guaranteed* (the explorer relies on it)
+/// from what was merely *observed* (the explorer explores both ways).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Profile {
     /// Name shown in reports (`portable`, `eager`, or a calibrated profile's name).
@@ -28,9 +30,13 @@ pub struct Profile {
     /// platform refuses them. Defaults to `eager_bytes_per_connection` (a window that is always available).
     #[serde(default)]
     pub eager_bytes_guaranteed: Option<u64>,
-    /// S1: `true` when streams are guaranteed to progress independently. `false` (the documented guarantee) also
+    /// S1: `true` when streams are *guaranteed* to progress independently. `false` (the documented guarantee) also
     /// explores executions in which a spinning NCCL kernel keeps every other item of its device from starting.
     pub independent_progress: bool,
+    /// S1: `true` when hardware runs were *seen* to run a spinning NCCL kernel beside other work (informational: an
+    /// observation is not a guarantee, so it changes no verdict).
+    #[serde(default)]
+    pub independent_progress_observed: bool,
     /// N7: `true` when P2P connections are set up lazily at the first launch that needs them, blocking the host until
     /// the peer's host sets up the mirrored direction. `false`: every connection exists once the communicator does.
     pub lazy_connect: bool,
@@ -39,44 +45,125 @@ pub struct Profile {
     /// N5: `true` when consecutive NCCL launches on one communicator are serialized on the device (a launch starts
     /// only after the previous launch on the same communicator has ended), even on different user streams.
     pub serialize_per_comm: bool,
+    /// N5: `true` when that serialization also *orders* memory (the previous launch's end happens before the next
+    /// launch's start). No document guarantees it, so by default the serialization can delay (and hang) a launch but
+    /// a program may not rely on it to order its accesses.
+    #[serde(default)]
+    pub serialization_orders: bool,
 }
 
 impl Profile {
-    /// Only what the documentation guarantees (the default): rendezvous sends (N2), no guaranteed independent
-    /// progress (S1), per-communicator serialization (N5). Host-blocking lazy connection set-up (N7) is not
-    /// documented behaviour of `ncclSend`, so connections are taken to exist once the communicator does; the `eager`
-    /// profile and calibrated profiles model N7.
+    /// Only what the documentation guarantees (the default), so that "no problem" holds on every documented
+    /// platform and every finding can happen on one:
+    /// - N2: any send may finish without its recv (eager, up to any size) and may have to wait for it (no eager byte
+    ///   is guaranteed): both are explored;
+    /// - S1: streams are not guaranteed to progress independently;
+    /// - N7: connections are set up lazily per communicator (P2P and, since NCCL 2.22, collectives), blocking the
+    ///   host at first contact (NCCL_COMM_BLOCKING, "Group calls"); non-mirrored first contact is undefined;
+    /// - N5: launches on one communicator may be serialized (NCCL source), which can hang a program but orders
+    ///   nothing a program may rely on;
+    /// - C1: a broadcast root may finish before the other members start, or wait for them.
     pub fn portable() -> Profile {
         Profile {
             name: "portable".into(),
-            description: "only what the CUDA and NCCL documentation guarantee: rendezvous sends (N2), no guaranteed \
-                          independent progress (S1), per-communicator serialization (N5); connections exist at init"
+            description: "only what the CUDA and NCCL documentation guarantee: any send may complete eagerly or wait \
+                          for its recv (N2), no guaranteed independent progress (S1), lazy host-blocking connection \
+                          set-up (N7), launches on one communicator may be serialized without ordering memory (N5)"
                 .into(),
-            eager_bytes_per_connection: 0,
-            eager_bytes_guaranteed: None,
+            eager_bytes_per_connection: u64::MAX,
+            eager_bytes_guaranteed: Some(0),
             independent_progress: false,
-            lazy_connect: false,
-            nonmirrored_first_contact: NonMirrored::Hang,
+            independent_progress_observed: false,
+            lazy_connect: true,
+            nonmirrored_first_contact: NonMirrored::Undefined,
             serialize_per_comm: true,
+            serialization_orders: false,
         }
     }
 
-    /// A typical NCCL 2.x intra-node platform: sends up to 4 MiB per connection complete without a recv (N2; the size
-    /// is an estimate until a calibrated profile replaces it), streams progress independently, connections are set
-    /// up lazily, launches on one communicator are serialized.
+    /// A what-if profile of a typical NCCL 2.x intra-node platform, taken as *given* (not derived from the docs):
+    /// sends up to 4 MiB per connection always complete without a recv (N2; an estimate until a calibrated profile
+    /// replaces it), streams progress independently (S1), connections are set up lazily (N7), launches on one
+    /// communicator are serialized and ordered (N5).
     pub fn eager() -> Profile {
         Profile {
             name: "eager".into(),
-            description: "NCCL with a 4 MiB eager window per connection (N2, estimate), independent progress, lazy \
-                          connection set-up (N7), per-communicator serialization (N5)"
+            description: "what-if: NCCL with a guaranteed 4 MiB eager window per connection (N2, estimate), \
+                          independent progress (S1), lazy connection set-up (N7), per-communicator serialization \
+                          that orders memory (N5)"
                 .into(),
             eager_bytes_per_connection: 4 << 20,
             eager_bytes_guaranteed: None,
             independent_progress: true,
+            independent_progress_observed: false,
             lazy_connect: true,
             nonmirrored_first_contact: NonMirrored::Hang,
             serialize_per_comm: true,
+            serialization_orders: true,
         }
+    }
+
+    /// What the profile assumes, in plain words, one line per behaviour (for `cuorder profile NAME`).
+    pub fn assumptions(&self) -> Vec<String> {
+        let b = crate::describe::bytes;
+        let mut v = vec![];
+        let (possible, guaranteed) = (self.eager_bytes_per_connection, self.eager_guaranteed());
+        v.push(match (possible, guaranteed) {
+            (0, _) => "N2 sends: every send waits for its recv (rendezvous); none finishes early.".to_string(),
+            (u64::MAX, 0) => "N2 sends: any send may finish before its recv runs (eager), and any send may have to wait \
+                              for it (rendezvous): both are explored, so neither hides a race nor a deadlock."
+                .to_string(),
+            (p, g) if g >= p => format!("N2 sends: up to {} per connection always finish without a recv (eager); larger ones wait for it.", b(p)),
+            (p, g) => format!(
+                "N2 sends: up to {} per connection are guaranteed to finish without a recv; up to {} may or may not \
+                 (both explored); larger ones wait for it.",
+                b(g),
+                if p == u64::MAX { "any size".to_string() } else { b(p) }
+            ),
+        });
+        v.push(if self.independent_progress {
+            "S1 streams: assumed to progress independently: a spinning NCCL kernel never keeps other work of its device \
+             from running."
+                .to_string()
+        } else if self.independent_progress_observed {
+            "S1 streams: not guaranteed to progress independently (seen on the hardware, but not guaranteed): the \
+             explorer also lets a spinning NCCL kernel keep other work of its device from starting."
+                .to_string()
+        } else {
+            "S1 streams: not guaranteed to progress independently: the explorer also lets a spinning NCCL kernel keep \
+             other work of its device from starting."
+                .to_string()
+        });
+        v.push(if self.lazy_connect {
+            format!(
+                "N7 connections: set up lazily per communicator at first use (P2P and collectives); set-up blocks the host \
+                 until the peer sets up the mirrored direction; non-mirrored first contact {}.",
+                match self.nonmirrored_first_contact {
+                    NonMirrored::Hang => "hangs both hosts",
+                    NonMirrored::Undefined => "is undefined",
+                }
+            )
+        } else {
+            "N7 connections: exist once the communicator does; first contact never blocks.".to_string()
+        });
+        v.push(match (self.serialize_per_comm, self.serialization_orders) {
+            (false, _) => "N5 launches: launches on one communicator may run side by side.".to_string(),
+            (true, false) => "N5 launches: a launch on a communicator waits for the previous one to end (this can hang a \
+                              program), but a program may not rely on it to order memory."
+                .to_string(),
+            (true, true) => "N5 launches: a launch on a communicator waits for the previous one to end, and that orders \
+                             memory."
+                .to_string(),
+        });
+        v.push(format!(
+            "C1 broadcast: the root may finish before the other members start when its message {}.",
+            match (possible, guaranteed) {
+                (0, _) => "never (it always waits for them)".to_string(),
+                (u64::MAX, 0) => "is any size (explored both ways)".to_string(),
+                (p, _) => format!("is at most {}", b(p)),
+            }
+        ));
+        v
     }
 
     /// Names of the built-in profiles.

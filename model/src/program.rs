@@ -166,6 +166,50 @@ pub enum CollectiveKind {
     ReduceScatter,
 }
 
+impl CollectiveKind {
+    /// The kind's name in the surface format ("AllReduce", "Broadcast", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            CollectiveKind::AllReduce => "AllReduce",
+            CollectiveKind::Broadcast { .. } => "Broadcast",
+            CollectiveKind::AllGather => "AllGather",
+            CollectiveKind::ReduceScatter => "ReduceScatter",
+        }
+    }
+
+    /// The root's global rank, for rooted collectives.
+    pub fn root(self) -> Option<RankId> {
+        match self {
+            CollectiveKind::Broadcast { root } => Some(root),
+            CollectiveKind::AllReduce | CollectiveKind::AllGather | CollectiveKind::ReduceScatter => None,
+        }
+    }
+
+    /// Whether send and recv sizes (bytes) fit a collective over `members` ranks, with the rule in words
+    /// ("recv = send × members").
+    pub fn sizes_fit(self, send_bytes: u64, recv_bytes: u64, members: u64) -> (bool, &'static str) {
+        match self {
+            CollectiveKind::AllReduce | CollectiveKind::Broadcast { .. } => (send_bytes == recv_bytes, "recv = send"),
+            CollectiveKind::AllGather => (send_bytes.checked_mul(members) == Some(recv_bytes), "recv = send × members"),
+            CollectiveKind::ReduceScatter => (recv_bytes.checked_mul(members) == Some(send_bytes), "send = recv × members"),
+        }
+    }
+
+    /// The per-member byte count every member must agree on (C1): the send size, or the recv size where the send
+    /// side differs per member (broadcast: only the root sends; reduce-scatter: recv is the per-rank part).
+    pub fn agreed_bytes(self, send_bytes: u64, recv_bytes: u64) -> u64 {
+        match self {
+            CollectiveKind::AllReduce | CollectiveKind::AllGather => send_bytes,
+            CollectiveKind::Broadcast { .. } | CollectiveKind::ReduceScatter => recv_bytes,
+        }
+    }
+
+    /// Whether a member with global rank `rank` reads its send buffer (C1: a broadcast's only the root).
+    pub fn reads_send(self, rank: RankId) -> bool {
+        self.root().is_none_or(|root| root == rank)
+    }
+}
+
 /// What a host call does. Every stream-ordered op names its stream explicitly.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OpKind {

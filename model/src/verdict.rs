@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::program::BufRef;
-use crate::semantics::{OpLoc, Race, Step, Undefined};
-use crate::waitfor::Stuck;
+use crate::rule::Rule;
+use crate::semantics::{OpLoc, Race, Step, Stuck, Undefined};
 
 /// One problem found by exploration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,7 +43,7 @@ pub enum ProblemKey {
     /// Deadlock: where every unfinished thread is (thread, pc) and whether it is the S1 kind.
     Deadlock(Vec<(u32, u32)>, bool),
     DataRace(OpLoc, OpLoc, BufRef, BufRef),
-    Undefined(String, Vec<OpLoc>),
+    Undefined(Rule, Vec<OpLoc>),
 }
 
 impl Problem {

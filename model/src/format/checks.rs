@@ -3,7 +3,6 @@
 
 use super::decls::Decls;
 use super::issues::{Issue, Issues};
-use super::resolve::kind_name;
 use crate::program::{CollectiveKind, CommId, OpKind, RankId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
@@ -172,12 +171,7 @@ struct Signature {
 
 impl Signature {
     fn of(kind: CollectiveKind, send: u64, recv: u64) -> Signature {
-        let (count, root) = match kind {
-            CollectiveKind::AllReduce | CollectiveKind::AllGather => (send, None),
-            CollectiveKind::Broadcast { root } => (recv, Some(root)),
-            CollectiveKind::ReduceScatter => (recv, None),
-        };
-        Signature { kind: kind_name(kind), count, root }
+        Signature { kind: kind.name(), count: kind.agreed_bytes(send, recv), root: kind.root() }
     }
 
     fn describe(&self) -> String {

@@ -607,7 +607,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
         comm: &Option<String>,
     ) -> Option<OpKind> {
         let f = |name: &str| field(p, name);
-        let name = kind_name(kind);
+        let name = kind.name();
         let c = self.comm(cx, comm.as_ref(), p);
         let s = self.stream(cx, stream, &f("stream"));
         let args: Vec<(&BufArg, String)> = match (buf, send, recv) {
@@ -642,11 +642,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 return None;
             }
         }
-        let (consistent, rule) = match kind {
-            CollectiveKind::AllReduce | CollectiveKind::Broadcast { .. } => (send_r.len == recv_r.len, "recv = send"),
-            CollectiveKind::AllGather => (send_r.len.checked_mul(m) == Some(recv_r.len), "recv = send × members"),
-            CollectiveKind::ReduceScatter => (recv_r.len.checked_mul(m) == Some(send_r.len), "send = recv × members"),
-        };
+        let (consistent, rule) = kind.sizes_fit(send_r.len, recv_r.len, m);
         if !consistent {
             self.err(
                 cx,
@@ -663,16 +659,6 @@ impl<'a, 'i> Resolver<'a, 'i> {
             return None;
         }
         Some(OpKind::Collective { comm: c, kind, send: send_r, recv: recv_r, stream: s })
-    }
-}
-
-/// The name of a collective kind as written.
-pub fn kind_name(kind: CollectiveKind) -> &'static str {
-    match kind {
-        CollectiveKind::AllReduce => "AllReduce",
-        CollectiveKind::Broadcast { .. } => "Broadcast",
-        CollectiveKind::AllGather => "AllGather",
-        CollectiveKind::ReduceScatter => "ReduceScatter",
     }
 }
 

@@ -1,0 +1,313 @@
+//! One exhaustive table of what every operation touches: its acting device, the stream it enqueues on, the memory
+//! it reads and writes, its communicator and NCCL role, whether its outcome observes how far a device has got, and
+//! the resources its host step reads and writes (for partial-order reduction). Every `match` here lists every
+//! `OpKind` without a `_ =>` arm, so adding an operation fails to compile until this table answers for it.
+
+use crate::program::*;
+
+/// A memory access an op makes (by its item, or by the host for host accesses): `range` in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemAccess {
+    pub range: BufRange,
+    pub write: bool,
+}
+
+/// The NCCL role of an op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NcclRole {
+    /// `ncclSend` (N2, N3).
+    Send { peer: RankId },
+    /// `ncclRecv` (N2, N3).
+    Recv { peer: RankId },
+    /// A collective (C1).
+    Collective { kind: CollectiveKind },
+    /// `ncclCommInitRank` (N8).
+    Init,
+}
+
+/// A piece of model state that a host step reads or writes; two steps of different threads are dependent when one
+/// writes a resource the other reads or writes (`semantics/reduction.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Resource {
+    /// The tail of a stream's queue (what an enqueue appends to; what a record, synchronize or S2 dependency
+    /// captures).
+    Stream(StreamRef),
+    /// Which record an event names (S3).
+    Event(EventRef),
+    /// A communicator's matching tables, serialization chain and connections (N3, N5, N7), on every member.
+    Comm(CommId),
+    /// Which thread issued NCCL work on a device last (N11).
+    NcclIssuer(RankId),
+    /// Whether a pooled buffer is allocated and which block it holds (P4).
+    Alloc(BufRef),
+    /// The caching allocator's free blocks of a device (P4).
+    Pool(RankId),
+}
+
+/// How a host step uses a resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Use {
+    Read,
+    Write,
+}
+
+/// What an op touches, from [`OpKind::info`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpInfo {
+    /// The op's name in the surface format ("Kernel", "Send", ...).
+    pub name: &'static str,
+    /// The device the op acts on: its stream's rank for stream-ordered and NCCL ops (docs/program-format.md,
+    /// "acting rank"), the event's or stream's rank for queries and synchronizes; `None` for pure host ops.
+    pub acting_rank: Option<RankId>,
+    /// The stream the op enqueues an item on, if any (synchronous copies and memsets: the legacy default stream of
+    /// the device they act on; S5).
+    pub stream: Option<StreamRef>,
+    /// The memory its item (or, for host accesses, the host) reads and writes.
+    pub accesses: Vec<MemAccess>,
+    /// The communicator of an NCCL op.
+    pub comm: Option<CommId>,
+    pub nccl: Option<NcclRole>,
+    /// The device whose progress the op's *outcome* depends on (a query's answer, S4; the blocks an allocation may
+    /// reuse, P4): such a step does not commute with that device's item steps.
+    pub observes: Option<RankId>,
+    /// What the op's host step reads and writes (partial-order reduction). For an NCCL op inside a group the use
+    /// happens at the outermost group end.
+    pub footprint: Vec<(Resource, Use)>,
+    /// Every rank whose streams, events or buffers the op names.
+    pub ranks: Vec<RankId>,
+}
+
+fn reads_writes(reads: &[BufRange], writes: &[BufRange]) -> Vec<MemAccess> {
+    reads
+        .iter()
+        .map(|r| MemAccess { range: *r, write: false })
+        .chain(writes.iter().map(|r| MemAccess { range: *r, write: true }))
+        .collect()
+}
+
+/// The legacy default stream of a device (index 0; S2).
+pub fn legacy(rank: RankId) -> StreamRef {
+    StreamRef { rank, index: 0 }
+}
+
+impl OpKind {
+    /// The op's name in the surface format ("Kernel", "HostRead", "Collective", ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            OpKind::Kernel { .. } => "Kernel",
+            OpKind::Memset { .. } => "Memset",
+            OpKind::Memcpy { .. } => "Memcpy",
+            OpKind::EventRecord { .. } => "EventRecord",
+            OpKind::StreamWaitEvent { .. } => "StreamWaitEvent",
+            OpKind::EventQuery { .. } => "EventQuery",
+            OpKind::EventSynchronize { .. } => "EventSynchronize",
+            OpKind::StreamSynchronize { .. } => "StreamSynchronize",
+            OpKind::StreamQuery { .. } => "StreamQuery",
+            OpKind::DeviceSynchronize { .. } => "DeviceSynchronize",
+            OpKind::HostSleep { .. } => "HostSleep",
+            OpKind::HostAccess { write: false, .. } => "HostRead",
+            OpKind::HostAccess { write: true, .. } => "HostWrite",
+            OpKind::Barrier { .. } => "Barrier",
+            OpKind::CommInit { .. } => "CommInit",
+            OpKind::Send { .. } => "Send",
+            OpKind::Recv { .. } => "Recv",
+            OpKind::GroupStart => "GroupStart",
+            OpKind::GroupEnd => "GroupEnd",
+            OpKind::Collective { .. } => "Collective",
+            OpKind::Alloc { .. } => "Alloc",
+            OpKind::Free { .. } => "Free",
+            OpKind::RecordStream { .. } => "RecordStream",
+        }
+    }
+
+    /// What this op touches, when called by a thread of `caller` in `program` (a validated program).
+    pub fn info(&self, program: &Program, caller: RankId) -> OpInfo {
+        let mut fp: Vec<(Resource, Use)> = vec![];
+        let pooled_uses = |ranges: &[BufRange], fp: &mut Vec<(Resource, Use)>| {
+            for r in ranges {
+                if program.buffer(r.buf).pooled {
+                    fp.push((Resource::Alloc(r.buf), Use::Read));
+                }
+            }
+        };
+        // S2: an enqueue appends to its stream and captures the tails of the streams it implicitly waits for.
+        let enqueue = |s: StreamRef, fp: &mut Vec<(Resource, Use)>| {
+            fp.push((Resource::Stream(s), Use::Write));
+            match program.stream(s).kind {
+                StreamKind::LegacyDefault => {
+                    for (i, o) in program.ranks[s.rank as usize].streams.iter().enumerate() {
+                        if matches!(o.kind, StreamKind::Blocking | StreamKind::PerThreadDefault) {
+                            fp.push((Resource::Stream(StreamRef { rank: s.rank, index: i as u32 }), Use::Read));
+                        }
+                    }
+                }
+                StreamKind::Blocking | StreamKind::PerThreadDefault => fp.push((Resource::Stream(legacy(s.rank)), Use::Read)),
+                StreamKind::NonBlocking => {}
+            }
+        };
+        let nccl = |comm: CommId, stream: StreamRef, ranges: &[BufRange], fp: &mut Vec<(Resource, Use)>| {
+            fp.push((Resource::Comm(comm), Use::Write));
+            fp.push((Resource::NcclIssuer(stream.rank), Use::Write));
+            fp.push((Resource::Stream(stream), Use::Write));
+            for r in ranges {
+                if program.buffer(r.buf).pooled {
+                    fp.push((Resource::Alloc(r.buf), Use::Read));
+                }
+            }
+        };
+        let device_of = |ranges: &[&BufRange]| {
+            ranges.iter().find(|r| program.buffer(r.buf).space == MemSpace::Device).map(|r| r.buf.rank).unwrap_or(caller)
+        };
+        let mut ranks: Vec<RankId> = vec![];
+        let info = match self {
+            OpKind::Kernel { stream, reads, writes, .. } => {
+                enqueue(*stream, &mut fp);
+                let all: Vec<BufRange> = reads.iter().chain(writes).copied().collect();
+                pooled_uses(&all, &mut fp);
+                ranks.extend(all.iter().map(|r| r.buf.rank));
+                OpInfo::base(self.name(), Some(stream.rank), Some(*stream), reads_writes(reads, writes))
+            }
+            OpKind::Memset { stream, dst } => {
+                let s = stream.unwrap_or(legacy(dst.buf.rank));
+                enqueue(s, &mut fp);
+                pooled_uses(&[*dst], &mut fp);
+                ranks.push(dst.buf.rank);
+                OpInfo::base(self.name(), Some(s.rank), Some(s), vec![MemAccess { range: *dst, write: true }])
+            }
+            OpKind::Memcpy { stream, dst, src } => {
+                let s = stream.unwrap_or(legacy(device_of(&[dst, src])));
+                enqueue(s, &mut fp);
+                pooled_uses(&[*dst, *src], &mut fp);
+                ranks.extend([dst.buf.rank, src.buf.rank]);
+                let acc = vec![MemAccess { range: *src, write: false }, MemAccess { range: *dst, write: true }];
+                OpInfo::base(self.name(), Some(s.rank), Some(s), acc)
+            }
+            OpKind::EventRecord { event, stream } => {
+                enqueue(*stream, &mut fp);
+                fp.push((Resource::Event(*event), Use::Write));
+                ranks.push(event.rank);
+                OpInfo::base(self.name(), Some(stream.rank), Some(*stream), vec![])
+            }
+            OpKind::StreamWaitEvent { stream, event } => {
+                enqueue(*stream, &mut fp);
+                fp.push((Resource::Event(*event), Use::Read));
+                ranks.push(event.rank);
+                OpInfo::base(self.name(), Some(stream.rank), Some(*stream), vec![])
+            }
+            OpKind::EventQuery { event } => {
+                fp.push((Resource::Event(*event), Use::Read));
+                OpInfo { observes: Some(event.rank), ..OpInfo::base(self.name(), Some(event.rank), None, vec![]) }
+            }
+            OpKind::EventSynchronize { event } => {
+                fp.push((Resource::Event(*event), Use::Read));
+                OpInfo::base(self.name(), Some(event.rank), None, vec![])
+            }
+            OpKind::StreamSynchronize { stream } => {
+                fp.push((Resource::Stream(*stream), Use::Read));
+                OpInfo::base(self.name(), Some(stream.rank), None, vec![])
+            }
+            OpKind::StreamQuery { stream } => {
+                fp.push((Resource::Stream(*stream), Use::Read));
+                OpInfo { observes: Some(stream.rank), ..OpInfo::base(self.name(), Some(stream.rank), None, vec![]) }
+            }
+            OpKind::DeviceSynchronize { rank } => {
+                for i in 0..program.ranks[*rank as usize].streams.len() as u32 {
+                    fp.push((Resource::Stream(StreamRef { rank: *rank, index: i }), Use::Read));
+                }
+                OpInfo::base(self.name(), Some(*rank), None, vec![])
+            }
+            OpKind::HostSleep { .. } => OpInfo::base(self.name(), None, None, vec![]),
+            OpKind::HostAccess { range, write } => {
+                pooled_uses(&[*range], &mut fp);
+                ranks.push(range.buf.rank);
+                OpInfo::base(self.name(), None, None, vec![MemAccess { range: *range, write: *write }])
+            }
+            // Arrivals at a barrier or at a communicator's init only add to monotone sets: they commute.
+            OpKind::Barrier { .. } => OpInfo::base(self.name(), None, None, vec![]),
+            OpKind::CommInit { comm } => OpInfo {
+                comm: Some(*comm),
+                nccl: Some(NcclRole::Init),
+                ..OpInfo::base(self.name(), Some(caller), None, vec![])
+            },
+            OpKind::Send { comm, peer, buf, stream } => {
+                nccl(*comm, *stream, &[*buf], &mut fp);
+                ranks.push(buf.buf.rank);
+                OpInfo {
+                    comm: Some(*comm),
+                    nccl: Some(NcclRole::Send { peer: *peer }),
+                    ..OpInfo::base(self.name(), Some(stream.rank), Some(*stream), vec![MemAccess { range: *buf, write: false }])
+                }
+            }
+            OpKind::Recv { comm, peer, buf, stream } => {
+                nccl(*comm, *stream, &[*buf], &mut fp);
+                ranks.push(buf.buf.rank);
+                OpInfo {
+                    comm: Some(*comm),
+                    nccl: Some(NcclRole::Recv { peer: *peer }),
+                    ..OpInfo::base(self.name(), Some(stream.rank), Some(*stream), vec![MemAccess { range: *buf, write: true }])
+                }
+            }
+            OpKind::GroupStart => OpInfo::base(self.name(), None, None, vec![]),
+            OpKind::GroupEnd => OpInfo::base(self.name(), None, None, vec![]),
+            OpKind::Collective { comm, kind, send, recv, stream } => {
+                nccl(*comm, *stream, &[*send, *recv], &mut fp);
+                ranks.extend([send.buf.rank, recv.buf.rank]);
+                // C1: a broadcast's send buffer is read by the root only.
+                let reads_send = kind.reads_send(stream.rank);
+                let mut acc = vec![];
+                if reads_send {
+                    acc.push(MemAccess { range: *send, write: false });
+                }
+                acc.push(MemAccess { range: *recv, write: true });
+                OpInfo {
+                    comm: Some(*comm),
+                    nccl: Some(NcclRole::Collective { kind: *kind }),
+                    ..OpInfo::base(self.name(), Some(stream.rank), Some(*stream), acc)
+                }
+            }
+            OpKind::Alloc { buf, stream } => {
+                fp.push((Resource::Alloc(*buf), Use::Write));
+                fp.push((Resource::Pool(buf.rank), Use::Write));
+                ranks.push(buf.rank);
+                OpInfo { observes: Some(buf.rank), ..OpInfo::base(self.name(), Some(stream.rank), None, vec![]) }
+            }
+            OpKind::Free { buf } => {
+                fp.push((Resource::Alloc(*buf), Use::Write));
+                fp.push((Resource::Pool(buf.rank), Use::Write));
+                // The recorded streams' tails are captured at free time.
+                for i in 0..program.ranks[buf.rank as usize].streams.len() as u32 {
+                    fp.push((Resource::Stream(StreamRef { rank: buf.rank, index: i }), Use::Read));
+                }
+                OpInfo::base(self.name(), Some(buf.rank), None, vec![])
+            }
+            OpKind::RecordStream { buf, stream } => {
+                fp.push((Resource::Alloc(*buf), Use::Write));
+                ranks.push(buf.rank);
+                OpInfo::base(self.name(), Some(stream.rank), None, vec![])
+            }
+        };
+        ranks.extend(info.acting_rank);
+        ranks.extend(info.stream.map(|s| s.rank));
+        ranks.sort_unstable();
+        ranks.dedup();
+        fp.sort_unstable();
+        fp.dedup();
+        OpInfo { footprint: fp, ranks, ..info }
+    }
+}
+
+impl OpInfo {
+    fn base(name: &'static str, acting_rank: Option<RankId>, stream: Option<StreamRef>, accesses: Vec<MemAccess>) -> OpInfo {
+        OpInfo {
+            name,
+            acting_rank,
+            stream,
+            accesses,
+            comm: None,
+            nccl: None,
+            observes: None,
+            footprint: vec![],
+            ranks: vec![],
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Memory and races: every access is recorded with the clock it happened at; two accesses to overlapping bytes of
+//! one block, at least one a write, race unless the earlier one's end happens before the later one's start
+//! (MODEL.md "Happens-before and races").
+
+use super::*;
+use crate::clock::Epoch;
+use crate::op_info::{MemAccess, NcclRole};
+
+impl<'p> Semantics<'p> {
+    /// The block a buffer occupies now (static buffers: their own; pooled: the current allocation, if any; P4).
+    pub(crate) fn block_of(&self, st: &State, b: BufRef) -> Option<BlockId> {
+        if self.program.buffer(b).pooled {
+            st.pool.allocated.get(&b).map(|a| a.block)
+        } else {
+            Some(BlockId { buf: b, generation: 0 })
+        }
+    }
+
+    /// Records an access made at clock `at` and reports every earlier conflicting access it is not ordered after.
+    pub(crate) fn access(&self, st: &mut State, who: Accessor, a: MemAccess, block: BlockId, at: &VClock, end: Option<Epoch>) {
+        let new = Access { who, block, range: a.range, write: a.write, start: at.clone(), end };
+        let (lo, hi) = (a.range.offset, a.range.offset + a.range.len);
+        let mut races = vec![];
+        for old in &st.memory.accesses {
+            if old.block != block || !(old.write || a.write) {
+                continue;
+            }
+            let (olo, ohi) = (old.range.offset, old.range.offset + old.range.len);
+            if ohi <= lo || hi <= olo {
+                continue;
+            }
+            if let (Accessor::Item { item: x, loc: lx }, Accessor::Item { item: y, loc: ly }) = (old.who, who) {
+                // One op's own accesses (a copy, an in-place collective) do not race; nor do two ops of one launch
+                // to the same peer in the same direction, which run in order (N4). Every other pair of ops of one
+                // NCCL group progresses independently (N4; NCCL issue 900: collectives of one group run
+                // concurrently), so their conflicting accesses race.
+                if x == y && (lx == ly || self.same_lane(lx, ly)) {
+                    continue;
+                }
+            }
+            let ordered = old.end.is_some_and(|e| e.happens_before(at));
+            if !ordered {
+                // Canonical order of the pair, so that the state does not depend on which access ran first.
+                let (first, second) = if (old.who.loc(), old.range) <= (new.who.loc(), new.range) {
+                    (old.clone(), new.clone())
+                } else {
+                    (new.clone(), old.clone())
+                };
+                races.push(Race { first, second });
+            }
+        }
+        st.memory.races.extend(races);
+        // Sorted, so that commuting steps give equal states (the explorer merges them).
+        let pos = st.memory.accesses.partition_point(|x| x < &new);
+        st.memory.accesses.insert(pos, new);
+    }
+
+    /// Fills in the end of every access of item `k` once it has ended.
+    pub(crate) fn end_accesses(&self, st: &mut State, k: ItemKey, epoch: Epoch) {
+        let mut changed = false;
+        for a in st.memory.accesses.iter_mut() {
+            if matches!(a.who, Accessor::Item { item, .. } if item == k) {
+                a.end = Some(epoch);
+                changed = true;
+            }
+        }
+        if changed {
+            st.memory.accesses.sort();
+        }
+    }
+
+    /// Two P2P ops of one launch to the same peer in the same direction: they run in order (N4). Collectives of one
+    /// group do not (NCCL issue 900).
+    pub(crate) fn same_lane(&self, a: OpLoc, b: OpLoc) -> bool {
+        match (self.info(a).nccl, self.info(b).nccl) {
+            (Some(NcclRole::Send { peer: p }), Some(NcclRole::Send { peer: q }))
+            | (Some(NcclRole::Recv { peer: p }), Some(NcclRole::Recv { peer: q })) => p == q,
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! The operational semantics: a state, the steps enabled in it, and what each step does (MODEL.md; ARCHITECTURE.md
+//! "Semantics"). Every rule of `docs/semantics.md` is implemented in the module of its family and cites its id where
+//! it acts; this module only holds the program tables and dispatches.
+//!
+//! Agents: host threads run their ops in order (one *host step* each; a blocking op is an *issue* step followed by an
+//! *unblock* step once its condition holds). Streams hold FIFO queues of *items* (kernels, copies, event markers,
+//! wait markers, NCCL *launches*). Finite items run atomically in one step (their start and end differ only in the
+//! vector clock); an NCCL launch *starts* in one step, spins while its send/recv/collective ops progress through
+//! *transfer* steps, and ends when its last op completes.
+//!
+//! Families (each owns a sub-state of [`State`] and a module): `host` (program counters, blocking, barriers, S4
+//! answers), `streams` (S1-S5: queues, legacy-stream edges, events, item start/end), `memory` (accesses, races),
+//! `allocator` (P4), `nccl` (N1-N11, C1: groups, launches, P2P, collectives, connections, init, thread safety),
+//! `reduction` (which steps commute), `explain` (the wait-for graph of a stuck state).
+
+mod allocator;
+pub mod explain;
+mod host;
+pub mod ids;
+mod memory;
+mod nccl;
+pub mod reduction;
+pub mod state;
+mod streams;
+
+pub use explain::{Node, Reason, Stuck, WaitEdge};
+pub use nccl::{dirs_label, dirs_label_with};
+pub use ids::*;
+pub use state::*;
+
+use crate::clock::VClock;
+use crate::op_info::OpInfo;
+use crate::profile::Profile;
+use crate::program::*;
+use crate::rule::Rule;
+
+/// The program and profile, with the tables the steps need. Immutable while exploring.
+pub struct Semantics<'p> {
+    pub program: &'p Program,
+    pub profile: &'p Profile,
+    /// Global thread id -> (rank, thread index in rank).
+    pub thread_of: Vec<(RankId, u32)>,
+    /// First global thread id of each rank.
+    pub thread_base: Vec<u32>,
+    /// First global stream index of each rank.
+    pub stream_base: Vec<u32>,
+    /// Number of vector-clock agents: every host thread, then every stream.
+    pub agents: usize,
+    /// Per global thread, per op: what the op touches ([`OpKind::info`]).
+    infos: Vec<Vec<OpInfo>>,
+    /// Partial-order reduction tables (`reduction.rs`).
+    reduction: reduction::Tables,
+}
+
+impl<'p> Semantics<'p> {
+    /// Prepares the tables for a validated program.
+    pub fn new(program: &'p Program, profile: &'p Profile) -> Semantics<'p> {
+        let mut thread_of = vec![];
+        let mut thread_base = vec![];
+        let mut stream_base = vec![];
+        let mut streams = 0u32;
+        for (r, rank) in program.ranks.iter().enumerate() {
+            thread_base.push(thread_of.len() as u32);
+            stream_base.push(streams);
+            streams += rank.streams.len() as u32;
+            for t in 0..rank.threads.len() {
+                thread_of.push((r as RankId, t as u32));
+            }
+        }
+        let agents = thread_of.len() + streams as usize;
+        let infos: Vec<Vec<OpInfo>> = thread_of
+            .iter()
+            .map(|(r, t)| program.ranks[*r as usize].threads[*t as usize].ops.iter().map(|o| o.kind.info(program, *r)).collect())
+            .collect();
+        let reduction = reduction::Tables::new(program, &infos);
+        Semantics { program, profile, thread_of, thread_base, stream_base, agents, infos, reduction }
+    }
+
+    /// The initial state: every thread at its first op, every queue empty, every clock zero.
+    pub fn initial(&self) -> State {
+        let nstreams = self.agents - self.thread_of.len();
+        State {
+            host: HostState {
+                threads: (0..self.thread_of.len())
+                    .map(|_| ThreadState {
+                        pc: 0,
+                        wait: None,
+                        clock: VClock::new(self.agents),
+                        group_depth: 0,
+                        group_ops: vec![],
+                        answers: vec![],
+                    })
+                    .collect(),
+                barrier_arrived: Default::default(),
+                barrier_rounds: Default::default(),
+            },
+            streams: StreamState {
+                queues: vec![(vec![], 0); nstreams],
+                stream_clock: vec![VClock::new(self.agents); nstreams],
+                items: Default::default(),
+                event_binding: Default::default(),
+            },
+            nccl: NcclState {
+                comm_tail: Default::default(),
+                p2p: Default::default(),
+                p2p_next: Default::default(),
+                coll: Default::default(),
+                coll_next: Default::default(),
+                eager_used: Default::default(),
+                connected: Default::default(),
+                init_arrived: Default::default(),
+                issuer: Default::default(),
+            },
+            memory: MemoryState { accesses: vec![], races: Default::default() },
+            pool: PoolState { allocated: Default::default(), free: vec![], alloc_count: Default::default() },
+            undefined: None,
+        }
+    }
+
+    // ----- small lookups -------------------------------------------------------------------------------------------
+
+    /// Global index of a stream (its vector-clock agent is `threads + index`).
+    pub fn stream_index(&self, s: StreamRef) -> usize {
+        (self.stream_base[s.rank as usize] + s.index) as usize
+    }
+
+    /// The vector-clock agent of a stream.
+    pub fn stream_agent(&self, s: StreamRef) -> usize {
+        self.thread_of.len() + self.stream_index(s)
+    }
+
+    /// Global thread id of (rank, thread index).
+    pub fn thread_id(&self, rank: RankId, thread: u32) -> ThreadId {
+        self.thread_base[rank as usize] + thread
+    }
+
+    /// Rank (process) of a global thread.
+    pub fn rank_of(&self, t: ThreadId) -> RankId {
+        self.thread_of[t as usize].0
+    }
+
+    /// The op at a location.
+    pub fn op(&self, loc: OpLoc) -> &'p Op {
+        let (r, t) = self.thread_of[loc.thread as usize];
+        &self.program.ranks[r as usize].threads[t as usize].ops[loc.op as usize]
+    }
+
+    /// What the op at a location touches.
+    pub fn info(&self, loc: OpLoc) -> &OpInfo {
+        &self.infos[loc.thread as usize][loc.op as usize]
+    }
+
+    /// The device an op acts on: its stream's rank for stream-ordered and NCCL ops, else the calling thread's rank
+    /// (docs/program-format.md, "acting rank").
+    pub fn acting_rank(&self, loc: OpLoc) -> RankId {
+        self.info(loc).acting_rank.unwrap_or_else(|| self.rank_of(loc.thread))
+    }
+
+    pub(crate) fn ops_of(&self, t: ThreadId) -> &'p [Op] {
+        let (r, ti) = self.thread_of[t as usize];
+        &self.program.ranks[r as usize].threads[ti as usize].ops
+    }
+
+    /// "r0 main #3 send(...)" for an op location.
+    pub fn op_label(&self, loc: OpLoc) -> String {
+        let (r, t) = self.thread_of[loc.thread as usize];
+        self.program.op_full_label(r, t, loc.op)
+    }
+
+    /// "r0 main" for a thread.
+    pub fn thread_label(&self, t: ThreadId) -> String {
+        let (r, ti) = self.thread_of[t as usize];
+        self.program.thread_label(r, ti)
+    }
+
+    /// The name of a communicator.
+    pub fn comm_name(&self, c: CommId) -> &'p str {
+        &self.program.comms[c.0 as usize].name
+    }
+
+    /// All streams of a rank.
+    pub(crate) fn rank_streams(&self, rank: RankId) -> impl Iterator<Item = StreamRef> + '_ {
+        (0..self.program.ranks[rank as usize].streams.len() as u32).map(move |index| StreamRef { rank, index })
+    }
+
+    /// Whether the thread has run all its ops.
+    pub fn thread_finished(&self, st: &State, t: ThreadId) -> bool {
+        st.host.threads[t as usize].pc as usize >= self.ops_of(t).len()
+    }
+
+    /// Whether every thread has finished and every item has ended.
+    pub fn is_complete(&self, st: &State) -> bool {
+        (0..st.host.threads.len() as u32).all(|t| self.thread_finished(st, t))
+            && st.streams.items.values().all(|i| i.status == ItemStatus::Done)
+    }
+
+    pub(crate) fn set_undefined(&self, st: &mut State, rule: Rule, message: String, at: Vec<OpLoc>) {
+        if st.undefined.is_none() {
+            st.undefined = Some(Undefined { rule, message, at });
+        }
+    }
+
+    // ----- enabled steps and their effects -------------------------------------------------------------------------
+
+    /// Every step enabled in `st`, in a fixed order. Empty when the execution has ended (complete, deadlocked or
+    /// undefined).
+    pub fn enabled(&self, st: &State) -> Vec<Step> {
+        let mut out = vec![];
+        if st.undefined.is_some() {
+            return out;
+        }
+        for t in 0..st.host.threads.len() as u32 {
+            for choice in 0..self.host_choices(st, t) {
+                out.push(Step::Host { thread: t, choice });
+            }
+        }
+        self.item_steps(st, &mut out);
+        self.comm_steps(st, &mut out);
+        self.connect_steps(st, &mut out);
+        out
+    }
+
+    /// Applies an enabled step and says what it did. The step must come from [`Semantics::enabled`] on the same
+    /// state.
+    pub fn apply(&self, st: &mut State, step: &Step) -> Effects {
+        let mut fx = Effects::default();
+        let races_before = st.memory.races.len();
+        match step {
+            Step::Host { thread, choice } => self.host_step(st, *thread, *choice, &mut fx),
+            Step::Item(k) => self.start_item(st, *k, &mut fx),
+            Step::Transfer { send, recv } => self.transfer(st, *send, *recv, &mut fx),
+            Step::Eager { send } => self.eager(st, *send, &mut fx),
+            Step::Drain { recv } => self.drain(st, *recv, &mut fx),
+            Step::Collective { comm, seq } => self.collective(st, *comm, *seq, &mut fx),
+            Step::RootEarly { comm, seq } => self.root_early(st, *comm, *seq, &mut fx),
+            Step::Connect { a, b, comm, ra, rb } => self.connect(st, *a, *b, *comm, *ra, *rb),
+        }
+        fx.races = st.memory.races.len() - races_before;
+        fx.undefined = st.undefined.as_ref().map(|u| u.rule);
+        fx
+    }
+}

@@ -1,0 +1,134 @@
+//! Lazy connection set-up (N7): connections are set up per communicator and direction at the first launch that
+//! needs them (P2P; since NCCL 2.22 collectives too, at their first use), and the set-up blocks the host until the
+//! peer's host sets up the mirrored directions on the same communicator. Non-mirrored first contact is a profile
+//! parameter (hang, or undefined).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::super::*;
+use crate::op_info::NcclRole;
+use crate::profile::NonMirrored;
+
+/// "r0->r1 on world, r1->r0 on world" for a set of connection directions.
+pub fn dirs_label_with(d: &BTreeSet<Dir>, comm_name: impl Fn(CommId) -> String) -> String {
+    d.iter()
+        .map(|(c, a, b, coll)| {
+            let what = if *coll { " (collective)" } else { "" };
+            format!("r{a}->r{b} on {}{what}", comm_name(*c))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// "r0->r1, r1->r0" for a set of connection directions (without communicator names).
+pub fn dirs_label(d: &BTreeSet<Dir>) -> String {
+    d.iter().map(|(_, a, b, _)| format!("r{a}->r{b}")).collect::<Vec<_>>().join(", ")
+}
+
+impl<'p> Semantics<'p> {
+    /// "r0->r1 on world" with the program's communicator names.
+    pub fn dirs_text(&self, d: &BTreeSet<Dir>) -> String {
+        dirs_label_with(d, |c| self.comm_name(c).to_string())
+    }
+
+    /// The connection directions the launch of `ops` of thread `t` needs and that are not set up yet, per
+    /// (communicator, acting rank, peer) (N7), and apart from them the directions the group mirrors itself (one
+    /// thread driving both ends: set up at once, without blocking).
+    pub(crate) fn new_connections(&self, st: &State, t: ThreadId, ops: &[u32]) -> (BTreeMap<(CommId, RankId, RankId), BTreeSet<Dir>>, BTreeSet<Dir>) {
+        let mut need: BTreeMap<(CommId, RankId, RankId), BTreeSet<Dir>> = BTreeMap::new();
+        for &i in ops {
+            let loc = OpLoc { thread: t, op: i };
+            let info = self.info(loc);
+            let (Some(comm), Some(role)) = (info.comm, info.nccl) else { continue };
+            let me = self.acting_rank(loc);
+            let mut add = |peer: RankId, d: Dir| {
+                if !st.nccl.connected.contains(&d) {
+                    need.entry((comm, me, peer)).or_default().insert(d);
+                }
+            };
+            match role {
+                NcclRole::Send { peer } => add(peer, (comm, me, peer, false)),
+                NcclRole::Recv { peer } => add(peer, (comm, peer, me, false)),
+                NcclRole::Collective { .. } => {
+                    for &m in &self.program.comms[comm.0 as usize].members {
+                        if m != me {
+                            add(m, (comm, me, m, true));
+                            add(m, (comm, m, me, true));
+                        }
+                    }
+                }
+                NcclRole::Init => {}
+            }
+        }
+        let mirrored: Vec<(CommId, RankId, RankId)> =
+            need.iter().filter(|((c, a, b), d)| need.get(&(*c, *b, *a)) == Some(d)).map(|(k, _)| *k).collect();
+        let mut immediate = BTreeSet::new();
+        for k in mirrored {
+            immediate.extend(need.remove(&k).unwrap_or_default());
+        }
+        (need, immediate)
+    }
+
+    /// N7 (INFER): when the peer is already blocked setting up different directions with us on the same
+    /// communicator, the first contact is not mirrored. Under `NonMirrored::Undefined` that is undefined; under
+    /// `Hang` both hosts keep waiting.
+    pub(crate) fn check_nonmirrored(&self, st: &mut State, t: ThreadId, need: &BTreeMap<(CommId, RankId, RankId), BTreeSet<Dir>>) {
+        if self.profile.nonmirrored_first_contact != NonMirrored::Undefined {
+            return;
+        }
+        for ((comm, me, peer), dirs) in need {
+            for (u, th) in st.host.threads.iter().enumerate() {
+                let Some(Wait::Connect { need: p, .. }) = &th.wait else { continue };
+                let Some(theirs) = p.get(&(*comm, *peer, *me)) else { continue };
+                if theirs != dirs {
+                    let at = vec![OpLoc { thread: t, op: st.host.threads[t as usize].pc }, OpLoc { thread: u as u32, op: th.pc }];
+                    let msg = format!(
+                        "first contact between r{me} and r{peer} on {} is not mirrored: {} sets up {}, while {} sets up {}",
+                        self.comm_name(*comm),
+                        self.op_label(at[0]),
+                        self.dirs_text(dirs),
+                        self.op_label(at[1]),
+                        self.dirs_text(theirs)
+                    );
+                    self.set_undefined(st, Rule::N7, msg, at);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn connect_steps(&self, st: &State, out: &mut Vec<Step>) {
+        for (a, ta) in st.host.threads.iter().enumerate() {
+            let Some(Wait::Connect { need: pa, .. }) = &ta.wait else { continue };
+            for ((comm, ra, rb), need_a) in pa {
+                for (b, tb) in st.host.threads.iter().enumerate() {
+                    if b == a {
+                        continue;
+                    }
+                    let Some(Wait::Connect { need: pb, .. }) = &tb.wait else { continue };
+                    // Each pair once: from the side with the lower (thread, rank).
+                    if (b, *rb) < (a, *ra) {
+                        continue;
+                    }
+                    if pb.get(&(*comm, *rb, *ra)) == Some(need_a) {
+                        out.push(Step::Connect { a: a as u32, b: b as u32, comm: *comm, ra: *ra, rb: *rb });
+                    }
+                }
+            }
+        }
+    }
+
+    /// N7: two hosts set up mirrored connections. The set-up orders nothing that a program may rely on (a host may
+    /// find the connection already there), so the hosts' clocks are not joined.
+    pub(crate) fn connect(&self, st: &mut State, a: ThreadId, b: ThreadId, comm: CommId, ra: RankId, rb: RankId) {
+        for (t, key) in [(a, (comm, ra, rb)), (b, (comm, rb, ra))] {
+            let th = &mut st.host.threads[t as usize];
+            if let Some(Wait::Connect { need: p, .. }) = &mut th.wait {
+                if let Some(dirs) = p.remove(&key) {
+                    st.nccl.connected.extend(dirs);
+                }
+            }
+            th.clock.tick(t as usize);
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! NCCL on the host and on the device: groups (N4, N10), one launch per communicator and acting rank at the outermost
+//! group end, per-communicator serialization (N5), thread safety (N11), matching checks (N3, C1), and the launch's
+//! progress through its ops. P2P delivery, collectives, connections and init live in the submodules.
+
+mod collective;
+mod connect;
+mod init;
+mod p2p;
+
+pub use connect::{dirs_label, dirs_label_with};
+
+use super::*;
+use crate::clock::Epoch;
+use crate::op_info::NcclRole;
+
+impl<'p> Semantics<'p> {
+    /// A send, recv or collective call: collected by an open group (N4: nothing is enqueued before the outermost
+    /// group end), or a group of one.
+    pub(crate) fn nccl_call(&self, st: &mut State, t: ThreadId, pc: u32) {
+        if st.host.threads[t as usize].group_depth > 0 {
+            st.host.threads[t as usize].group_ops.push(pc);
+            self.advance(st, t);
+        } else {
+            self.group_end(st, t, vec![pc]);
+        }
+    }
+
+    /// `ncclGroupEnd`: the outermost one launches what the group collected (N4).
+    pub(crate) fn group_end_call(&self, st: &mut State, t: ThreadId) {
+        let th = &mut st.host.threads[t as usize];
+        th.group_depth = th.group_depth.saturating_sub(1);
+        if th.group_depth > 0 {
+            return self.advance(st, t);
+        }
+        let ops = std::mem::take(&mut th.group_ops);
+        if ops.is_empty() {
+            self.advance(st, t);
+        } else {
+            self.group_end(st, t, ops);
+        }
+    }
+
+    /// The outermost group end (or an ungrouped call): set up connections if needed (N7), then enqueue one launch
+    /// per communicator and acting rank.
+    fn group_end(&self, st: &mut State, t: ThreadId, ops: Vec<u32>) {
+        if self.profile.lazy_connect {
+            let (need, immediate) = self.new_connections(st, t, &ops);
+            st.nccl.connected.extend(immediate);
+            if !need.is_empty() {
+                // N7: the host blocks in the group end until each peer's host sets up the mirrored directions.
+                self.check_nonmirrored(st, t, &need);
+                self.block(st, t, Wait::Connect { need, ops });
+                return;
+            }
+        }
+        self.enqueue_launches(st, t, &ops);
+        self.advance(st, t);
+    }
+
+    /// The (communicator, acting rank) pairs of a group's ops, in first-call order: one launch each (N4).
+    pub(crate) fn launch_keys(&self, t: ThreadId, ops: &[u32]) -> Vec<(CommId, RankId)> {
+        let mut keys: Vec<(CommId, RankId)> = vec![];
+        for &i in ops {
+            let loc = OpLoc { thread: t, op: i };
+            let k = (self.info(loc).comm.expect("an NCCL op has a communicator"), self.acting_rank(loc));
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        keys
+    }
+
+    pub(crate) fn enqueue_launches(&self, st: &mut State, t: ThreadId, ops: &[u32]) {
+        let pc = st.host.threads[t as usize].pc;
+        let at = OpLoc { thread: t, op: pc };
+        for (sub, (comm, rank)) in self.launch_keys(t, ops).into_iter().enumerate() {
+            if !self.check_thread_safety(st, t, at, comm, rank) {
+                return;
+            }
+            let key = ItemKey { thread: t, op: pc, sub: sub as u16 };
+            let mut streams = vec![];
+            let mut cops = vec![];
+            for &i in ops {
+                let loc = OpLoc { thread: t, op: i };
+                let info = self.info(loc);
+                if info.comm != Some(comm) || self.acting_rank(loc) != rank {
+                    continue;
+                }
+                let stream = info.stream.expect("an NCCL op has a stream");
+                let idx = cops.len() as u32;
+                let (ck, bytes) = match (&self.op(loc).kind, info.nccl) {
+                    (OpKind::Send { buf, .. }, Some(NcclRole::Send { peer })) => {
+                        let n = st.nccl.p2p_next.entry((comm, rank, peer, false)).or_default();
+                        let seq = *n;
+                        *n += 1;
+                        st.nccl.p2p.insert(P2pKey { comm, src: rank, dst: peer, seq, recv: false }, (key, idx));
+                        (CommOpKind::Send { peer, seq }, buf.len)
+                    }
+                    (OpKind::Recv { buf, .. }, Some(NcclRole::Recv { peer })) => {
+                        let n = st.nccl.p2p_next.entry((comm, peer, rank, true)).or_default();
+                        let seq = *n;
+                        *n += 1;
+                        st.nccl.p2p.insert(P2pKey { comm, src: peer, dst: rank, seq, recv: true }, (key, idx));
+                        (CommOpKind::Recv { peer, seq }, buf.len)
+                    }
+                    (OpKind::Collective { recv, .. }, Some(NcclRole::Collective { .. })) => {
+                        let n = st.nccl.coll_next.entry((comm, rank)).or_default();
+                        let seq = *n;
+                        *n += 1;
+                        st.nccl.coll.entry((comm, seq)).or_default().insert(rank, (key, idx));
+                        (CommOpKind::Collective { seq }, recv.len)
+                    }
+                    _ => unreachable!("only sends, recvs and collectives are launched"),
+                };
+                if !streams.contains(&stream) {
+                    streams.push(stream);
+                }
+                cops.push(CommOp { loc, kind: ck, bytes, status: CommOpStatus::Pending, done: None });
+            }
+            self.check_matching(st, comm, rank, &cops);
+            let all: Vec<BufRange> = cops.iter().flat_map(|o| self.info(o.loc).accesses.iter().map(|a| a.range)).collect();
+            if !self.check_allocated(st, at, &all) {
+                return;
+            }
+            // N5: a launch starts only after the previous launch on the same communicator has ended. No document
+            // guarantees the resulting order, so unless the profile does, the edge delays the start (it can hang a
+            // program) but orders no memory access.
+            let mut deps = vec![];
+            let mut waits = vec![];
+            if self.profile.serialize_per_comm {
+                let prev = st.nccl.comm_tail.get(&(comm, rank)).copied();
+                if self.profile.serialization_orders {
+                    deps.extend(prev);
+                } else {
+                    waits.extend(prev);
+                }
+            }
+            st.nccl.comm_tail.insert((comm, rank), key);
+            self.enqueue(st, t, key, ItemKind::Launch { comm, ops: cops }, streams, deps, waits);
+        }
+    }
+
+    /// N11 (NCCL "Thread safety"): NCCL calls must not be issued to a device from several threads in parallel,
+    /// whether to one communicator or to independent communicators of that device. Returns `false` (and makes the
+    /// execution undefined) when the previous issue on the device came from another thread with nothing ordering
+    /// it before this one.
+    fn check_thread_safety(&self, st: &mut State, t: ThreadId, at: OpLoc, comm: CommId, rank: RankId) -> bool {
+        let now = &st.host.threads[t as usize].clock;
+        if let Some(&(u, e, prev)) = st.nccl.issuer.get(&rank) {
+            if u != t && !e.happens_before(now) {
+                let what = if prev == comm {
+                    format!("communicator {} on r{rank}", self.comm_name(comm))
+                } else {
+                    format!("communicators {} and {} of the same device r{rank}", self.comm_name(prev), self.comm_name(comm))
+                };
+                let msg = format!(
+                    "{} and {} issue NCCL calls to {what} from two host threads with nothing ordering the calls \
+                     (NCCL: operations must not be issued in parallel to one communicator, or to independent \
+                     communicators of one device, from several threads)",
+                    self.thread_label(u),
+                    self.op_label(at)
+                );
+                self.set_undefined(st, Rule::N11, msg, vec![at]);
+                return false;
+            }
+        }
+        let e = Epoch { agent: t, time: now.get(t as usize) };
+        st.nccl.issuer.insert(rank, (t, e, comm));
+        true
+    }
+
+    /// N3 / C1: a P2P op whose counterpart is already issued must agree in bytes; the n-th collective must agree in
+    /// kind and bytes on every member.
+    fn check_matching(&self, st: &mut State, comm: CommId, rank: RankId, cops: &[CommOp]) {
+        for o in cops {
+            let other = match o.kind {
+                CommOpKind::Send { peer, seq } => st.nccl.p2p.get(&P2pKey { comm, src: rank, dst: peer, seq, recv: true }).copied(),
+                CommOpKind::Recv { peer, seq } => st.nccl.p2p.get(&P2pKey { comm, src: peer, dst: rank, seq, recv: false }).copied(),
+                CommOpKind::Collective { seq } => {
+                    st.nccl.coll[&(comm, seq)].iter().find(|(r, _)| **r != rank).map(|(_, v)| *v)
+                }
+            };
+            let Some(at) = other else { continue };
+            let theirs = st.comm_op(at).1;
+            let (tl, tb) = (theirs.loc, theirs.bytes);
+            let same_kind = match (self.info(o.loc).nccl, self.info(tl).nccl) {
+                (Some(NcclRole::Collective { kind: a }), Some(NcclRole::Collective { kind: b })) => a == b,
+                _ => true,
+            };
+            if tb != o.bytes || !same_kind {
+                let rule = if matches!(o.kind, CommOpKind::Collective { .. }) { Rule::C1 } else { Rule::N3 };
+                let msg = format!("{} is matched with {}, which differs in size or kind", self.op_label(o.loc), self.op_label(tl));
+                self.set_undefined(st, rule, msg, vec![o.loc, tl]);
+            }
+        }
+    }
+
+    /// Whether the op at `idx` of a running launch may make progress: the launch runs and every earlier P2P op of
+    /// the same launch to the same peer in the same direction has finished (N4). Collectives of one group run
+    /// concurrently (NCCL issue 900).
+    pub(crate) fn op_eligible(item: &Item, idx: usize) -> bool {
+        if item.status != ItemStatus::Running {
+            return false;
+        }
+        let ItemKind::Launch { ops, .. } = &item.kind else { return false };
+        let me = &ops[idx];
+        if me.status != CommOpStatus::Pending {
+            return false;
+        }
+        let lane = |k: &CommOpKind| match k {
+            CommOpKind::Send { peer, .. } => Some((0, *peer)),
+            CommOpKind::Recv { peer, .. } => Some((1, *peer)),
+            CommOpKind::Collective { .. } => None,
+        };
+        let Some(mine) = lane(&me.kind) else { return true };
+        ops[..idx].iter().all(|o| lane(&o.kind) != Some(mine) || o.status != CommOpStatus::Pending)
+    }
+
+    /// Device steps of running launches: P2P delivery (N2) and collective completion (C1).
+    pub(crate) fn comm_steps(&self, st: &State, out: &mut Vec<Step>) {
+        for (k, item) in &st.streams.items {
+            let ItemKind::Launch { comm, ops } = &item.kind else { continue };
+            if item.status != ItemStatus::Running {
+                continue;
+            }
+            let rank = item.rank();
+            for (i, op) in ops.iter().enumerate() {
+                if !Self::op_eligible(item, i) {
+                    continue;
+                }
+                match op.kind {
+                    CommOpKind::Send { peer, seq } => self.send_steps(st, *comm, rank, peer, seq, op, out),
+                    CommOpKind::Recv { peer, seq } => self.recv_steps(st, *comm, rank, peer, seq, op, out),
+                    CommOpKind::Collective { seq } => self.collective_steps(st, *k, *comm, rank, seq, out),
+                }
+            }
+        }
+    }
+
+    /// The launch holding the NCCL op at `loc`, and the op's index in it.
+    pub fn find_comm_op(&self, st: &State, loc: OpLoc) -> (ItemKey, u32) {
+        for (k, item) in st.streams.items.range(ItemKey { thread: loc.thread, op: 0, sub: 0 }..) {
+            if k.thread != loc.thread {
+                break;
+            }
+            if let ItemKind::Launch { ops, .. } = &item.kind {
+                if let Some(i) = ops.iter().position(|o| o.loc == loc) {
+                    return (*k, i as u32);
+                }
+            }
+        }
+        unreachable!("no launch holds {loc:?}")
+    }
+
+    pub(crate) fn finish_comm_op(&self, st: &mut State, at: (ItemKey, u32), status: CommOpStatus, clock: VClock, fx: &mut Effects) {
+        let item = st.streams.items.get_mut(&at.0).expect("launch exists");
+        let ItemKind::Launch { ops, .. } = &mut item.kind else { unreachable!("comm op outside a launch") };
+        let op = &mut ops[at.1 as usize];
+        op.status = status;
+        op.done = Some(clock);
+        if ops.iter().all(|o| o.status != CommOpStatus::Pending) {
+            self.end_launch(st, at.0, fx);
+        }
+    }
+
+    /// Ends a launch whose ops have all finished: its end joins every op's completion (MODEL.md).
+    fn end_launch(&self, st: &mut State, k: ItemKey, fx: &mut Effects) {
+        let item = st.item(k);
+        let ItemKind::Launch { ops, .. } = &item.kind else { unreachable!("not a launch") };
+        let mut c = item.start.clone().expect("a running launch has started");
+        for o in ops {
+            c.join(o.done.as_ref().expect("a finished op has a clock"));
+        }
+        for s in &item.streams {
+            c.tick(self.stream_agent(*s));
+        }
+        self.finish_item(st, k, c, fx);
+    }
+}

@@ -1,0 +1,82 @@
+//! Point-to-point delivery (N2, N3): the n-th send from A to B on a communicator matches the n-th recv on B from A;
+//! a running send either meets its running recv (rendezvous) or delivers into the connection's buffers with no recv
+//! running (eager), which a profile allows up to a window split into *guaranteed* and *possible* bytes.
+
+use super::super::*;
+
+impl<'p> Semantics<'p> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_steps(&self, st: &State, comm: CommId, rank: RankId, peer: RankId, seq: u32, op: &CommOp, out: &mut Vec<Step>) {
+        let key = P2pKey { comm, src: rank, dst: peer, seq, recv: false };
+        if let Some(at) = st.matching(key) {
+            if Self::op_eligible(st.item(at.0), at.1 as usize) {
+                out.push(Step::Transfer { send: op.loc, recv: st.comm_op(at).1.loc });
+            }
+        }
+        let used = st.nccl.eager_used.get(&(comm, rank, peer)).copied().unwrap_or(0);
+        if op.bytes > 0 && used.saturating_add(op.bytes) <= self.profile.eager_bytes_per_connection {
+            out.push(Step::Eager { send: op.loc });
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn recv_steps(&self, st: &State, comm: CommId, rank: RankId, peer: RankId, seq: u32, op: &CommOp, out: &mut Vec<Step>) {
+        let key = P2pKey { comm, src: peer, dst: rank, seq, recv: true };
+        if let Some(at) = st.matching(key) {
+            if st.comm_op(at).1.status == CommOpStatus::Buffered {
+                out.push(Step::Drain { recv: op.loc });
+            }
+        }
+    }
+
+    /// Whether an eager delivery goes beyond the profile's *guaranteed* window (N2): the platform may refuse it.
+    pub fn eager_beyond_guarantee(&self, st: &State, send: OpLoc) -> bool {
+        let (item, op) = st.comm_op(self.find_comm_op(st, send));
+        let (ItemKind::Launch { comm, .. }, CommOpKind::Send { peer, .. }) = (&item.kind, op.kind) else {
+            return false;
+        };
+        let used = st.nccl.eager_used.get(&(*comm, item.rank(), peer)).copied().unwrap_or(0);
+        used.saturating_add(op.bytes) > self.profile.eager_guaranteed()
+    }
+
+    /// Rendezvous: both running; the recv's end joins the send's start, and the send's end joins the recv's start
+    /// (MODEL.md).
+    pub(crate) fn transfer(&self, st: &mut State, send: OpLoc, recv: OpLoc, fx: &mut Effects) {
+        let s = self.find_comm_op(st, send);
+        let r = self.find_comm_op(st, recv);
+        let mut c = st.item(s.0).start.clone().expect("a running send has started");
+        c.join(st.item(r.0).start.as_ref().expect("a running recv has started"));
+        self.finish_comm_op(st, s, CommOpStatus::Done, c.clone(), fx);
+        self.finish_comm_op(st, r, CommOpStatus::Done, c, fx);
+    }
+
+    /// Eager: the send's bytes go into the connection's buffers; the send is finished, the recv not yet.
+    pub(crate) fn eager(&self, st: &mut State, send: OpLoc, fx: &mut Effects) {
+        let s = self.find_comm_op(st, send);
+        let (item, op) = st.comm_op(s);
+        let CommOpKind::Send { peer, .. } = op.kind else { unreachable!("eager step of a non-send") };
+        let ItemKind::Launch { comm, .. } = item.kind else { unreachable!("comm op outside a launch") };
+        let (bytes, rank) = (op.bytes, item.rank());
+        let c = item.start.clone().expect("a running send has started");
+        let used = st.nccl.eager_used.entry((comm, rank, peer)).or_default();
+        *used = used.saturating_add(bytes);
+        self.finish_comm_op(st, s, CommOpStatus::Buffered, c, fx);
+    }
+
+    /// A running recv takes the bytes its send left in the connection's buffers; its end joins the send's start.
+    pub(crate) fn drain(&self, st: &mut State, recv: OpLoc, fx: &mut Effects) {
+        let r = self.find_comm_op(st, recv);
+        let (item, op) = st.comm_op(r);
+        let CommOpKind::Recv { peer, seq } = op.kind else { unreachable!("drain step of a non-recv") };
+        let ItemKind::Launch { comm, .. } = item.kind else { unreachable!("comm op outside a launch") };
+        let me = item.rank();
+        let s = st.nccl.p2p[&P2pKey { comm, src: peer, dst: me, seq, recv: false }];
+        let mut c = st.item(r.0).start.clone().expect("a running recv has started");
+        c.join(st.item(s.0).start.as_ref().expect("a buffered send has started"));
+        let bytes = st.comm_op(s).1.bytes;
+        if let Some(used) = st.nccl.eager_used.get_mut(&(comm, peer, me)) {
+            *used = used.saturating_sub(bytes);
+        }
+        self.finish_comm_op(st, r, CommOpStatus::Done, c, fx);
+    }
+}

@@ -1,0 +1,180 @@
+//! Partial-order reduction: which steps commute with every step that can ever be enabled alongside them, computed
+//! from what steps touch ([`OpInfo::footprint`], [`OpInfo::observes`]) rather than argued per op kind. The explorer
+//! may take such a step alone (a persistent set of one step).
+//!
+//! - A host step of thread `t` commutes with another thread's steps unless one of them writes a [`Resource`] the
+//!   other reads or writes; every later op of every other thread is summarised by the index of its last read and
+//!   last write of each resource (an NCCL op inside a group counts at the group's end, where it takes effect).
+//! - A host step commutes with device steps (item starts and ends, transfers) unless its outcome observes how far a
+//!   device has got (a query's answer, the blocks an allocation may reuse), or it may set up connections (N7), or it
+//!   has several outcomes (a choice must be explored whole).
+//! - A finite item (kernel, copy, marker) commutes with everything when no host thread has an op still to run that
+//!   observes its device, and either streams progress independently or no NCCL launch of its device is unfinished
+//!   (S1: the explorer must still see the states where a spinning launch keeps the item from starting). Its start
+//!   clock is fixed once it is enabled, and race detection is symmetric in the order of two accesses.
+//! - Returning from a blocking call only joins clocks that no longer change, so it commutes with everything, except
+//!   a return from connection set-up, which launches the group (judged by the group's footprint).
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::op_info::{Resource, Use};
+
+/// The last op index at which a thread reads and writes each resource, and observes each device.
+pub(crate) struct Tables {
+    /// Per global thread: resource -> (last read, last write).
+    touch: Vec<BTreeMap<Resource, (Option<u32>, Option<u32>)>>,
+    /// Per global thread: device -> index of the last op whose outcome observes its progress.
+    observer: Vec<BTreeMap<RankId, u32>>,
+}
+
+impl Tables {
+    pub(crate) fn new(program: &Program, infos: &[Vec<OpInfo>]) -> Tables {
+        let mut touch = vec![];
+        let mut observer = vec![];
+        let threads = program.ranks.iter().flat_map(|r| r.threads.iter());
+        for (thread, info) in threads.zip(infos) {
+            // Where each op takes effect: an NCCL op inside a group at the outermost group end.
+            let mut at: Vec<u32> = (0..thread.ops.len() as u32).collect();
+            let mut depth = 0u32;
+            let mut open: Vec<usize> = vec![];
+            for (i, op) in thread.ops.iter().enumerate() {
+                match op.kind {
+                    OpKind::GroupStart => depth += 1,
+                    OpKind::GroupEnd => {
+                        depth = depth.saturating_sub(1);
+                        if depth == 0 {
+                            for j in open.drain(..) {
+                                at[j] = i as u32;
+                            }
+                        }
+                    }
+                    _ if depth > 0 && info[i].comm.is_some() => open.push(i),
+                    _ => {}
+                }
+            }
+            for j in open {
+                at[j] = thread.ops.len().saturating_sub(1) as u32;
+            }
+            let mut t: BTreeMap<Resource, (Option<u32>, Option<u32>)> = BTreeMap::new();
+            let mut o: BTreeMap<RankId, u32> = BTreeMap::new();
+            for (i, inf) in info.iter().enumerate() {
+                for (res, u) in &inf.footprint {
+                    let e = t.entry(*res).or_default();
+                    let slot = if *u == Use::Write { &mut e.1 } else { &mut e.0 };
+                    *slot = Some(slot.map_or(at[i], |x| x.max(at[i])));
+                }
+                if let Some(r) = inf.observes {
+                    o.insert(r, i as u32);
+                }
+            }
+            touch.push(t);
+            observer.push(o);
+        }
+        Tables { touch, observer }
+    }
+}
+
+impl<'p> Semantics<'p> {
+    /// Whether `step` commutes with every other step that can ever be enabled alongside it (module doc), so that
+    /// an explorer may take it alone.
+    pub fn is_local(&self, st: &State, step: &Step) -> bool {
+        match step {
+            Step::Item(k) => self.item_is_local(st, *k),
+            Step::Host { thread, .. } => self.host_is_local(st, *thread),
+            Step::Transfer { .. }
+            | Step::Eager { .. }
+            | Step::Drain { .. }
+            | Step::Collective { .. }
+            | Step::RootEarly { .. }
+            | Step::Connect { .. } => false,
+        }
+    }
+
+    fn item_is_local(&self, st: &State, k: ItemKey) -> bool {
+        let item = st.item(k);
+        if matches!(item.kind, ItemKind::Launch { .. }) {
+            return false;
+        }
+        let rank = item.rank();
+        let quiet = st.host.threads.iter().enumerate().all(|(u, th)| {
+            self.reduction.observer[u].get(&rank).is_none_or(|last| th.pc > *last)
+        });
+        let no_spinner = self.profile.independent_progress
+            || !st.streams.items.values().any(|i| {
+                i.status != ItemStatus::Done && matches!(i.kind, ItemKind::Launch { .. }) && i.rank() == rank
+            });
+        quiet && no_spinner
+    }
+
+    fn host_is_local(&self, st: &State, t: ThreadId) -> bool {
+        let th = &st.host.threads[t as usize];
+        let group: Vec<u32> = match &th.wait {
+            Some(Wait::Connect { ops, .. }) => ops.clone(),
+            Some(_) => return true,
+            None => {
+                let loc = OpLoc { thread: t, op: th.pc };
+                let info = self.info(loc);
+                if info.observes.is_some() || self.host_choices(st, t) > 1 {
+                    return false;
+                }
+                match &self.op(loc).kind {
+                    OpKind::GroupEnd if th.group_depth == 1 => th.group_ops.clone(),
+                    OpKind::GroupEnd => vec![],
+                    OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } if th.group_depth > 0 => vec![],
+                    OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } => vec![th.pc],
+                    _ => return self.independent_of_others(st, t, &info.footprint),
+                }
+            }
+        };
+        // An NCCL launch: not local while it needs new connections (N7: set-up synchronizes with the peer's host).
+        if self.profile.lazy_connect && th.wait.is_none() {
+            let (need, immediate) = self.new_connections(st, t, &group);
+            if !need.is_empty() || !immediate.is_empty() {
+                return false;
+            }
+        }
+        let mut fp: Vec<(Resource, Use)> = group.iter().flat_map(|i| self.info(OpLoc { thread: t, op: *i }).footprint.iter().copied()).collect();
+        fp.sort_unstable();
+        fp.dedup();
+        self.independent_of_others(st, t, &fp)
+    }
+
+    /// Whether no other thread, at or after its current op, uses a resource of `fp` in a conflicting way.
+    fn independent_of_others(&self, st: &State, t: ThreadId, fp: &[(Resource, Use)]) -> bool {
+        st.host.threads.iter().enumerate().all(|(u, th)| {
+            if u == t as usize {
+                return true;
+            }
+            let later = |x: Option<u32>| x.is_some_and(|i| i >= th.pc);
+            let touch = &self.reduction.touch[u];
+            fp.iter().all(|(res, usage)| match touch.get(res) {
+                None => true,
+                Some((r, w)) => match usage {
+                    Use::Write => !later(*r) && !later(*w),
+                    Use::Read => !later(*w),
+                },
+            })
+        })
+    }
+
+    /// Enabled steps the platform may withhold:
+    /// - with no guaranteed independent progress (S1), starting any item on a device where an NCCL launch is
+    ///   running (spinning);
+    /// - an eager delivery beyond the profile's guaranteed eager window (N2), or an early broadcast-root completion
+    ///   beyond it (C1).
+    pub fn starvable(&self, st: &State, step: &Step) -> bool {
+        match step {
+            Step::Eager { send } => self.eager_beyond_guarantee(st, *send),
+            Step::RootEarly { comm, seq } => self.root_early_beyond_guarantee(st, *comm, *seq),
+            Step::Item(k) => {
+                if self.profile.independent_progress {
+                    return false;
+                }
+                let rank = st.item(*k).rank();
+                st.streams.items.values().any(|i| i.is_spinning() && i.rank() == rank)
+            }
+            Step::Host { .. } | Step::Transfer { .. } | Step::Drain { .. } | Step::Collective { .. } | Step::Connect { .. } => false,
+        }
+    }
+}

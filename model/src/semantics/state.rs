@@ -1,0 +1,402 @@
+//! The model state, split by rule family: each family (host, streams and events, memory, allocator, NCCL) owns one
+//! sub-state and the code in its module changes it. Everything is named interleaving-independently (`ids.rs`), so
+//! equal states reached by different schedules compare and hash equal.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::ids::*;
+use crate::clock::{Epoch, VClock};
+use crate::program::*;
+use crate::rule::Rule;
+
+/// One transition of the model. A *schedule* is a list of steps.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Step {
+    /// The host thread performs its next op, or returns from the blocking op it is in. `choice` picks among the
+    /// outcomes of a nondeterministic call: the block an `Alloc` takes (0 = a fresh block, i = the i-th reusable
+    /// one; P4), or whether an asynchronous copy to or from pageable memory returns at once (0) or only once the
+    /// copy has ended (1; S5).
+    Host { thread: ThreadId, choice: u32 },
+    /// An item at the head of its stream(s) whose dependencies have ended runs (finite items and markers: start and
+    /// end) or starts (NCCL launches).
+    Item(ItemKey),
+    /// A send and its matching recv, both running, move the data (rendezvous; N2, N3).
+    Transfer { send: OpLoc, recv: OpLoc },
+    /// A running send delivers into the connection's buffers with no recv running (eager; N2).
+    Eager { send: OpLoc },
+    /// A running recv takes the data its send left in the connection's buffers.
+    Drain { recv: OpLoc },
+    /// The n-th collective of a communicator completes: every member's part is running (C1).
+    Collective { comm: CommId, seq: u32 },
+    /// The root of the n-th collective (a broadcast) finishes its part before the other members run theirs (C1:
+    /// the root's send may complete early, like an eager send).
+    RootEarly { comm: CommId, seq: u32 },
+    /// Two hosts blocked in lazy connection set-up with mirrored needs on one communicator connect (N7): thread `a`
+    /// acting for rank `ra`, thread `b` for rank `rb`.
+    Connect { a: ThreadId, b: ThreadId, comm: CommId, ra: RankId, rb: RankId },
+}
+
+/// A connection direction of a communicator (N7): (communicator, source rank, destination rank, `true` for the
+/// connections a collective sets up at its first use since NCCL 2.22, `false` for P2P connections).
+pub type Dir = (CommId, RankId, RankId, bool);
+
+/// Why a host thread is blocked.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Wait {
+    /// Until every listed item has ended (stream/event/device synchronize, synchronous copies; S4, S5). With
+    /// `orders == false` the return joins nothing (an asynchronous copy to or from pageable memory that happens to
+    /// be host-synchronous: S5 says it *might* be, so nothing may rely on it).
+    Items { items: Vec<ItemKey>, orders: bool },
+    /// Until the item may start (the work before it has ended): a synchronous `cudaMemcpy` from pageable memory to
+    /// the device syncs the stream, stages the source and returns before the DMA to the destination is done (S5).
+    Staged(ItemKey),
+    /// Until every member of the communicator has called `CommInit` (N8).
+    Init(CommId),
+    /// Until every participant has arrived at round `round` of the barrier.
+    Barrier { barrier: u32, round: u32 },
+    /// Until the mirrored connection set-up with each listed (communicator, peer rank) has happened (N7): the
+    /// directions this launch needs set up, per (communicator, acting rank, peer).
+    Connect {
+        need: BTreeMap<(CommId, RankId, RankId), BTreeSet<Dir>>,
+        /// The group's NCCL ops, launched once every set-up is done.
+        ops: Vec<u32>,
+    },
+}
+
+/// One host thread's state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ThreadState {
+    /// Index of the next op (== ops.len() when finished).
+    pub pc: u32,
+    pub wait: Option<Wait>,
+    pub clock: VClock,
+    /// Depth of nested `ncclGroupStart`.
+    pub group_depth: u32,
+    /// NCCL ops collected by the open group (N4), in call order.
+    pub group_ops: Vec<u32>,
+    /// Answers of event/stream queries so far (`true` = ready), in order.
+    pub answers: Vec<bool>,
+}
+
+/// State of one NCCL op inside a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum CommOpStatus {
+    Pending,
+    /// A send whose bytes sit in the connection's buffers (eager); the send is finished, the recv not yet.
+    Buffered,
+    Done,
+}
+
+/// What an NCCL op inside a launch does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CommOpKind {
+    Send { peer: RankId, seq: u32 },
+    Recv { peer: RankId, seq: u32 },
+    Collective { seq: u32 },
+}
+
+/// One NCCL op of a launch.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct CommOp {
+    pub loc: OpLoc,
+    pub kind: CommOpKind,
+    /// Bytes the op moves.
+    pub bytes: u64,
+    pub status: CommOpStatus,
+    /// Clock of the op's completion (joins the data flow; MODEL.md).
+    pub done: Option<VClock>,
+}
+
+/// What an item is.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ItemKind {
+    /// Kernel, memset or memcpy: finite work that always ends.
+    Work,
+    /// The DMA of a synchronous pageable-to-device `cudaMemcpy` after the host staged the source: writes only the
+    /// destination (S5).
+    StagedCopy,
+    /// Event-record marker (S3).
+    Record,
+    /// Stream-wait marker; its dependency is the captured record, if any (S3).
+    WaitMarker,
+    /// One NCCL launch on one communicator for one acting rank (N4, N5): a part on every stream in `streams`.
+    Launch { comm: CommId, ops: Vec<CommOp> },
+}
+
+/// Progress of an item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ItemStatus {
+    Pending,
+    Running,
+    Done,
+}
+
+/// An issued item.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Item {
+    pub kind: ItemKind,
+    /// The streams it is queued on (one, except launches naming several streams). All on one device.
+    pub streams: Vec<StreamRef>,
+    /// Items that must end before it starts besides its stream predecessors, and whose end happens before its start
+    /// (S2, S3).
+    pub deps: Vec<ItemKey>,
+    /// Items that must end before it starts but that order nothing (N5 serialization, which no document
+    /// guarantees: it can hang a program but a program must not rely on it for memory order).
+    pub waits: Vec<ItemKey>,
+    /// Host clock at issue.
+    pub issue: VClock,
+    pub status: ItemStatus,
+    pub start: Option<VClock>,
+    pub end: Option<VClock>,
+    /// The block each buffer the item touches occupied when the item was issued (P4: a stream-ordered use keeps
+    /// the memory it was issued on, even if the buffer is freed before the item runs).
+    pub blocks: Vec<(BufRef, BlockId)>,
+}
+
+impl Item {
+    /// The device the item runs on.
+    pub fn rank(&self) -> RankId {
+        self.streams[0].rank
+    }
+
+    /// Whether the item is an NCCL launch that has started and not ended (a spinning kernel; S1).
+    pub fn is_spinning(&self) -> bool {
+        self.status == ItemStatus::Running && matches!(self.kind, ItemKind::Launch { .. })
+    }
+}
+
+/// A free block in the caching allocator's pool of `stream` (P4).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PoolBlock {
+    pub block: BlockId,
+    /// Size in bytes.
+    pub bytes: u64,
+    pub stream: StreamRef,
+    /// Items that must have ended before the block may be handed out again (`record_stream`).
+    pub not_before: Vec<ItemKey>,
+}
+
+/// A pooled buffer's current allocation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Allocation {
+    pub block: BlockId,
+    /// Size of the block in bytes.
+    pub block_bytes: u64,
+    pub stream: StreamRef,
+    pub recorded: BTreeSet<StreamRef>,
+}
+
+/// Who made a memory access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Accessor {
+    /// An item (kernel, copy, or an op of an NCCL launch: `loc` says which op).
+    Item { item: ItemKey, loc: OpLoc },
+    /// The host thread itself (host read/write of host memory, staging of a pageable copy).
+    Host { loc: OpLoc },
+}
+
+impl Accessor {
+    /// The op responsible for the access.
+    pub fn loc(self) -> OpLoc {
+        match self {
+            Accessor::Item { loc, .. } | Accessor::Host { loc } => loc,
+        }
+    }
+}
+
+/// One memory access, as recorded for race detection.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Access {
+    pub who: Accessor,
+    pub block: BlockId,
+    /// The buffer range as the program named it.
+    pub range: BufRange,
+    pub write: bool,
+    /// The accessor's start clock (what happens before the access).
+    pub start: VClock,
+    /// The accessor's end event once it has ended; `None` while running.
+    pub end: Option<Epoch>,
+}
+
+/// Two conflicting accesses not ordered by happens-before.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Race {
+    /// The two accesses in a canonical order (by op, then range), as recorded when the later one started: an
+    /// access whose `end` is `None` was still running then.
+    pub first: Access,
+    pub second: Access,
+}
+
+impl Race {
+    /// The key under which the explorer deduplicates races: the two ops and their buffers, in a canonical order
+    /// (the same pair of accesses is one race whichever ran first).
+    pub fn key(&self) -> (OpLoc, OpLoc, BufRef, BufRef) {
+        let a = (self.first.who.loc(), self.first.range.buf);
+        let b = (self.second.who.loc(), self.second.range.buf);
+        let (x, y) = if a <= b { (a, b) } else { (b, a) };
+        (x.0, y.0, x.1, y.1)
+    }
+}
+
+/// A broken rule that makes the program's behaviour undefined.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Undefined {
+    /// The rule broken (`docs/semantics.md`).
+    pub rule: Rule,
+    /// What happened, in words, naming the ops.
+    pub message: String,
+    /// The ops involved.
+    pub at: Vec<OpLoc>,
+}
+
+/// What an allocation did (P4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AllocOutcome {
+    /// A fresh block.
+    Fresh,
+    /// The pool handed out the block of this earlier allocation.
+    Reused(BlockId),
+}
+
+/// What one step did, for traces and timelines (rendered at the edge).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Effects {
+    /// Items that started (finite items start and end in one step).
+    pub started: Vec<ItemKey>,
+    /// Items that ended.
+    pub ended: Vec<ItemKey>,
+    /// The answer of an event or stream query (`true` = ready; S4).
+    pub answer: Option<bool>,
+    /// The block an allocation took (P4).
+    pub alloc: Option<AllocOutcome>,
+    /// Whether a pageable asynchronous copy returned at once (`Some(false)`) or blocked the host (`Some(true)`; S5).
+    pub host_synchronous: Option<bool>,
+    /// Races found by this step.
+    pub races: usize,
+    /// The rule broken, if the step made the execution undefined.
+    pub undefined: Option<Rule>,
+}
+
+/// Host threads and host barriers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HostState {
+    pub threads: Vec<ThreadState>,
+    /// Barrier arrivals: (barrier, round) -> thread -> clock.
+    pub barrier_arrived: BTreeMap<(u32, u32), BTreeMap<ThreadId, VClock>>,
+    pub barrier_rounds: BTreeMap<(u32, ThreadId), u32>,
+}
+
+/// Streams, their items and events (S1-S5).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StreamState {
+    /// Per global stream: the items queued on it in order, and the index of the first one that has not ended.
+    pub queues: Vec<(Vec<ItemKey>, u32)>,
+    /// Per global stream: clock of its last ended item.
+    pub stream_clock: Vec<VClock>,
+    pub items: BTreeMap<ItemKey, Item>,
+    /// The record each event currently names (S3).
+    pub event_binding: BTreeMap<EventRef, ItemKey>,
+}
+
+/// A P2P op's place in the matching tables (N3): the `seq`-th send (or recv) from `src` to `dst` on `comm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct P2pKey {
+    pub comm: CommId,
+    pub src: RankId,
+    pub dst: RankId,
+    pub seq: u32,
+    /// `true` for the recv side.
+    pub recv: bool,
+}
+
+impl P2pKey {
+    /// The key of the matching op on the other side.
+    pub fn other(self) -> P2pKey {
+        P2pKey { recv: !self.recv, ..self }
+    }
+}
+
+/// NCCL: launches, matching, connections, initialization, thread safety (N2-N11, C1).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NcclState {
+    /// The last launch issued on (communicator, acting rank) (N5).
+    pub comm_tail: BTreeMap<(CommId, RankId), ItemKey>,
+    /// Issued P2P ops -> (launch, index of the op in it) (N3).
+    pub p2p: BTreeMap<P2pKey, (ItemKey, u32)>,
+    /// Next P2P sequence number per (comm, src, dst, is_recv).
+    pub p2p_next: BTreeMap<(CommId, RankId, RankId, bool), u32>,
+    /// Issued collective parts by (comm, seq) -> member rank -> (launch, index) (C1).
+    pub coll: BTreeMap<(CommId, u32), BTreeMap<RankId, (ItemKey, u32)>>,
+    pub coll_next: BTreeMap<(CommId, RankId), u32>,
+    /// Bytes buffered in each connection (comm, src, dst) by eager sends (N2).
+    pub eager_used: BTreeMap<(CommId, RankId, RankId), u64>,
+    /// Connection directions set up so far (N7).
+    pub connected: BTreeSet<Dir>,
+    /// CommInit arrivals: comm -> rank -> host clock at arrival (N8).
+    pub init_arrived: BTreeMap<CommId, BTreeMap<RankId, VClock>>,
+    /// The thread that last issued NCCL work on each device (acting rank), when, and on which communicator (N11).
+    pub issuer: BTreeMap<RankId, (ThreadId, Epoch, CommId)>,
+}
+
+/// Memory accesses and the races found (race detection).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MemoryState {
+    /// Every access made so far, sorted (so that commuting steps give equal states).
+    pub accesses: Vec<Access>,
+    /// Races found on the way here.
+    pub races: BTreeSet<Race>,
+}
+
+/// The caching allocator (P4).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PoolState {
+    /// Pooled buffers currently allocated.
+    pub allocated: BTreeMap<BufRef, Allocation>,
+    /// Free blocks, in the order they were freed.
+    pub free: Vec<PoolBlock>,
+    pub alloc_count: BTreeMap<BufRef, u32>,
+}
+
+/// The whole model state.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct State {
+    pub host: HostState,
+    pub streams: StreamState,
+    pub nccl: NcclState,
+    pub memory: MemoryState,
+    pub pool: PoolState,
+    /// Set when the execution reached undefined behaviour; nothing is enabled afterwards.
+    pub undefined: Option<Undefined>,
+}
+
+impl State {
+    /// The item issued under `k`. Panics if no such item was issued (a caller bug: keys come from this state).
+    pub fn item(&self, k: ItemKey) -> &Item {
+        &self.streams.items[&k]
+    }
+
+    /// Whether the item has ended.
+    pub fn item_done(&self, k: ItemKey) -> bool {
+        self.streams.items.get(&k).is_some_and(|i| i.status == ItemStatus::Done)
+    }
+
+    /// The launch and the NCCL op at `at` = (launch, index of the op in it), as the P2P and collective tables name
+    /// them.
+    pub fn comm_op(&self, at: (ItemKey, u32)) -> (&Item, &CommOp) {
+        let item = &self.streams.items[&at.0];
+        let ItemKind::Launch { ops, .. } = &item.kind else { unreachable!("comm op outside a launch") };
+        (item, &ops[at.1 as usize])
+    }
+
+    /// The send matching a recv, if issued (N3).
+    pub fn matching(&self, key: P2pKey) -> Option<(ItemKey, u32)> {
+        self.nccl.p2p.get(&key.other()).copied()
+    }
+
+    /// The races found so far.
+    pub fn races(&self) -> &BTreeSet<Race> {
+        &self.memory.races
+    }
+}

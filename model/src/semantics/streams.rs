@@ -1,0 +1,270 @@
+//! Streams and events (S1-S5): FIFO queues of items, the legacy default stream's implicit edges (S2), event
+//! record/wait binding (S3), which copies and memsets block or order the host (S5), and item start and end (S1).
+
+use super::*;
+use crate::clock::Epoch;
+use crate::op_info::MemAccess;
+
+impl<'p> Semantics<'p> {
+    /// The last item issued on a stream.
+    pub(crate) fn tail(&self, st: &State, s: StreamRef) -> Option<ItemKey> {
+        st.streams.queues[self.stream_index(s)].0.last().copied()
+    }
+
+    /// Whether a pending item may start: it heads every stream it is queued on and its dependencies have ended.
+    pub(crate) fn item_ready(&self, st: &State, k: ItemKey, item: &Item) -> bool {
+        item.status == ItemStatus::Pending
+            && item.streams.iter().all(|s| {
+                let (q, head) = &st.streams.queues[self.stream_index(*s)];
+                q.get(*head as usize) == Some(&k)
+            })
+            && item.deps.iter().chain(&item.waits).all(|d| st.item_done(*d))
+    }
+
+    /// Item steps: every pending item that may start, except the DMA of a staged copy before its host has staged
+    /// the source (S5).
+    pub(crate) fn item_steps(&self, st: &State, out: &mut Vec<Step>) {
+        for (k, item) in &st.streams.items {
+            if !self.item_ready(st, *k, item) {
+                continue;
+            }
+            if item.kind == ItemKind::StagedCopy && matches!(st.host.threads[k.thread as usize].wait, Some(Wait::Staged(w)) if w == *k) {
+                continue;
+            }
+            out.push(Step::Item(*k));
+        }
+    }
+
+    /// Enqueues an item on `streams`, adding the legacy-default-stream dependencies (S2) and the caller's `deps`
+    /// (ordering) and `waits` (start only after, ordering nothing; N5).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn enqueue(
+        &self,
+        st: &mut State,
+        t: ThreadId,
+        key: ItemKey,
+        kind: ItemKind,
+        streams: Vec<StreamRef>,
+        mut deps: Vec<ItemKey>,
+        mut waits: Vec<ItemKey>,
+    ) {
+        for s in &streams {
+            // S2: the legacy stream waits for every blocking stream of its device, and they wait for it.
+            // S2, refined by CUDA's "Stream synchronization behavior": the per-thread default stream "is not a
+            // non-blocking stream and will synchronize with the legacy default stream", like a blocking stream.
+            match self.program.stream(*s).kind {
+                StreamKind::LegacyDefault => {
+                    for o in self.rank_streams(s.rank) {
+                        if matches!(self.program.stream(o).kind, StreamKind::Blocking | StreamKind::PerThreadDefault) {
+                            deps.extend(self.tail(st, o));
+                        }
+                    }
+                }
+                StreamKind::Blocking | StreamKind::PerThreadDefault => {
+                    deps.extend(self.tail(st, StreamRef { rank: s.rank, index: 0 }));
+                }
+                StreamKind::NonBlocking => {}
+            }
+        }
+        deps.retain(|d| *d != key);
+        deps.sort();
+        deps.dedup();
+        waits.retain(|w| *w != key && !deps.contains(w));
+        waits.sort();
+        waits.dedup();
+        for s in &streams {
+            let i = self.stream_index(*s);
+            st.streams.queues[i].0.push(key);
+        }
+        let issue = st.host.threads[t as usize].clock.clone();
+        let mut blocks: Vec<(BufRef, BlockId)> = self
+            .item_accesses(key, &kind)
+            .into_iter()
+            .filter_map(|(_, a)| self.block_of(st, a.range.buf).map(|b| (a.range.buf, b)))
+            .collect();
+        blocks.sort();
+        blocks.dedup();
+        st.streams.items.insert(
+            key,
+            Item { kind, streams, deps, waits, issue, status: ItemStatus::Pending, start: None, end: None, blocks },
+        );
+    }
+
+    /// The memory an item touches: (op responsible, access).
+    pub(crate) fn item_accesses(&self, key: ItemKey, kind: &ItemKind) -> Vec<(OpLoc, MemAccess)> {
+        match kind {
+            ItemKind::Work => self.info(key.loc()).accesses.iter().map(|a| (key.loc(), *a)).collect(),
+            // S5: the host staged the source; the DMA writes the destination only.
+            ItemKind::StagedCopy => self.info(key.loc()).accesses.iter().filter(|a| a.write).map(|a| (key.loc(), *a)).collect(),
+            ItemKind::Launch { ops, .. } => {
+                ops.iter().flat_map(|o| self.info(o.loc).accesses.iter().map(move |a| (o.loc, *a))).collect()
+            }
+            ItemKind::Record | ItemKind::WaitMarker => vec![],
+        }
+    }
+
+    /// Starts an item: joins its stream predecessors, dependencies and issue clock (MODEL.md); checks its accesses
+    /// for races; finite items and markers also end in the same step.
+    pub(crate) fn start_item(&self, st: &mut State, k: ItemKey, fx: &mut Effects) {
+        let item = st.item(k);
+        let mut c = item.issue.clone();
+        for s in &item.streams {
+            c.join(&st.streams.stream_clock[self.stream_index(*s)]);
+        }
+        for d in &item.deps {
+            c.join(st.item(*d).end.as_ref().expect("a dependency has ended"));
+        }
+        for s in &item.streams {
+            c.tick(self.stream_agent(*s));
+        }
+        let finite = !matches!(item.kind, ItemKind::Launch { .. });
+        let agent = self.stream_agent(item.streams[0]);
+        let epoch = Epoch { agent: agent as u32, time: c.get(agent) };
+        let accesses = self.item_accesses(k, &item.kind);
+        let blocks = item.blocks.clone();
+        for (loc, a) in accesses {
+            let who = Accessor::Item { item: k, loc };
+            let Some(&(_, block)) = blocks.iter().find(|(b, _)| *b == a.range.buf) else { continue };
+            self.access(st, who, a, block, &c, if finite { Some(epoch) } else { None });
+        }
+        let item = st.streams.items.get_mut(&k).expect("started item exists");
+        item.start = Some(c.clone());
+        fx.started.push(k);
+        if finite {
+            self.finish_item(st, k, c, fx);
+        } else {
+            item.status = ItemStatus::Running;
+        }
+    }
+
+    /// Marks an item ended with end clock `end`, advances its streams, and fills the end of its accesses.
+    pub(crate) fn finish_item(&self, st: &mut State, k: ItemKey, end: VClock, fx: &mut Effects) {
+        let item = st.streams.items.get_mut(&k).expect("finished item exists");
+        item.status = ItemStatus::Done;
+        let streams = item.streams.clone();
+        let agent = self.stream_agent(streams[0]);
+        let epoch = Epoch { agent: agent as u32, time: end.get(agent) };
+        item.end = Some(end.clone());
+        for s in streams {
+            let i = self.stream_index(s);
+            st.streams.queues[i].1 += 1;
+            st.streams.stream_clock[i] = end.clone();
+        }
+        self.end_accesses(st, k, epoch);
+        fx.ended.push(k);
+    }
+
+    /// S3: the record captures the stream's work at the moment of the call; later waits bind to it.
+    pub(crate) fn event_record(&self, st: &mut State, loc: OpLoc, event: EventRef, stream: StreamRef) {
+        let key = ItemKey::of(loc, 0);
+        self.enqueue(st, loc.thread, key, ItemKind::Record, vec![stream], vec![], vec![]);
+        st.streams.event_binding.insert(event, key);
+        self.advance(st, loc.thread);
+    }
+
+    /// S3: binds to the most recent record as of this call; a never-recorded event orders nothing.
+    pub(crate) fn stream_wait_event(&self, st: &mut State, loc: OpLoc, stream: StreamRef, event: EventRef) {
+        let key = ItemKey::of(loc, 0);
+        let deps: Vec<ItemKey> = st.streams.event_binding.get(&event).copied().into_iter().collect();
+        self.enqueue(st, loc.thread, key, ItemKind::WaitMarker, vec![stream], deps, vec![]);
+        self.advance(st, loc.thread);
+    }
+
+    /// `cudaMemsetAsync`, or synchronous `cudaMemset` on the legacy stream. CUDA "API synchronization behavior": a
+    /// synchronous memset is fully synchronous when the target is pinned host memory, and may return before it is
+    /// done otherwise (S5).
+    pub(crate) fn memset(&self, st: &mut State, loc: OpLoc, stream: Option<StreamRef>, dst: &BufRange) {
+        let t = loc.thread;
+        if !self.check_allocated(st, loc, &[*dst]) {
+            return self.advance(st, t);
+        }
+        let key = ItemKey::of(loc, 0);
+        let s = self.info(loc).stream.expect("a memset has a stream");
+        self.enqueue(st, t, key, ItemKind::Work, vec![s], vec![], vec![]);
+        if stream.is_none() && self.program.buffer(dst.buf).space != MemSpace::Device {
+            self.block(st, t, Wait::Items { items: vec![key], orders: true });
+        } else {
+            self.advance(st, t);
+        }
+    }
+
+    /// Whether an asynchronous copy between these buffers involves pageable memory and device memory, so that it
+    /// *might* be host-synchronous (S5).
+    pub(crate) fn pageable_async(&self, dst: &BufRange, src: &BufRange) -> bool {
+        let space = |r: &BufRange| self.program.buffer(r.buf).space;
+        let host = |s: MemSpace| s != MemSpace::Device;
+        let pageable = space(dst) == MemSpace::PageableHost || space(src) == MemSpace::PageableHost;
+        pageable && !(host(space(dst)) && host(space(src)))
+    }
+
+    /// `cudaMemcpyAsync` on `stream`, or synchronous `cudaMemcpy` on the legacy stream, per CUDA "API
+    /// synchronization behavior" (S5):
+    /// - any host memory to any host memory: fully synchronous, async or not;
+    /// - async, pageable memory and device memory: *might* be synchronous: the host either returns at once
+    ///   (`choice` 0) or once the copy has ended (`choice` 1); neither orders anything;
+    /// - async otherwise: returns at once;
+    /// - sync device to device: no host synchronization;
+    /// - sync pageable to device: syncs the stream, stages the source, returns before the DMA is done;
+    /// - sync otherwise (to host memory, from pinned memory): returns once the copy is done.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn memcpy(
+        &self,
+        st: &mut State,
+        loc: OpLoc,
+        stream: Option<StreamRef>,
+        dst: &BufRange,
+        src: &BufRange,
+        choice: u32,
+        fx: &mut Effects,
+    ) {
+        let t = loc.thread;
+        if !self.check_allocated(st, loc, &[*dst, *src]) {
+            return self.advance(st, t);
+        }
+        let key = ItemKey::of(loc, 0);
+        let s = self.info(loc).stream.expect("a memcpy has a stream");
+        let space = |r: &BufRange| self.program.buffer(r.buf).space;
+        let (dst_dev, src_dev) = (space(dst) == MemSpace::Device, space(src) == MemSpace::Device);
+        let host_to_host = !dst_dev && !src_dev;
+        let staged = stream.is_none() && dst_dev && space(src) == MemSpace::PageableHost;
+        let kind = if staged { ItemKind::StagedCopy } else { ItemKind::Work };
+        self.enqueue(st, t, key, kind, vec![s], vec![], vec![]);
+        let wait = if host_to_host {
+            Some(Wait::Items { items: vec![key], orders: true })
+        } else if stream.is_some() {
+            if self.pageable_async(dst, src) {
+                fx.host_synchronous = Some(choice == 1);
+                (choice == 1).then(|| Wait::Items { items: vec![key], orders: false })
+            } else {
+                None
+            }
+        } else if dst_dev && src_dev {
+            None
+        } else if staged {
+            Some(Wait::Staged(key))
+        } else {
+            Some(Wait::Items { items: vec![key], orders: true })
+        };
+        match wait {
+            Some(w) => self.block(st, t, w),
+            None => self.advance(st, t),
+        }
+    }
+
+    /// The host of a staged synchronous copy returns (S5): it has waited for the work before the copy (joins the
+    /// stream predecessors and dependencies) and read the source into the staging buffer (a host access).
+    pub(crate) fn staged(&self, st: &mut State, t: ThreadId, k: ItemKey) {
+        let item = st.item(k);
+        let mut c = st.host.threads[t as usize].clock.clone();
+        for s in &item.streams {
+            c.join(&st.streams.stream_clock[self.stream_index(*s)]);
+        }
+        for d in &item.deps {
+            c.join(st.item(*d).end.as_ref().expect("a dependency has ended"));
+        }
+        st.host.threads[t as usize].clock = c;
+        let loc = k.loc();
+        let src = self.info(loc).accesses.iter().find(|a| !a.write).copied().expect("a copy reads its source");
+        self.host_access(st, loc, src);
+    }
+}
