@@ -102,9 +102,16 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
-    /// List the built-in profiles, or print one as RON.
+    /// List the built-in profiles, or say what one assumes, in plain words, followed by its RON.
     Profile {
+        /// A built-in profile (portable, eager) or a profile file (RON).
         name: Option<String>,
+    },
+    /// Print a rule of the model (docs/semantics.md): its statement, sources, how the model enforces it, the
+    /// profile knobs, an example. Without RULE, list every rule id with its title.
+    Explain {
+        /// A rule id as messages cite it: S1-S6, N1-N11, C1, P1-P5.
+        rule: Option<String>,
     },
 }
 
@@ -227,12 +234,41 @@ fn main() -> ExitCode {
             }
             Some(n) => match load_profile(&n) {
                 Ok(p) => {
+                    println!("profile {}: {}", if p.name.is_empty() { &n } else { &p.name }, p.description);
+                    println!("assumes:");
+                    for a in p.assumptions() {
+                        println!("  - {a}");
+                    }
+                    println!();
                     println!("{}", ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).expect("profile serializes"));
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(e),
             },
         },
+        Command::Explain { rule } => {
+            use cuorder_model::rule::Rule;
+            match rule {
+                None => {
+                    for r in Rule::ALL {
+                        let title = r.doc().and_then(|d| d.lines().next()).map(|l| l.trim_start_matches("## ")).unwrap_or(r.id());
+                        println!("{title}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Some(id) => match Rule::from_id(&id).and_then(|r| r.doc()) {
+                    Some(doc) => {
+                        println!("{doc}");
+                        ExitCode::SUCCESS
+                    }
+                    None => {
+                        let ids: Vec<&str> = Rule::ALL.iter().map(|r| r.id()).collect();
+                        eprintln!("error: no rule {id:?}; the rules are {}", ids.join(", "));
+                        ExitCode::from(2)
+                    }
+                },
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use cuorder_model::program::{MemSpace, Program};
 use cuorder_model::profile::Profile;
-use cuorder_model::semantics::{Access, Accessor, ItemKind, Race, Semantics, State};
+use cuorder_model::semantics::{Access, Accessor, ItemKind, Node, Race, Reason, Semantics, State, Stuck};
 use cuorder_model::verdict::{Finding, Frequency, Problem};
 use cuorder_sim::explore::{explore, Exploration, Limits};
 use cuorder_sim::run::replay_state;
@@ -20,7 +20,8 @@ pub struct Report {
     pub states: usize,
     pub final_states: usize,
     pub completed_final_states: usize,
-    /// States stuck if the device does not run streams side by side (S1).
+    /// States stuck if the platform withholds what it may: running streams side by side (S1), eager buffering
+    /// beyond the guaranteed window (N2).
     pub starved_states: usize,
     pub limit_hit: Option<String>,
     pub findings: Vec<RenderedFinding>,
@@ -80,7 +81,7 @@ impl Report {
         };
         s.push_str(&format!("{}: {head}\n", self.program));
         let starved = if self.starved_states > 0 {
-            format!("; {} stuck if the device does not run streams side by side (S1)", self.starved_states)
+            format!("; {} stuck if the platform withholds what it may (S1 overlap, N2 eager buffering)", self.starved_states)
         } else {
             String::new()
         };
@@ -154,13 +155,13 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
     let mut s = String::new();
     match &f.problem {
         Problem::Deadlock(d) => {
-            if d.starvation && d.cycle.iter().any(|e| e.text.contains("S1")) {
+            if d.starvation && d.cycle.iter().any(|e| e.reason == Reason::Starved) {
                 s.push_str(
                     "the device may keep every remaining item from starting while an NCCL kernel spins \
                      (S1: streams are not guaranteed to progress independently)\n",
                 );
             } else if d.starvation {
-                s.push_str("NCCL may refuse to buffer a send beyond its guaranteed eager window (N2)\n");
+                s.push_str("NCCL may refuse to buffer a send beyond its guaranteed eager window: the send then waits for its recv (N2)\n");
             }
             s.push_str(if d.is_cycle { "wait-for cycle:\n" } else { "wait-for chain (ends in a wait that nothing satisfies):\n" });
             for (i, e) in d.cycle.iter().enumerate() {
@@ -175,8 +176,8 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
             }
             if sem.profile.eager_bytes_per_connection == 0 && !d.starvation && mentions_rendezvous(d) {
                 s.push_str(
-                    "note: under rendezvous (profile portable) a send ends only with its recv; NCCL may complete small \
-                     sends eagerly, so this may complete for messages within the eager window (try --profile eager)\n",
+                    "note: under this profile every send ends only with its recv (rendezvous); NCCL may complete small \
+                     sends eagerly, so this may complete for messages within an eager window (try --profile portable)\n",
                 );
             }
         }
@@ -197,45 +198,45 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
     s
 }
 
-/// The standard fixes for the mechanisms a wait-for cycle goes through, keyed by the rule ids its edges cite.
-fn fixes(d: &cuorder_model::waitfor::Stuck) -> Vec<&'static str> {
-    let has = |needle: &str| d.cycle.iter().any(|e| e.text.contains(needle));
+/// The standard fixes for the mechanisms a wait-for cycle goes through, keyed by the typed reasons of its edges.
+fn fixes(d: &Stuck) -> Vec<&'static str> {
+    let has = |p: &dyn Fn(Reason) -> bool| d.cycle.iter().any(|e| p(e.reason));
     let mut out = vec![];
-    if (has("rendezvous") || has("eager window")) && has("queued behind") {
+    if has(&|r| matches!(r, Reason::Rendezvous { .. })) && has(&|r| r == Reason::StreamOrder) {
         out.push(
             "issue the send and the recv to the same peer in one group (ncclGroupStart/End: one launch whose parts \
              progress independently; N4), or order them by rank parity (even ranks send first, odd ranks receive \
              first) so that every send meets a recv that can run",
         );
     }
-    if has("(N7)") {
+    if has(&|r| matches!(r, Reason::Connect { .. })) {
         out.push(
             "make first contact mirrored: each pair of ranks must first meet in NCCL needing the same connection \
-             directions — group the send and the recv to a peer so both directions are set up together, order them \
-             by rank parity, or set every connection up with one grouped warm-up exchange before ops that wait for \
-             each other",
+             directions on a communicator — group the send and the recv to a peer so both directions are set up \
+             together, order them by rank parity, or set every connection up with one grouped warm-up exchange \
+             before ops that wait for each other",
         );
     }
-    if has("N5:") {
+    if has(&|r| r == Reason::CommSerialized) {
         out.push("put the ops that must progress together in one group (N4); one communicator runs its launches one after another even on different streams");
     }
-    if has("(N8)") || has("never calls comm_init") {
+    if has(&|r| r == Reason::Init) {
         out.push("every member must call comm_init on the communicator, and members must create communicators in the same order");
     }
-    if has("(C1)") {
+    if has(&|r| r == Reason::CollectiveMember) {
         out.push("every member must issue a communicator's collectives in the same order, and no member may block on its part before every member has issued it");
     }
-    if has("never issues") {
+    if d.cycle.iter().any(|e| e.reason == Reason::Unmatched && matches!(e.to, Node::Never(_))) {
         out.push("every send needs a matching recv on the same communicator (the n-th send from a to b matches the n-th recv on b from a; N3)");
     }
-    if d.starvation && has("S1") {
+    if d.starvation && has(&|r| r == Reason::Starved) {
         out.push("do not rely on two streams running side by side: make the operations that wait for each other one NCCL group, or order them on one stream");
     }
     out
 }
 
-fn mentions_rendezvous(d: &cuorder_model::waitfor::Stuck) -> bool {
-    d.cycle.iter().any(|e| e.text.contains("rendezvous"))
+fn mentions_rendezvous(d: &Stuck) -> bool {
+    d.cycle.iter().any(|e| matches!(e.reason, Reason::Rendezvous { .. }))
 }
 
 fn access_line(sem: &Semantics, st: Option<&State>, a: &Access) -> String {
@@ -250,7 +251,7 @@ fn access_line(sem: &Semantics, st: Option<&State>, a: &Access) -> String {
     );
     let on = match (a.who, st) {
         (Accessor::Item { item, .. }, Some(st)) => {
-            let i = &st.items[&item];
+            let i = &st.streams.items[&item];
             let streams: Vec<String> = i.streams.iter().map(|s| sem.program.stream_label(*s, r)).collect();
             match &i.kind {
                 ItemKind::Launch { ops, .. } if ops.len() > 1 => format!(" on stream {} (NCCL group ending at #{})", streams.join("+"), item.op),
@@ -324,14 +325,14 @@ fn hints(sem: &Semantics, st: &State, r: &Race) -> Vec<String> {
 /// Hints about the waits queued before item `b` on its stream(s) that a user may have meant to order `b` after `a`.
 fn wait_hints(sem: &Semantics, st: &State, a: cuorder_model::semantics::ItemKey, b: cuorder_model::semantics::ItemKey) -> Vec<String> {
     let mut out = vec![];
-    let (ia, ib) = (&st.items[&a], &st.items[&b]);
+    let (ia, ib) = (&st.streams.items[&a], &st.streams.items[&b]);
     let rank = ia.streams[0].rank;
     let a_streams: Vec<String> = ia.streams.iter().map(|s| sem.program.stream_label(*s, rank)).collect();
     for sb in &ib.streams {
-        let (q, _) = &st.queues[sem.stream_index(*sb)];
+        let (q, _) = &st.streams.queues[sem.stream_index(*sb)];
         let pos_b = q.iter().position(|k| *k == b).unwrap_or(q.len());
         for w in &q[..pos_b] {
-            let wi = &st.items[w];
+            let wi = &st.streams.items[w];
             if wi.kind != ItemKind::WaitMarker {
                 continue;
             }
@@ -342,10 +343,10 @@ fn wait_hints(sem: &Semantics, st: &State, a: cuorder_model::semantics::ItemKey,
             if w.thread == a.thread && a.op > w.op {
                 continue; // `a` was issued after the wait and its bound record: never meant to be covered by it
             }
-            let rec = &st.items[d];
+            let rec = &st.streams.items[d];
             match ia.streams.iter().find(|sa| rec.streams.contains(sa)) {
                 Some(sa) => {
-                    let (qa, _) = &st.queues[sem.stream_index(*sa)];
+                    let (qa, _) = &st.streams.queues[sem.stream_index(*sa)];
                     let (pd, pa) = (qa.iter().position(|k| k == d), qa.iter().position(|k| *k == a));
                     if let (Some(pd), Some(pa)) = (pd, pa) {
                         if pd < pa {

@@ -6,7 +6,10 @@ use common::{check_file, kinds};
 
 /// (file, expected kinds under `portable`).
 const EXPECTED: &[(&str, &[&str])] = &[
-    ("nccl-1456-send-first.ron", &["deadlock always"]),
+    // First contact is not mirrored (N7): undefined before the rendezvous cycle can form (see the file's header).
+    ("nccl-1456-send-first.ron", &["undefined always"]),
+    // Connected first: the rendezvous cycle, "sometimes" because portable lets any send be buffered eagerly (N2).
+    ("nccl-1456-send-first-connected.ron", &["deadlock sometimes"]),
     ("nccl-1456-grouped.ron", &[]),
     ("nccl-1456-parity.ron", &[]),
     ("megatron-batch-p2p-race.ron", &["data race always", "data race always", "data race always", "data race always"]),
@@ -21,14 +24,23 @@ fn check_example(file: &str) {
 }
 
 #[test]
-fn nccl_1456_send_first_deadlocks_with_the_rendezvous_cycle() {
+fn nccl_1456_send_first_is_non_mirrored_first_contact() {
     check_example("nccl-1456-send-first.ron");
     let (r, _) = check_file("examples/nccl-1456-send-first.ron", "portable");
     let text = r.to_text();
+    assert!(text.contains("rule N7 broken: first contact between"), "{text}");
+}
+
+#[test]
+fn nccl_1456_send_first_connected_deadlocks_with_the_rendezvous_cycle() {
+    check_example("nccl-1456-send-first-connected.ron");
+    let (r, _) = check_file("examples/nccl-1456-send-first-connected.ron", "portable");
+    let text = r.to_text();
     assert!(text.contains("is queued behind"), "{text}");
-    assert!(text.contains("rendezvous"), "{text}");
-    assert!(text.contains("r0 main is blocked in #4 stream_sync(s0)"), "{text}");
-    assert!(text.contains("r1 main is blocked in #4 stream_sync(s0)"), "{text}");
+    assert!(text.contains("the send may wait for its recv; N2"), "{text}");
+    assert!(text.contains("r0 main is blocked in #9 stream_sync(s0)"), "{text}");
+    assert!(text.contains("r1 main is blocked in #9 stream_sync(s0)"), "{text}");
+    assert!(text.contains("fix: issue the send and the recv to the same peer in one group"), "{text}");
 }
 
 #[test]

@@ -893,7 +893,7 @@ pub fn derive_profile(m: &Measurements) -> (Profile, Vec<String>) {
             0
         }
         None => {
-            notes.push("N2: not measured; the portable value (0, rendezvous) is kept".into());
+            notes.push("N2: not measured; the portable value (any send may or may not complete eagerly) is kept".into());
             portable.eager_bytes_per_connection
         }
     };
@@ -953,21 +953,22 @@ pub fn derive_profile(m: &Measurements) -> (Profile, Vec<String>) {
         notes.push(format!("N5 control (the same calls in one group): {}", g.short()));
     }
 
-    // S1.
-    let independent = match &m.s1_crossed {
+    // S1: one completed run shows the device *can* overlap; it guarantees nothing (S1 is a documented "may"), so the
+    // profile records it as observed and keeps exploring the starving executions.
+    let (independent, independent_observed) = match &m.s1_crossed {
         Some(ProbeOutcome::Completed) => {
-            notes.push("S1: crossed send/recv over two communicators on two streams completed: the device ran both kernels at once here; S1 does not guarantee it".into());
+            notes.push("S1: crossed send/recv over two communicators on two streams completed: the device ran both kernels at once here; S1 does not guarantee it, so independent progress is recorded as observed, not guaranteed".into());
             desc.push("S1 crossed sends over two comms completed (observed, not guaranteed)".into());
-            true
+            (false, true)
         }
         Some(ProbeOutcome::Hung) => {
             notes.push("S1: crossed send/recv over two communicators hung: no independent progress".into());
             desc.push("S1 crossed sends over two comms hung".into());
-            false
+            (false, false)
         }
         other => {
             notes.push(format!("S1: no answer ({other:?}); the portable value (no independent progress) is kept"));
-            portable.independent_progress
+            (portable.independent_progress, false)
         }
     };
 
@@ -1052,6 +1053,7 @@ pub fn derive_profile(m: &Measurements) -> (Profile, Vec<String>) {
     profile.eager_bytes_per_connection = eager_bytes;
     profile.eager_bytes_guaranteed = eager_guaranteed;
     profile.independent_progress = independent;
+    profile.independent_progress_observed = independent_observed;
     profile.lazy_connect = lazy;
     profile.nonmirrored_first_contact = nonmirrored;
     profile.serialize_per_comm = serialize;

@@ -594,9 +594,9 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                         }
                     }
                     OpKind::Collective { comm, kind, send, recv, stream } => {
-                        let root = match kind {
-                            CollectiveKind::Broadcast { root } => cx.comm_peer(comm.0, *root).unwrap_or(0),
-                            _ => {
+                        let root = match kind.root() {
+                            Some(root) => cx.comm_peer(comm.0, root).unwrap_or(0),
+                            None => {
                                 cx.comm_peer(comm.0, ri);
                                 0
                             }
@@ -610,11 +610,7 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                         }
                         if let Some(c) = p.comms.get(comm.0 as usize) {
                             let n = c.members.len() as u64;
-                            let ok = match kind {
-                                CollectiveKind::AllReduce | CollectiveKind::Broadcast { .. } => send.len == recv.len,
-                                CollectiveKind::AllGather => send.len.checked_mul(n) == Some(recv.len),
-                                CollectiveKind::ReduceScatter => recv.len.checked_mul(n) == Some(send.len),
-                            };
+                            let (ok, _) = kind.sizes_fit(send.len, recv.len, n);
                             if !ok {
                                 cx.err(format!(
                                     "{kind:?} on {n} members with send {} bytes and recv {} bytes: sizes do not fit",
@@ -689,33 +685,9 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
     }
 }
 
-/// A short name of an op kind, for observations and messages.
+/// A short name of an op kind, for observations and messages (the model's [`OpKind::name`]).
 pub fn op_kind_name(k: &OpKind) -> &'static str {
-    match k {
-        OpKind::Kernel { .. } => "Kernel",
-        OpKind::Memset { .. } => "Memset",
-        OpKind::Memcpy { .. } => "Memcpy",
-        OpKind::EventRecord { .. } => "EventRecord",
-        OpKind::StreamWaitEvent { .. } => "StreamWaitEvent",
-        OpKind::EventQuery { .. } => "EventQuery",
-        OpKind::EventSynchronize { .. } => "EventSynchronize",
-        OpKind::StreamSynchronize { .. } => "StreamSynchronize",
-        OpKind::StreamQuery { .. } => "StreamQuery",
-        OpKind::DeviceSynchronize { .. } => "DeviceSynchronize",
-        OpKind::HostSleep { .. } => "HostSleep",
-        OpKind::HostAccess { write: false, .. } => "HostRead",
-        OpKind::HostAccess { write: true, .. } => "HostWrite",
-        OpKind::Barrier { .. } => "Barrier",
-        OpKind::CommInit { .. } => "CommInit",
-        OpKind::Send { .. } => "Send",
-        OpKind::Recv { .. } => "Recv",
-        OpKind::GroupStart => "GroupStart",
-        OpKind::GroupEnd => "GroupEnd",
-        OpKind::Collective { .. } => "Collective",
-        OpKind::Alloc { .. } => "Alloc",
-        OpKind::Free { .. } => "Free",
-        OpKind::RecordStream { .. } => "RecordStream",
-    }
+    k.name()
 }
 
 #[cfg(test)]

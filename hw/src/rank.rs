@@ -12,7 +12,7 @@ use crate::kernels::{self, ObsScratch, ObsSlot, Range, TraceScratch, TraceSlot};
 use crate::lower::{self, RankPlan, Step, Tracing};
 use crate::observation::{ClockAnchor, GpuInfo};
 use crate::protocol::{file_barrier, read_ids, LogWriter, Msg};
-use cuorder_model::program::{CollectiveKind, MemSpace, OpKind, Program, StreamKind};
+use cuorder_model::program::{CollectiveKind, MemSpace, Program, StreamKind};
 use std::ffi::c_void;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -313,16 +313,12 @@ fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
 /// Which communicators any op of the program uses (so that unused pre-initialized ones are not set up).
 pub fn used_comms(p: &Program) -> Vec<bool> {
     let mut used = vec![false; p.comms.len()];
-    for r in &p.ranks {
+    for (ri, r) in p.ranks.iter().enumerate() {
         for t in &r.threads {
             for op in &t.ops {
-                let c = match &op.kind {
-                    OpKind::Send { comm, .. }
-                    | OpKind::Recv { comm, .. }
-                    | OpKind::Collective { comm, .. }
-                    | OpKind::CommInit { comm } => comm.0 as usize,
-                    _ => continue,
-                };
+                // The model's op table says which ops use a communicator (op_info.rs).
+                let Some(comm) = op.kind.info(p, ri as u32).comm else { continue };
+                let c = comm.0 as usize;
                 if let Some(u) = used.get_mut(c) {
                     *u = true;
                 }

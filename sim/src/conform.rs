@@ -117,7 +117,7 @@ fn may_see(sem: &Semantics, st: &State, r: &Access, depth: u32) -> MaySee {
         return None;
     }
     let cand: Vec<&Access> =
-        st.accesses.iter().filter(|w| w.write && overlaps(w, r) && !same_item(w, r) && !hb(r, w)).collect();
+        st.memory.accesses.iter().filter(|w| w.write && overlaps(w, r) && !same_item(w, r) && !hb(r, w)).collect();
     let mut out = BTreeSet::new();
     for w in &cand {
         let hidden = cand.iter().any(|w2| !std::ptr::eq(*w, *w2) && hb(w, w2) && hb(w2, r) && covers(w2, r));
@@ -127,8 +127,9 @@ fn may_see(sem: &Semantics, st: &State, r: &Access, depth: u32) -> MaySee {
         let loc = w.who.loc();
         match &sem.op(loc).kind {
             OpKind::Memcpy { .. } => {
-                // Data moved by a copy: what the copy's own read of its source saw.
-                let src = st.accesses.iter().find(|a| !a.write && a.who == w.who);
+                // Data moved by a copy: what the copy's own read of its source saw (by the copy, or by its host when
+                // a synchronous pageable copy staged the source; S5).
+                let src = st.memory.accesses.iter().find(|a| !a.write && a.who.loc() == loc);
                 match src.map(|a| may_see(sem, st, a, depth + 1)) {
                     Some(Some(v)) => out.extend(v),
                     _ => return None,
@@ -136,14 +137,14 @@ fn may_see(sem: &Semantics, st: &State, r: &Access, depth: u32) -> MaySee {
             }
             OpKind::Recv { comm, peer, .. } => {
                 // Data moved by a recv: what the matching send read (N3).
-                let me = sem.rank_of(loc.thread);
-                let seq = st.p2p.iter().find(|(k, v)| {
-                    k.4 && k.0 == *comm && k.1 == *peer && k.2 == me && Semantics::comm_op(st, **v).1.loc == loc
+                let me = sem.acting_rank(loc);
+                let seq = st.nccl.p2p.iter().find(|(k, v)| {
+                    k.recv && k.comm == *comm && k.src == *peer && k.dst == me && st.comm_op(**v).1.loc == loc
                 });
-                let send = seq.and_then(|(k, _)| st.p2p.get(&(k.0, k.1, k.2, k.3, false)));
+                let send = seq.and_then(|(k, _)| st.matching(*k));
                 let send_read = send.and_then(|at| {
-                    let who = Accessor::Item { item: at.0, loc: Semantics::comm_op(st, *at).1.loc };
-                    st.accesses.iter().find(|a| !a.write && a.who == who)
+                    let who = Accessor::Item { item: at.0, loc: st.comm_op(at).1.loc };
+                    st.memory.accesses.iter().find(|a| !a.write && a.who == who)
                 });
                 match send_read.map(|a| may_see(sem, st, a, depth + 1)) {
                     Some(Some(v)) => out.extend(v),
@@ -171,7 +172,7 @@ fn outcome_matches(sem: &Semantics, st: &State, kind: FinalKind, obs: &HwOutcome
                 && threads.iter().all(|p| {
                     let t = sem.thread_id(p.rank, p.thread) as usize;
                     let finished = sem.thread_finished(st, t as u32);
-                    let pc = st.threads[t].pc;
+                    let pc = st.host.threads[t].pc;
                     match p.at {
                         ThreadAt::InOp(i) | ThreadAt::Before(i) => !finished && pc == i,
                         ThreadAt::Finished => finished,
@@ -253,8 +254,8 @@ pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conforman
             .filter(|st| {
                 use std::hash::{Hash, Hasher};
                 let mut h = std::hash::DefaultHasher::new();
-                st.accesses.hash(&mut h);
-                st.p2p.hash(&mut h);
+                st.memory.accesses.hash(&mut h);
+                st.nccl.p2p.hash(&mut h);
                 seen.insert(h.finish())
             })
             .collect()
@@ -278,7 +279,7 @@ pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conforman
         let mut union: BTreeSet<MVersion> = BTreeSet::new();
         let mut anything = false;
         for st in &read_states {
-            let Some(r) = st.accesses.iter().find(|a| !a.write && a.who.loc() == loc && a.range == ro.range) else {
+            let Some(r) = st.memory.accesses.iter().find(|a| !a.write && a.who.loc() == loc && a.range == ro.range) else {
                 continue;
             };
             present = true;
@@ -367,5 +368,5 @@ pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conforman
 }
 
 fn item_of(st: &State, loc: OpLoc) -> Option<&cuorder_model::semantics::Item> {
-    st.items.get(&cuorder_model::semantics::ItemKey { thread: loc.thread, op: loc.op, sub: 0 })
+    st.streams.items.get(&cuorder_model::semantics::ItemKey { thread: loc.thread, op: loc.op, sub: 0 })
 }

@@ -102,9 +102,9 @@ impl Search<'_, '_> {
     }
 
     fn deadlock_key(&self, st: &State, starvation: bool) -> ProblemKey {
-        let at = (0..st.threads.len() as u32)
+        let at = (0..st.host.threads.len() as u32)
             .filter(|t| !self.sem.thread_finished(st, *t))
-            .map(|t| (t, st.threads[t as usize].pc))
+            .map(|t| (t, st.host.threads[t as usize].pc))
             .collect();
         ProblemKey::Deadlock(at, starvation)
     }
@@ -116,10 +116,10 @@ impl Search<'_, '_> {
             let (a, b, x, y) = r.key();
             ProblemKey::DataRace(a, b, x, y)
         };
-        for r in &st.races {
+        for r in &st.memory.races {
             self.record(race_key(r), || Problem::DataRace(r.clone()), path);
         }
-        let mut present: Vec<ProblemKey> = st.races.iter().map(race_key).collect();
+        let mut present: Vec<ProblemKey> = st.memory.races.iter().map(race_key).collect();
         let enabled = sem.enabled(st);
         // Classify the state once: final (undefined, complete, deadlock), stuck only if the platform withholds what
         // it may withhold (S1 starts, eager beyond the guaranteed window), or neither.
@@ -140,7 +140,7 @@ impl Search<'_, '_> {
                 let u = st.undefined.as_ref().expect("undefined state");
                 let mut at = u.at.clone();
                 at.sort();
-                let key = ProblemKey::Undefined(u.rule.clone(), at);
+                let key = ProblemKey::Undefined(u.rule, at);
                 self.record(key.clone(), || Problem::Undefined(u.clone()), path);
                 present.push(key);
             }

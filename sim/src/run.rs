@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use cuorder_model::profile::Profile;
-use cuorder_model::semantics::{ItemStatus, Race, Semantics, State, Step, Undefined, Wait};
-use cuorder_model::waitfor::Stuck;
+use cuorder_model::semantics::{AllocOutcome, Effects, Race, Semantics, State, Step, Undefined, Wait};
+use cuorder_model::semantics::Stuck;
 
 use crate::scheduler::Scheduler;
 
@@ -61,23 +61,38 @@ impl std::fmt::Display for Diverged {
     }
 }
 
-/// Describes what a step did, as timeline events, by comparing the states before and after.
-pub fn describe_step(sem: &Semantics, i: u32, before: &State, step: &Step, after: &State, note: Option<String>) -> Vec<TraceEvent> {
+/// A short note on a host step's outcome: a query's answer, the block an allocation took, whether a pageable copy
+/// blocked the host.
+pub fn effects_note(sem: &Semantics, fx: &Effects) -> Option<String> {
+    if let Some(ready) = fx.answer {
+        return Some(if ready { "ready" } else { "not ready" }.to_string());
+    }
+    match fx.alloc {
+        Some(AllocOutcome::Fresh) => return Some("fresh block".to_string()),
+        Some(AllocOutcome::Reused(b)) => return Some(format!("reuses the block of {}", sem.program.buffer(b.buf).name)),
+        None => {}
+    }
+    fx.host_synchronous.map(|s| if s { "host-synchronous (S5: may be)".to_string() } else { "returns at once".to_string() })
+}
+
+/// Describes what a step did, as timeline events, from the state before it, its effects and the state after.
+pub fn describe_step(sem: &Semantics, i: u32, before: &State, step: &Step, after: &State, fx: &Effects) -> Vec<TraceEvent> {
+    let note = effects_note(sem, fx);
     let mut out = vec![];
     let mut ev = |lane: String, text: String| out.push(TraceEvent { step: i, lane, text });
     match step {
         Step::Host { thread, .. } => {
             let t = *thread as usize;
-            let pc = before.threads[t].pc;
+            let pc = before.host.threads[t].pc;
             let (r, ti) = sem.thread_of[t];
             let label = sem.program.op_label(r, &sem.op(cuorder_model::semantics::OpLoc { thread: *thread, op: pc }).kind);
             let lane = sem.thread_label(*thread);
             let note = note.map(|n| format!(": {n}")).unwrap_or_default();
             let _ = ti;
-            if before.threads[t].wait.is_some() {
+            if before.host.threads[t].wait.is_some() {
                 ev(lane, format!("returns from #{pc} {label}"));
-            } else if after.threads[t].wait.is_some() {
-                let how = match &after.threads[t].wait {
+            } else if after.host.threads[t].wait.is_some() {
+                let how = match &after.host.threads[t].wait {
                     Some(Wait::Connect { .. }) => " (connection set-up, N7)",
                     _ => "",
                 };
@@ -86,36 +101,39 @@ pub fn describe_step(sem: &Semantics, i: u32, before: &State, step: &Step, after
                 ev(lane, format!("calls #{pc} {label}{note}"));
             }
         }
-        Step::Connect { a, b } => {
-            ev(sem.thread_label(*a), format!("connection set-up with {} done (N7)", sem.thread_label(*b)));
+        Step::Connect { a, b, comm, .. } => {
+            ev(sem.thread_label(*a), format!("connection set-up on {} with {} done (N7)", sem.comm_name(*comm), sem.thread_label(*b)));
         }
         _ => {}
     }
-    for (k, item) in &after.items {
-        let old = before.items.get(k).map(|i| i.status);
-        if old == Some(item.status) || item.status == ItemStatus::Pending {
-            continue;
-        }
+    let touched: std::collections::BTreeSet<_> = fx.started.iter().chain(&fx.ended).collect();
+    for k in touched {
+        let item = after.item(*k);
+        let (started, ended) = (fx.started.contains(k), fx.ended.contains(k));
         let s = item.streams[0];
         let lane = format!("r{} {}", s.rank, item.streams.iter().map(|x| sem.program.stream_label(*x, s.rank)).collect::<Vec<_>>().join("+"));
         let what = sem.item_label(after, *k);
         let what = what.split_once(": ").map(|x| x.1.to_string()).unwrap_or(what);
-        let text = match (old, item.status) {
-            (Some(ItemStatus::Pending), ItemStatus::Running) => format!("starts {what}"),
-            (Some(ItemStatus::Running), ItemStatus::Done) => format!("ends {what}"),
+        let text = match (started, ended) {
+            (true, false) => format!("starts {what}"),
+            (false, true) => format!("ends {what}"),
             _ => format!("runs {what}"),
         };
         ev(lane, text);
     }
     match step {
         Step::Transfer { send, recv } => {
-            ev(format!("r{} nccl", sem.rank_of(send.thread)), format!("data of #{} moves to {} #{} (rendezvous)", send.op, sem.thread_label(recv.thread), recv.op));
+            ev(format!("r{} nccl", sem.acting_rank(*send)), format!("data of #{} moves to {} #{} (rendezvous)", send.op, sem.thread_label(recv.thread), recv.op));
         }
-        Step::Eager { send } => ev(format!("r{} nccl", sem.rank_of(send.thread)), format!("#{} delivers into the connection buffers (eager)", send.op)),
-        Step::Drain { recv } => ev(format!("r{} nccl", sem.rank_of(recv.thread)), format!("#{} takes its data from the connection buffers", recv.op)),
+        Step::Eager { send } => ev(format!("r{} nccl", sem.acting_rank(*send)), format!("#{} delivers into the connection buffers (eager)", send.op)),
+        Step::Drain { recv } => ev(format!("r{} nccl", sem.acting_rank(*recv)), format!("#{} takes its data from the connection buffers", recv.op)),
         Step::Collective { comm, seq } => ev(
             format!("{}", sem.program.comms[comm.0 as usize].name),
             format!("collective #{seq} completes on every member"),
+        ),
+        Step::RootEarly { comm, seq } => ev(
+            sem.comm_name(*comm).to_string(),
+            format!("the root of collective #{seq} finishes its part before the other members (C1)"),
         ),
         _ => {}
     }
@@ -136,12 +154,17 @@ pub fn run(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u64>, ma
             break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) };
         }
         if schedule.len() >= max_steps {
+            // A schedule that ends where every enabled step is one the platform may withhold (S1 overlap, N2 eager
+            // beyond the guarantee) ends in the deadlock the explorer reported for it.
+            if enabled.iter().all(|s| sem.starvable(&st, s)) {
+                break Outcome::Deadlock(sem.explain(&st, true));
+            }
             break Outcome::StepLimit(max_steps);
         }
         let step = enabled[scheduler.pick(&st, &enabled)].clone();
         let before = st.clone();
-        let note = sem.apply(&mut st, &step);
-        events.extend(describe_step(sem, schedule.len() as u32, &before, &step, &st, note));
+        let fx = sem.apply(&mut st, &step);
+        events.extend(describe_step(sem, schedule.len() as u32, &before, &step, &st, &fx));
         schedule.push(step);
     };
     Trace {
@@ -152,7 +175,7 @@ pub fn run(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u64>, ma
         seed,
         schedule,
         events,
-        races: st.races.iter().cloned().collect(),
+        races: st.memory.races.iter().cloned().collect(),
         outcome,
     }
 }

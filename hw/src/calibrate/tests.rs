@@ -135,7 +135,7 @@ fn fake_machine_gives_the_expected_profile() {
     let p = &out.profile;
     assert_eq!(p.name, "h200x2-nvlink-nccl2.28.3");
     assert!(p.eager_bytes_per_connection <= window && p.eager_bytes_per_connection * 1015 / 1000 + 8 * KIB >= window, "{p:?}");
-    assert!(p.serialize_per_comm && p.independent_progress && p.lazy_connect, "{p:?}");
+    assert!(p.serialize_per_comm && !p.independent_progress && p.independent_progress_observed && p.lazy_connect, "{p:?}");
     assert_eq!(p.eager_bytes_guaranteed, None); // the total counts: the whole window is guaranteed
     assert_eq!(p.nonmirrored_first_contact, NonMirrored::Undefined);
     assert!(p.description.contains("2 x NVIDIA H200 (nvlink NV18), driver 580.159.04, NCCL 2.28.3"), "{}", p.description);
@@ -208,7 +208,7 @@ fn per_message_window_and_nothing_fits() {
     assert_eq!(out.profile.eager_bytes_guaranteed, Some(out.measurements.eager[0].largest_fit_total.unwrap()));
     assert!(out.profile.description.contains("2 sends each get it, 3 sends each get it"), "{}", out.profile.description);
     // Not measured: the portable values, and the link from nothing.
-    assert!(out.profile.serialize_per_comm && !out.profile.independent_progress && !out.profile.lazy_connect);
+    assert!(out.profile.serialize_per_comm && !out.profile.independent_progress && out.profile.lazy_connect);
     assert_eq!(out.measurements.link.kind, "unknown"); // no topology, no bandwidth
 
     let mut r = Fake::new(0);
@@ -250,8 +250,9 @@ fn a_broken_machine_stops_the_calibration() {
     assert_eq!(r.0, MAX_FAILURES_IN_ROW);
     assert!(out.measurements.probes.len() > 10);
     assert!(matches!(&out.measurements.probes.last().unwrap().outcome, ProbeOutcome::Skipped(m) if m.contains("unusable")));
-    assert_eq!(out.profile.eager_bytes_per_connection, 0);
-    assert!(out.profile.serialize_per_comm && !out.profile.independent_progress && !out.profile.lazy_connect);
+    // Nothing measured: every value is the portable one.
+    assert_eq!(out.profile.eager_bytes_per_connection, Profile::portable().eager_bytes_per_connection);
+    assert!(out.profile.serialize_per_comm && !out.profile.independent_progress && out.profile.lazy_connect);
 }
 
 #[test]
