@@ -256,12 +256,16 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
             top.state.clone().expect("a frame keeps its state until its last successor")
         };
         sem.apply(&mut st, &step);
-        if limits.forget {
-            sem.forget(&mut st);
-        }
         let (enabled, steps) = search.successors(&st);
-        if steps.len() != 1 && !visited.insert(state_hash(&st)) {
-            continue;
+        if steps.len() != 1 {
+            // Forget only where the state is hashed: forgetting never changes what is enabled, and states inside
+            // a chain are neither compared nor kept.
+            if limits.forget {
+                sem.forget(&mut st);
+            }
+            if !visited.insert(state_hash(&st)) {
+                continue;
+            }
         }
         states += 1;
         if states > limits.max_states {

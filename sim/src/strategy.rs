@@ -18,7 +18,7 @@ use crate::rng::Rng;
 /// How each execution picks among the enabled steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Strategy {
-    /// Uniformly at random (the same picks as `cuorder run --seed`).
+    /// Uniformly at random among the enabled steps.
     Random,
     /// PCT with bug depth `depth` (>= 1): every agent (host thread, stream, communicator) gets a random priority,
     /// the highest-priority enabled agent runs, and at `depth - 1` random points the running agent drops below all
@@ -150,6 +150,9 @@ struct Walk {
     step_limit: bool,
 }
 
+/// Forget ([`Semantics::forget`]) every this many steps of a walk.
+const FORGET_EVERY: usize = 32;
+
 /// Runs one execution with seed `seed`.
 fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize) -> Walk {
     let mut rng = Rng::new(seed);
@@ -157,6 +160,8 @@ fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize) -> Wal
         Strategy::Pct { depth } => Some(Pct::new(sem, depth, &mut rng)),
         Strategy::Random => None,
     };
+    // Half of the executions (by seed) let the platform withhold what it may (see below).
+    let withhold = rng.below(2) == 0;
     let mut found = Collector::new();
     let mut st = sem.initial();
     let mut path: Vec<Step> = vec![];
@@ -169,13 +174,29 @@ fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize) -> Wal
         if path.len() >= max_steps {
             return Walk { found, steps: path.len() as u64, step_limit: true };
         }
-        let i = match &mut pct {
-            Some(p) => p.pick(sem, &st, &enabled),
-            None => rng.below(enabled.len() as u64) as usize,
+        // The platform's choice: in a withholding execution, a step the platform may withhold (an S1 start beside
+        // a spinning kernel, an eager send beyond the guaranteed window) is never taken, so the execution ends
+        // where the platform refuses (recorded above as a deadlock) instead of always taking the generous path.
+        let allowed: Vec<usize> = if withhold {
+            (0..enabled.len()).filter(|i| !sem.starvable(&st, &enabled[*i])).collect()
+        } else {
+            (0..enabled.len()).collect()
         };
+        if allowed.is_empty() {
+            break;
+        }
+        let choices: Vec<Step> = allowed.iter().map(|i| enabled[*i].clone()).collect();
+        let i = allowed[match &mut pct {
+            Some(p) => p.pick(sem, &st, &choices),
+            None => rng.below(choices.len() as u64) as usize,
+        }];
         let step = enabled[i].clone();
         sem.apply(&mut st, &step);
-        sem.forget(&mut st);
+        // Forgetting keeps race checks and memory proportional to the work in flight; a walk never compares
+        // states, so every few steps is enough.
+        if path.len() % FORGET_EVERY == 0 {
+            sem.forget(&mut st);
+        }
         path.push(step);
     }
     Walk { found, steps: path.len() as u64, step_limit: false }
@@ -258,6 +279,7 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
     if opt.first && !merged.findings.is_empty() {
         limit.push(format!("stopped at the first execution with a finding (--first), execution {}", executions - 1));
     }
+    limit.insert(0, format!("sampled {executions} executions ({}); the verdict covers only those", opt.strategy.name()));
     if step_limits > 0 {
         limit.push(format!("{step_limits} executions cut off at {} steps", opt.max_steps));
     }
