@@ -20,6 +20,7 @@ mod surface;
 mod units;
 
 pub use diagnostic::{Diagnostic, Related};
+pub use units::{parse_duration, parse_size};
 
 use crate::program::{Op, Origin, Program, Rank, Stream, StreamKind, Thread};
 use checks::ThreadOps;
