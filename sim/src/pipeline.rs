@@ -741,7 +741,7 @@ fn render_step(out: &mut String, o: &PipelineOptions, st: u32, step: &Step) {
 /// The same pipeline at stage granularity in Promela, for Spin: one proctype per stage, one rendezvous channel
 /// (`[0]`) per direction between neighbours, carrying a tensor id (`chunk * microbatches + microbatch`) that the
 /// receiver insists on (`eval`), so that a mismatched pair is a deadlock too. A grouped call lets its sends and recvs
-/// happen in any order (a `do` loop over what is left); the `Bug` variant sends, then receives, in order. Kernels and
+/// happen in any order (nested `if`s whose options start with the op); the `Bug` variant sends, then receives, in order. Kernels and
 /// the streams are left out (Spin sees only the messages); the `Race` variant is therefore the same as `Correct`.
 ///
 /// Errors: the options break a rule of [`validate`].
@@ -759,7 +759,6 @@ pub fn promela(o: &PipelineOptions) -> Result<String, OptionsError> {
         let st = st as u32;
         let prev = (st + s - 1) % s;
         writeln!(out, "\nproctype stage{st}() {{").unwrap();
-        writeln!(out, "  bit d0, d1, d2, d3;").unwrap();
         for step in steps {
             let Step::Comm { call, send_prev, recv_prev, send_next, recv_next } = *step else { continue };
             // act[st] goes to next; grad[prev] goes to prev; we receive activations on act[prev], gradients on grad[st].
@@ -779,14 +778,7 @@ pub fn promela(o: &PipelineOptions) -> Result<String, OptionsError> {
                     writeln!(out, "  {op};").unwrap();
                 }
             } else {
-                let flags: Vec<String> = (0..ops.len()).map(|i| format!("d{i}")).collect();
-                writeln!(out, "  {};", flags.iter().map(|f| format!("{f} = 0")).collect::<Vec<_>>().join("; ")).unwrap();
-                writeln!(out, "  do").unwrap();
-                for (f, op) in flags.iter().zip(&ops) {
-                    writeln!(out, "  :: {f} == 0 -> {op}; {f} = 1").unwrap();
-                }
-                writeln!(out, "  :: {} -> break", flags.iter().map(|f| format!("{f} == 1")).collect::<Vec<_>>().join(" && ")).unwrap();
-                writeln!(out, "  od;").unwrap();
+                any_order(&mut out, &ops, 1);
             }
         }
         writeln!(out, "}}").unwrap();
@@ -799,6 +791,23 @@ pub fn promela(o: &PipelineOptions) -> Result<String, OptionsError> {
     writeln!(out, "  }}").unwrap();
     writeln!(out, "}}").unwrap();
     Ok(out)
+}
+
+/// The ops of a group in any order: an `if` whose options each start with one op (so an option is taken only when
+/// its op can happen now), followed by the others in any order. At most 4 ops: at most 64 option lines.
+fn any_order(out: &mut String, ops: &[String], depth: usize) {
+    let pad = "  ".repeat(depth);
+    if ops.len() == 1 {
+        writeln!(out, "{pad}{};", ops[0]).unwrap();
+        return;
+    }
+    writeln!(out, "{pad}if").unwrap();
+    for i in 0..ops.len() {
+        let rest: Vec<String> = ops.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, o)| o.clone()).collect();
+        writeln!(out, "{pad}:: {} ->", ops[i]).unwrap();
+        any_order(out, &rest, depth + 1);
+    }
+    writeln!(out, "{pad}fi;").unwrap();
 }
 
 #[cfg(test)]
