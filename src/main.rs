@@ -144,8 +144,12 @@ enum Command {
         #[arg(long)]
         program: Option<PathBuf>,
     },
-    /// Write random well-formed programs (the agreement-test generator) as RON files `gen-SEED.ron`.
+    /// Write random well-formed programs (the agreement-test generator) as RON files `gen-SEED.ron`, or, with
+    /// `gen pipeline`, a pipeline-parallel training schedule as Megatron-LM runs it.
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Gen {
+        #[command(subcommand)]
+        what: Option<GenWhat>,
         /// First seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -153,8 +157,8 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         count: u64,
         /// Output folder (created).
-        #[arg(long)]
-        out: PathBuf,
+        #[arg(long, required = true)]
+        out: Option<PathBuf>,
     },
     /// List the built-in profiles, or say what one assumes, in plain words, followed by its RON.
     Profile {
@@ -167,6 +171,58 @@ enum Command {
         /// A rule id as messages cite it: S1-S6, N1-N11, C1, P1-P5.
         rule: Option<String>,
     },
+}
+
+#[derive(Subcommand)]
+enum GenWhat {
+    /// A pipeline-parallel schedule (one rank per stage, compute and NCCL streams, grouped send/recv between
+    /// neighbouring stages, events after the group), correct by construction unless --bug or --race.
+    Pipeline {
+        #[arg(long, value_enum)]
+        schedule: ScheduleArg,
+        /// Pipeline stages (= ranks).
+        #[arg(long)]
+        stages: u32,
+        /// Microbatches per iteration.
+        #[arg(long)]
+        microbatches: u32,
+        /// Model chunks per stage (interleaved only; default 2 there, 1 otherwise).
+        #[arg(long)]
+        chunks: Option<u32>,
+        /// Bytes of every activation and gradient message: an integer or a size such as "16 MiB".
+        #[arg(long, default_value = "16 MiB", value_parser = parse_bytes)]
+        bytes: u64,
+        /// Issue each call's sends before its recvs, ungrouped: neighbours deadlock under rendezvous.
+        #[arg(long, conflicts_with = "race")]
+        bug: bool,
+        /// Record the NCCL end event inside the group (before ncclGroupEnd): a data race.
+        #[arg(long)]
+        race: bool,
+        /// `ron`: the program (docs/program-format.md). `promela`: the same pipeline at stage granularity for Spin.
+        #[arg(long, value_enum, default_value = "ron")]
+        emit: EmitArg,
+        /// Write here instead of standard output.
+        #[arg(short = 'o', long = "output")]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ScheduleArg {
+    Gpipe,
+    #[value(name = "1f1b")]
+    OneFOneB,
+    Interleaved,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum EmitArg {
+    Ron,
+    Promela,
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    cuorder_model::format::parse_size(s)
 }
 
 fn fail(e: LoadError) -> ExitCode {
@@ -395,7 +451,52 @@ fn main() -> ExitCode {
             eprintln!("error: conform needs PROGRAM and TRACE, or --dir DIR");
             ExitCode::from(2)
         }
-        Command::Gen { seed, count, out } => {
+        Command::Gen { what: Some(GenWhat::Pipeline { schedule, stages, microbatches, chunks, bytes, bug, race, emit, output }), .. } => {
+            use cuorder_sim::pipeline::{PipelineOptions, Schedule, Variant};
+            let schedule = match schedule {
+                ScheduleArg::Gpipe => Schedule::Gpipe,
+                ScheduleArg::OneFOneB => Schedule::OneFOneB,
+                ScheduleArg::Interleaved => Schedule::Interleaved,
+            };
+            let chunks = chunks.unwrap_or(if schedule == Schedule::Interleaved { 2 } else { 1 });
+            let variant = if bug {
+                Variant::Bug
+            } else if race {
+                Variant::Race
+            } else {
+                Variant::Correct
+            };
+            let opt = PipelineOptions { schedule, stages, microbatches, chunks, bytes, variant };
+            let text = match emit {
+                EmitArg::Ron => cuorder_sim::pipeline::pipeline(&opt),
+                EmitArg::Promela => cuorder_sim::pipeline::promela(&opt),
+            };
+            let text = match text {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match output {
+                None => {
+                    use std::io::Write;
+                    if let Err(e) = std::io::stdout().lock().write_all(text.as_bytes()) {
+                        eprintln!("error: cannot write the program: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+                Some(path) => {
+                    if let Err(e) = std::fs::write(&path, text) {
+                        eprintln!("error: cannot write {}: {e}", path.display());
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Gen { what: None, seed, count, out } => {
+            let out = out.expect("clap requires --out without a subcommand");
             if let Err(e) = std::fs::create_dir_all(&out) {
                 eprintln!("error: cannot create {}: {e}", out.display());
                 return ExitCode::from(2);

@@ -134,7 +134,7 @@ Program(
 fn first_line_of_each_diagnostic_is_file_line_column_message() {
     let text = "Program(ranks: 0, threads: [])";
     let out = rendered("zero.ron", text);
-    assert!(out.starts_with("zero.ron:1:16: a program has 1 to 64 ranks, not 0\n"), "{out}");
+    assert!(out.starts_with("zero.ron:1:16: a program has 1 to 4096 ranks, not 0\n"), "{out}");
     let colored = render("zero.ron", text, &load("zero.ron", text).unwrap_err(), true);
     assert!(colored.contains('\u{1b}'), "color output uses ANSI escapes");
 }

@@ -20,6 +20,7 @@ mod surface;
 mod units;
 
 pub use diagnostic::{Diagnostic, Related};
+pub use units::{parse_duration, parse_size};
 
 use crate::program::{Op, Origin, Program, Rank, Stream, StreamKind, Thread};
 use checks::ThreadOps;
@@ -33,12 +34,15 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use surface::SProgram;
 
-/// At most this many ranks in a program.
-pub const MAX_RANKS: u32 = 64;
+/// At most this many ranks in a program (raised from 64 for pipelines of 1024+ stages, issue 8).
+pub const MAX_RANKS: u32 = 4096;
 /// At most this many host threads per rank.
 pub const MAX_THREADS_PER_RANK: usize = 64;
-/// At most this many ops in the whole expanded program (all ranks and threads together).
-pub const MAX_EXPANDED_OPS: usize = 1_000_000;
+/// At most this many ops in the whole expanded program (all ranks and threads together). Raised from 1,000,000 so
+/// that `cuorder gen pipeline --stages 1024 --microbatches 64` (1F1B: 1.94 M ops, GPipe: 1.97 M) loads; loading costs
+/// about 2 KiB of memory per op today (1024 × 64 1F1B: 3.9 GB peak, 58 s, mostly the span index), so the limit also
+/// bounds the loader's memory.
+pub const MAX_EXPANDED_OPS: usize = 2_000_000;
 /// Duration of a kernel that does not say, in ns.
 pub const DEFAULT_KERNEL_NS: u64 = 10_000;
 

@@ -4,6 +4,7 @@
 pub mod conform;
 pub mod explore;
 pub mod gen;
+pub mod pipeline;
 pub mod rng;
 pub mod run;
 pub mod scheduler;

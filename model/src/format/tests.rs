@@ -170,9 +170,11 @@ fn sizes_and_durations_in_all_forms() {
 #[test]
 fn ranks_out_of_range() {
     let e = errors("Program(ranks: 0, threads: [])");
-    assert_eq!(e, ["1:16: a program has 1 to 64 ranks, not 0 [the limit is MAX_RANKS = 64]"]);
-    let e = errors("Program(ranks: 65, threads: [])");
-    assert!(e[0].contains("not 65"));
+    assert_eq!(e, ["1:16: a program has 1 to 4096 ranks, not 0 [the limit is MAX_RANKS = 4096]"]);
+    let e = errors("Program(ranks: 4097, threads: [])");
+    assert!(e[0].contains("not 4097"));
+    let p = ok("Program(ranks: 4096, comms: [Comm(\"world\")], buffers: [Buffer(\"x\", 4)], streams: [Stream(\"s\", NonBlocking)], threads: [Thread(\"main\", [Group([Send(to: Next, buf: \"x\", stream: \"s\"), Recv(from: Prev, buf: \"x\", stream: \"s\")])])])");
+    assert_eq!(p.ranks.len(), 4096);
 }
 
 #[test]
@@ -409,10 +411,12 @@ fn durations() {
 fn expansion_limit_is_enforced_quickly() {
     let e = errs("Repeat(1000000, [Repeat(1000000, [DeviceSync])])");
     assert_eq!(e.len(), 1);
-    assert!(e[0].contains("expands to more than 1000000 operations"), "{e:?}");
-    ok(&prog("Repeat(250000, [DeviceSync, DeviceSync])"));
-    let e = errs("Repeat(250000, [DeviceSync, DeviceSync, DeviceSync])");
-    assert!(e[0].contains("more than 1000000"), "{e:?}");
+    assert!(e[0].contains(&format!("expands to more than {MAX_EXPANDED_OPS} operations")), "{e:?}");
+    // The body runs on 2 ranks: 2 × (MAX / 4) × 2 ops is exactly the limit, one more op per copy is over it.
+    assert_eq!(MAX_EXPANDED_OPS % 4, 0);
+    ok(&prog(&format!("Repeat({}, [DeviceSync, DeviceSync])", MAX_EXPANDED_OPS / 4)));
+    let e = errs(&format!("Repeat({}, [DeviceSync, DeviceSync, DeviceSync])", MAX_EXPANDED_OPS / 4));
+    assert!(e[0].contains(&format!("more than {MAX_EXPANDED_OPS}")), "{e:?}");
 }
 
 #[test]
