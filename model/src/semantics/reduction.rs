@@ -111,6 +111,16 @@ impl<'p> Semantics<'p> {
         quiet && no_spinner
     }
 
+    /// Whether an NCCL launch is running (spinning) on the device: a running launch heads its queues, so only the
+    /// heads of the device's streams are looked at.
+    pub(crate) fn device_spinning(&self, st: &State, rank: RankId) -> bool {
+        self.reduction.nccl_on.contains(&rank)
+            && self.rank_streams(rank).any(|s| {
+                let (q, head) = &st.streams.queues[self.stream_index(s)];
+                q.get(*head as usize).is_some_and(|k| st.item(*k).is_spinning())
+            })
+    }
+
     fn host_is_local(&self, st: &State, t: ThreadId) -> bool {
         let th = &st.host.threads[t as usize];
         let group: Vec<u32> = match &th.wait {
@@ -175,12 +185,7 @@ impl<'p> Semantics<'p> {
                 if self.profile.independent_progress {
                     return false;
                 }
-                let rank = st.item(*k).rank();
-                // A running launch heads its queues.
-                self.queue_heads(st).into_iter().any(|h| {
-                    let i = st.item(h);
-                    i.is_spinning() && i.rank() == rank
-                })
+                self.device_spinning(st, st.item(*k).rank())
             }
             Step::Host { .. } | Step::Transfer { .. } | Step::Drain { .. } | Step::Collective { .. } | Step::Connect { .. } => false,
         }
