@@ -53,7 +53,7 @@ fn compare(name: &str, p: &cuorder_model::program::Program, prof: &Profile, max_
     if on.states > max_reduced {
         return; // its unreduced space is too large for the test budget
     }
-    let off = check(p, prof, &Limits { reduce: false, max_states: max_unreduced });
+    let off = check(p, prof, &Limits { reduce: false, max_states: max_unreduced, ..Limits::default() });
     if off.limit_hit.is_some() {
         return;
     }

@@ -17,11 +17,23 @@ pub struct Limits {
     /// Partial-order reduction ([`Semantics::is_local`] steps explored alone). Off only to test that it changes
     /// no verdict.
     pub reduce: bool,
+    /// Estimated bytes the search may hold (the states on the search path, estimated by
+    /// [`crate::budget::state_bytes`], plus the set of visited states), in bytes.
+    pub max_memory_bytes: usize,
+    /// Wall-clock time the search may take, in milliseconds.
+    pub max_time_ms: u64,
 }
+
+/// Default of [`Limits::max_memory_bytes`]: 4 GiB.
+pub const DEFAULT_MAX_MEMORY_BYTES: usize = 4 << 30;
+/// Default of [`Limits::max_time_ms`]: 10 minutes.
+pub const DEFAULT_MAX_TIME_MS: u64 = 600_000;
+/// Bytes counted per visited state (its 16-byte hash in a hash set, with the set's slack).
+const VISITED_BYTES: usize = 32;
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_states: 2_000_000, reduce: true }
+        Limits { max_states: 2_000_000, reduce: true, max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES, max_time_ms: DEFAULT_MAX_TIME_MS }
     }
 }
 
@@ -65,6 +77,8 @@ struct Frame {
     state: Option<State>,
     steps: Vec<Step>,
     next: usize,
+    /// Estimated bytes of `state` while the frame holds it (memory budget).
+    bytes: usize,
 }
 
 /// What kind of state the explorer hands to a [`explore_with`] visitor.
@@ -195,15 +209,42 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         completed_states: 0,
         starved_states: 0,
     };
+    let started = std::time::Instant::now();
     let mut visited: HashSet<u128> = HashSet::new();
     let mut path: Vec<Step> = vec![];
     let init = sem.initial();
     visited.insert(state_hash(&init));
-    let steps = search.visit(&init, &path);
-    let mut stack = vec![Frame { state: Some(init), steps, next: 0 }];
-    let mut limit_hit = None;
+    // Budgets: the bytes of the states the stack holds, and wall time (checked every few states).
+    let init_bytes = crate::budget::state_bytes(&init);
+    let mut held = init_bytes;
+    let over_budget = |held: usize, visited: usize| -> Option<String> {
+        let bytes = held.saturating_add(visited.saturating_mul(VISITED_BYTES));
+        if bytes > limits.max_memory_bytes {
+            return Some(format!(
+                "stopped after {visited} states: the search would hold about {} MiB (limit max_memory = {} MiB); \
+                 the verdict covers only the executions explored",
+                bytes >> 20,
+                limits.max_memory_bytes >> 20
+            ));
+        }
+        let ms = started.elapsed().as_millis();
+        (ms > u128::from(limits.max_time_ms)).then(|| {
+            format!(
+                "stopped after {visited} states and {ms} ms (limit max_time = {} ms); the verdict covers only the \
+                 executions explored",
+                limits.max_time_ms
+            )
+        })
+    };
+    let mut limit_hit = over_budget(held, 1);
+    let steps = if limit_hit.is_some() { vec![] } else { search.visit(&init, &path) };
+    let mut stack = vec![Frame { state: Some(init), steps, next: 0, bytes: init_bytes }];
     while let Some(top) = stack.last_mut() {
+        if limit_hit.is_some() {
+            break;
+        }
         if top.next >= top.steps.len() {
+            held -= if top.state.is_some() { top.bytes } else { 0 };
             stack.pop();
             path.pop();
             continue;
@@ -211,6 +252,7 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         let step = top.steps[top.next].clone();
         top.next += 1;
         let mut st = if top.next == top.steps.len() {
+            held -= top.bytes;
             top.state.take().expect("a frame's state is taken only by its last successor")
         } else {
             top.state.clone().expect("a frame keeps its state until its last successor")
@@ -227,9 +269,17 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
             ));
             break;
         }
+        let bytes = crate::budget::state_bytes(&st);
+        held += bytes;
+        if bytes > limits.max_memory_bytes / 4 || visited.len() % 64 == 0 {
+            if let Some(why) = over_budget(held, visited.len()) {
+                limit_hit = Some(why);
+                break;
+            }
+        }
         path.push(step);
         let steps = search.visit(&st, &path);
-        stack.push(Frame { state: Some(st), steps, next: 0 });
+        stack.push(Frame { state: Some(st), steps, next: 0, bytes });
     }
     let mut findings = search.findings;
     for (key, idx) in &search.index {
