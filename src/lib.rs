@@ -64,6 +64,12 @@ impl LoadError {
 pub fn read_input(path: &Path) -> Result<String, LoadError> {
     use std::io::Read;
     let file = std::fs::File::open(path).map_err(|e| LoadError::plain(path, format!("cannot read: {e}")))?;
+    if file.metadata().is_ok_and(|m| m.len() > MAX_INPUT_BYTES) {
+        return Err(LoadError::plain(
+            path,
+            format!("the file is larger than {MAX_INPUT_BYTES} bytes (MAX_INPUT_BYTES = 256 MiB)"),
+        ));
+    }
     let mut bytes = Vec::new();
     file.take(MAX_INPUT_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -91,16 +97,24 @@ pub fn read_input(path: &Path) -> Result<String, LoadError> {
 pub fn load_program(path: &Path, color: bool) -> Result<(Program, String), LoadError> {
     let text = read_input(path)?;
     let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("program");
-    let file = path.display().to_string();
+    let program = load_program_text(&path.display().to_string(), name, &text, color)?;
+    Ok((program, text))
+}
+
+/// [`load_program`] of a text already read: `file` names it in messages, `name` becomes the program's name.
+///
+/// Errors: as [`load_program`].
+pub fn load_program_text(file: &str, name: &str, text: &str, color: bool) -> Result<Program, LoadError> {
+    let (file, text) = (file.to_string(), text.to_string());
     match cuorder_model::format::load(name, &text) {
-        Ok(p) => Ok((p, text)),
+        Ok(p) => Ok(p),
         Err(diags) => {
             // A resolved program (as `cuorder gen` and `cuorder-hw smoke-programs` write) is accepted too, after the
             // same validation.
             if text.trim_start().starts_with('(') || text.contains("ranks: [") {
                 if let Ok(p) = ron::from_str::<Program>(&text) {
                     return match p.validate() {
-                        Ok(()) => Ok((p, text)),
+                        Ok(()) => Ok(p),
                         Err(errs) => Err(LoadError {
                             rendered: errs.errors.iter().map(|e| format!("error: {file}: {e}\n")).collect::<String>()
                                 + &if errs.more > 0 { format!("error: {file}: and {} more errors\n", errs.more) } else { String::new() },

@@ -82,8 +82,9 @@ fn json_output_parses_and_has_the_verdict() {
     let (code, out, _) = cuorder(&["check", "examples/nccl-1456-send-first-connected.ron", "--format", "json"]);
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
-    assert_eq!(v["verdict"], "deadlock");
-    assert_eq!(v["findings"][0]["frequency"], "sometimes");
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["check"]["verdict"], "deadlock");
+    assert_eq!(v["check"]["findings"][0]["frequency"], "sometimes");
 }
 
 #[test]

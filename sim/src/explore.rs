@@ -259,6 +259,11 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         };
         sem.apply(&mut st, &step);
         if !visited.insert(state_hash(&st)) {
+            // Revisits cost time too: the time budget is checked on them as well.
+            if let Some(why) = over_budget(held, visited.len()) {
+                limit_hit = Some(why);
+                break;
+            }
             continue;
         }
         if visited.len() > limits.max_states {
@@ -269,13 +274,13 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
             ));
             break;
         }
-        let bytes = crate::budget::state_bytes(&st);
+        // Estimating a state costs about as much as hashing it: estimate every 16th and reuse the last estimate
+        // (states along a path grow slowly).
+        let bytes = if visited.len() % 16 == 0 { crate::budget::state_bytes(&st) } else { stack.last().map_or(0, |f| f.bytes) };
         held += bytes;
-        if bytes > limits.max_memory_bytes / 4 || visited.len() % 64 == 0 {
-            if let Some(why) = over_budget(held, visited.len()) {
-                limit_hit = Some(why);
-                break;
-            }
+        if let Some(why) = over_budget(held, visited.len()) {
+            limit_hit = Some(why);
+            break;
         }
         path.push(step);
         let steps = search.visit(&st, &path);
