@@ -65,14 +65,17 @@ pub enum Status {
     UnexpectedAgreement(String),
     /// The trace, its program, its folder's manifest or profile could not be read (the error).
     Error(String),
-    /// A `.ron` file in a folder without a manifest: not checked.
+    /// An observation in a folder without a manifest: not checked (fails the gate).
     NotInManifest,
+    /// A `.ron` file in a folder without a manifest that is no observation (e.g. calibration measurements):
+    /// listed, not checked, and no failure.
+    NotATrace,
 }
 
 impl Status {
     /// Whether the gate passes for this entry.
     pub fn passes(&self) -> bool {
-        matches!(self, Status::Agrees | Status::ExplainedDisagreement(_) | Status::ExplainedInconclusive(_))
+        matches!(self, Status::Agrees | Status::ExplainedDisagreement(_) | Status::ExplainedInconclusive(_) | Status::NotATrace)
     }
 
     /// A short word for the summary and JUnit.
@@ -86,13 +89,14 @@ impl Status {
             Status::UnexpectedAgreement(_) => "agrees, but the manifest expects a disagreement",
             Status::Error(_) => "ERROR",
             Status::NotInManifest => "NOT CHECKED (no MANIFEST.ron in its folder)",
+            Status::NotATrace => "skipped (no MANIFEST.ron in its folder, and not an observation)",
         }
     }
 
     /// The details, if any.
     pub fn details(&self) -> Option<&str> {
         match self {
-            Status::Agrees | Status::NotInManifest => None,
+            Status::Agrees | Status::NotInManifest | Status::NotATrace => None,
             Status::ExplainedDisagreement(s)
             | Status::ExplainedInconclusive(s)
             | Status::Disagrees(s)
@@ -171,6 +175,11 @@ impl DirReport {
         for e in &self.entries {
             let suite = suites.entry(e.folder.clone()).or_insert_with(|| TestSuite::new(e.folder.display().to_string()));
             let status = match &e.status {
+                Status::NotATrace => {
+                    let mut st = TestCaseStatus::skipped();
+                    st.set_message(e.status.word());
+                    st
+                }
                 s if s.passes() => TestCaseStatus::success(),
                 Status::Error(_) | Status::NotInManifest => {
                     let mut st = TestCaseStatus::non_success(NonSuccessKind::Error);
@@ -304,7 +313,8 @@ pub fn check_dir(root: &Path, limits: &Limits) -> DirReport {
             continue;
         }
         let folder = rel(f.parent().unwrap_or(root));
-        entries.push(Entry { folder, file: rel(&f), status: Status::NotInManifest, conformance: None });
+        let status = if looks_like_observation(&f) { Status::NotInManifest } else { Status::NotATrace };
+        entries.push(Entry { folder, file: rel(&f), status, conformance: None });
     }
     entries.sort_by(|a, b| a.file.cmp(&b.file));
     DirReport { entries }
@@ -373,6 +383,30 @@ fn check_manifest_folder(dir: &Path, limits: &Limits, rel: &dyn Fn(&Path) -> Pat
         out.push(entry(&t, status, Some(c)));
     }
     (out, profile_file)
+}
+
+/// Whether the file starts (after comments and white space) like an observation: `Observation(`. Reads at most
+/// 64 KiB.
+fn looks_like_observation(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let Ok(f) = std::fs::File::open(path) else { return false };
+    if f.take(64 * 1024).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    let text = String::from_utf8_lossy(&head);
+    let mut rest: &str = &text;
+    loop {
+        rest = rest.trim_start();
+        if let Some(r) = rest.strip_prefix("//") {
+            rest = r.split_once('\n').map_or("", |x| x.1);
+        } else if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.split_once("*/").map_or("", |x| x.1);
+        } else {
+            break;
+        }
+    }
+    rest.starts_with("Observation(") || rest.starts_with("(format_version")
 }
 
 fn first_line(s: &str) -> &str {
