@@ -564,3 +564,20 @@ fn non_utf8_program_is_located() {
     assert_eq!(code, 2);
     assert!(err.contains(":2:13: the file is not valid UTF-8"), "{err}");
 }
+
+#[test]
+fn folders_deeper_than_max_dir_depth_are_reported_not_entered() {
+    let root = std::env::temp_dir().join(format!("cuorder-deep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let mut deep = root.clone();
+    for i in 0..cuorder::traces::MAX_DIR_DEPTH + 3 {
+        deep = deep.join(format!("d{i}"));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("x.ron"), "Observation(").unwrap();
+    let rep = cuorder::traces::check_dir(&root, &small_limits());
+    let text = rep.to_text();
+    assert!(text.contains("deeper than MAX_DIR_DEPTH = 32 levels: not entered"), "{text}");
+    assert!(!rep.passed());
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -44,8 +44,6 @@ pub const MAX_EXPANDED_OPS: usize = 1_000_000;
 pub const MAX_SUGGESTED_NAME_CHARS: usize = 64;
 /// At most this count in one `Repeat(count, [...])`, checked before expanding (even an empty body).
 pub const MAX_REPEAT_COUNT: u32 = MAX_EXPANDED_OPS as u32;
-/// At most this many ranges in one `reads` or `writes` list of one op.
-pub const MAX_RANGES_PER_LIST: usize = 4096;
 /// At most this many levels of nested brackets and parentheses in a program (and in the resolved form).
 pub const MAX_NESTING_DEPTH: usize = 128;
 /// Duration of a kernel that does not say, in ns.
