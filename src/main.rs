@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use cuorder::{load_profile, load_program, report, timeline, LoadError};
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::explore::Limits;
-use cuorder_sim::run::{replay, run};
+use cuorder_sim::run::replay;
 use cuorder_sim::scheduler::RandomScheduler;
 
 const EXIT_CODES: &str = "\
@@ -19,8 +19,8 @@ Exit codes:
   0  no problem possible (check), agrees (conform), done (other commands)
   1  a problem found (check), a disagreement or a failed gate (conform)
   2  bad input or usage (the errors are printed; as JSON with --format json)
-  3  inconclusive: a budget (--max-states, --max-memory-mb, --max-time-s) stopped the search first;
-     what was found so far is printed";
+  3  inconclusive: a budget (--max-states, --max-memory-mb, --max-time-s) stopped the search (or a
+     run) first; what was found so far is printed";
 
 #[derive(Parser)]
 #[command(
@@ -142,7 +142,7 @@ enum Command {
         /// Stop after this many steps.
         #[arg(long, default_value_t = 1_000_000)]
         max_steps: usize,
-        /// Budgets of the search that finds the --witness.
+        /// Budgets: of the search that finds the --witness, and --max-time-s of a random run too.
         #[command(flatten)]
         budgets: Budgets,
         /// `model`: one execution of the model. `hw`: run on this machine's GPUs (one per rank; needs the
@@ -259,7 +259,13 @@ fn main() -> ExitCode {
                 return run_hw(&sem, trace.as_deref(), timeout_s);
             }
             let tr = match witness {
-                None => run(&sem, &mut RandomScheduler::new(seed), Some(seed), max_steps),
+                None => cuorder_sim::run::run_within(
+                    &sem,
+                    &mut RandomScheduler::new(seed),
+                    Some(seed),
+                    max_steps,
+                    Some(budgets.max_time_s.saturating_mul(1000)),
+                ),
                 Some(n) => {
                     let rep = report::check(&prog, &prof, &budgets.limits());
                     let Some(f) = n.checked_sub(1).and_then(|i| rep.findings.get(i)) else {
@@ -281,6 +287,7 @@ fn main() -> ExitCode {
                 }
             };
             say(&timeline::render(&sem, &tr));
+            let timed_out = matches!(tr.outcome, cuorder_sim::run::Outcome::TimeLimit { .. });
             if let Some(path) = trace {
                 let text = ron::ser::to_string_pretty(&tr, ron::ser::PrettyConfig::default()).unwrap_or_default();
                 if let Err(e) = std::fs::write(&path, text + "\n") {
@@ -288,7 +295,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             }
-            ExitCode::SUCCESS
+            ExitCode::from(if timed_out { 3 } else { 0 })
         }
         Command::Conform { dir: Some(dir), junit, budgets, .. } => conform_dir(&dir, junit.as_deref(), &budgets.limits()),
         Command::Conform { program: Some(program), trace: Some(trace), profile, budgets, dir: None, .. } => {

@@ -39,6 +39,9 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
             s.push_str(&format!("outcome: end of the replayed schedule ({n} steps)\n"))
         }
         Outcome::StepLimit(n) => s.push_str(&format!("outcome: stopped at the step limit ({n} steps)\n")),
+        Outcome::TimeLimit { steps, limit_ms } => s.push_str(&format!(
+            "outcome: stopped at the time limit after {steps} steps (limit max_time = {limit_ms} ms)\n"
+        )),
         Outcome::Undefined(u) => s.push_str(&format!("outcome: undefined (rule {}): {}\n", u.rule, u.message)),
         Outcome::Deadlock(d) => {
             s.push_str("outcome: deadlock\n");

@@ -581,3 +581,14 @@ fn folders_deeper_than_max_dir_depth_are_reported_not_entered() {
     assert!(!rep.passed());
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn run_of_64_ranks_by_64_threads_stops_at_its_time_limit() {
+    let threads: Vec<String> = (0..64).map(|i| format!("Thread(\"t{i}\", [Sleep(\"1 us\")])")).collect();
+    let p = tmp_file("64x64-run.ron", &format!("Program(ranks: 64, threads: [{}])\n", threads.join(",")));
+    let (code, out, err, took) = cli(&["run", p.to_str().unwrap(), "--max-time-s", "2"]);
+    no_panic(code, &err);
+    assert_eq!(code, 3, "{err}");
+    assert!(out.contains("outcome: stopped at the time limit after") && out.contains("limit max_time = 2000 ms"), "{out}");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+}
