@@ -5,6 +5,14 @@ use cuorder_model::format::Diagnostic;
 use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceCode};
 use std::fmt;
 
+/// At most this many diagnostics are rendered with a snippet; the rest are summarised in one line
+/// ("... and N more errors"), so that printing costs linear time in the number of errors shown.
+pub const MAX_RENDERED_ERRORS: usize = 50;
+
+/// A source line longer than this many bytes is not drawn whole: the snippet shows a window of about this many
+/// bytes around the error's column instead (the header still gives the true line and column).
+pub const MAX_SNIPPET_LINE_BYTES: usize = 1000;
+
 /// Width the snippets are wrapped to, fixed so output does not depend on the terminal.
 const RENDER_WIDTH: usize = 100;
 
@@ -58,10 +66,12 @@ pub fn render(file: &str, text: &str, diags: &[Diagnostic], color: bool) -> Stri
     let handler = GraphicalReportHandler::new_themed(theme).with_width(RENDER_WIDTH).with_urls(false);
     let source = NamedSource::new(file, text.to_string());
     let mut out = String::new();
-    for diag in diags {
+    for diag in diags.iter().take(MAX_RENDERED_ERRORS) {
         out.push_str(&format!("{file}:{}:{}: {}\n", diag.line, diag.column, diag.message));
         let mut snippet = String::new();
-        if handler.render_report(&mut snippet, &Report { diag, source: &source }).is_err() {
+        if touches_long_line(text, diag) {
+            snippet = windowed(file, text, diag);
+        } else if handler.render_report(&mut snippet, &Report { diag, source: &source }).is_err() {
             snippet = format!("  (could not render a snippet: {diag})\n");
         }
         out.push_str(&snippet);
@@ -69,5 +79,103 @@ pub fn render(file: &str, text: &str, diags: &[Diagnostic], color: bool) -> Stri
             out.push('\n');
         }
     }
+    if diags.len() > MAX_RENDERED_ERRORS {
+        out.push_str(&format!(
+            "{file}: and {} more errors (only the first {MAX_RENDERED_ERRORS} are shown)\n",
+            diags.len() - MAX_RENDERED_ERRORS
+        ));
+    }
     out
+}
+
+/// The byte range of the line around `offset`.
+fn line_around(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    (start, end)
+}
+
+/// Whether a span of the diagnostic is on (or is itself) a line too long to draw whole.
+fn touches_long_line(text: &str, diag: &Diagnostic) -> bool {
+    let spans = std::iter::once((diag.offset, diag.len)).chain(diag.related.iter().map(|r| (r.offset, r.len)));
+    for (offset, len) in spans {
+        if len > MAX_SNIPPET_LINE_BYTES {
+            return true;
+        }
+        for at in [offset, offset.saturating_add(len)] {
+            let (s, e) = line_around(text, at);
+            if e - s > MAX_SNIPPET_LINE_BYTES {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// A plain snippet for a diagnostic on a long line: a window of the line around the span, marked `…` where cut,
+/// the span underlined, and the help.
+fn windowed(file: &str, text: &str, diag: &Diagnostic) -> String {
+    let floor = |mut i: usize| {
+        i = i.min(text.len());
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let (line_start, line_end) = line_around(text, diag.offset);
+    let half = MAX_SNIPPET_LINE_BYTES / 2;
+    let from = floor(diag.offset.saturating_sub(half).max(line_start));
+    let to = floor(diag.offset.saturating_add(half).min(line_end));
+    let shown = text[from..to].replace('\t', " ");
+    let lead = if from > line_start { "…" } else { "" };
+    let tail = if to < line_end { "…" } else { "" };
+    let col = lead.chars().count() + text[from..floor(diag.offset)].chars().count();
+    let span_end = floor(diag.offset.saturating_add(diag.len).min(to));
+    let width = text[floor(diag.offset)..span_end].chars().count().max(1);
+    let gutter = diag.line.to_string();
+    let pad = " ".repeat(gutter.len());
+    let mut out = format!("  × {}\n", diag.message);
+    out.push_str(&format!("{pad} ╭─[{file}:{}:{}] (line shortened to the part around column {})\n", diag.line, diag.column, diag.column));
+    out.push_str(&format!("{gutter} │ {lead}{shown}{tail}\n"));
+    out.push_str(&format!("{pad} · {}{}\n", " ".repeat(col), "─".repeat(width)));
+    out.push_str(&format!("{pad} ╰────\n"));
+    if let Some(h) = &diag.help {
+        out.push_str(&format!("  help: {h}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn diag(text: &str, offset: usize, len: usize) -> Diagnostic {
+        Diagnostic::at(text, offset, len, "unknown operation `Kernal`")
+    }
+
+    #[test]
+    fn at_most_max_rendered_errors_are_drawn_then_a_count() {
+        let text = "x\n".repeat(MAX_RENDERED_ERRORS + 5);
+        let diags: Vec<Diagnostic> = (0..MAX_RENDERED_ERRORS + 5).map(|i| diag(&text, 2 * i, 1)).collect();
+        let out = render("f.ron", &text, &diags, false);
+        assert_eq!(out.matches("× unknown operation").count(), MAX_RENDERED_ERRORS, "{out}");
+        assert!(out.ends_with("f.ron: and 5 more errors (only the first 50 are shown)\n"), "{out}");
+    }
+
+    #[test]
+    fn error_past_column_65535_is_windowed_not_a_panic() {
+        let text = format!("{}Kernal(\"k\")", "a".repeat(70_000));
+        let out = render("long.ron", &text, &[diag(&text, 70_000, 6)], false);
+        assert!(out.starts_with("long.ron:1:70001: unknown operation"), "{out}");
+        assert!(out.contains("…") && out.contains("Kernal"), "{out}");
+        assert!(out.lines().all(|l| l.len() < MAX_SNIPPET_LINE_BYTES + 200), "a line was not shortened");
+    }
+
+    #[test]
+    fn lines_within_max_snippet_line_bytes_are_drawn_whole() {
+        let text = format!("{}Kernal", "a".repeat(MAX_SNIPPET_LINE_BYTES - 10));
+        let out = render("f.ron", &text, &[diag(&text, MAX_SNIPPET_LINE_BYTES - 10, 6)], false);
+        assert!(!out.contains("shortened"), "{out}");
+    }
 }

@@ -3,6 +3,7 @@
 
 pub mod artifact;
 pub mod diagnostics;
+pub mod json;
 pub mod report;
 pub mod timeline;
 pub mod traces;
@@ -12,30 +13,135 @@ use std::path::Path;
 use cuorder_model::profile::Profile;
 use cuorder_model::program::Program;
 
-/// Why a program or profile could not be loaded; `rendered` is ready to print (with source snippets).
+/// At most this many bytes are read from any input file (program, profile, observation, manifest), in bytes
+/// (256 MiB). Larger files are refused with an error naming the limit before they are read.
+pub const MAX_INPUT_BYTES: u64 = 256 * 1024 * 1024;
+
+/// One located load error, for `--format json` (the same errors as [`LoadError::rendered`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LoadIssue {
+    /// The file concerned, as given.
+    pub file: String,
+    /// 1-based line, when the error has a place in the text.
+    pub line: Option<u32>,
+    /// 1-based column in characters, when the error has a place in the text.
+    pub column: Option<u32>,
+    pub message: String,
+    pub help: Option<String>,
+}
+
+/// Why a program, profile, observation or manifest could not be loaded: `rendered` is ready to print (with source
+/// snippets), `issues` are the same errors as data.
 #[derive(Debug)]
 pub struct LoadError {
     pub rendered: String,
+    pub issues: Vec<LoadIssue>,
 }
 
-/// Reads and validates a program file. The program's name is the file stem.
+impl LoadError {
+    /// One error with no place in a text: `error: FILE: MESSAGE`.
+    pub fn plain(file: &Path, message: impl Into<String>) -> LoadError {
+        let message = message.into();
+        LoadError {
+            rendered: format!("error: {}: {message}\n", file.display()),
+            issues: vec![LoadIssue { file: file.display().to_string(), line: None, column: None, message, help: None }],
+        }
+    }
+
+    /// One error at `line`:`column` of `file`.
+    pub fn at(file: &Path, line: u32, column: u32, message: impl Into<String>) -> LoadError {
+        let message = message.into();
+        LoadError {
+            rendered: format!("error: {}:{line}:{column}: {message}\n", file.display()),
+            issues: vec![LoadIssue { file: file.display().to_string(), line: Some(line), column: Some(column), message, help: None }],
+        }
+    }
+}
+
+/// Reads a whole input file as UTF-8, under [`MAX_INPUT_BYTES`].
 ///
-/// Errors: the file cannot be read, or it has syntax or validation errors (all of them, rendered with file, line,
-/// column and a snippet).
+/// Errors: the file cannot be opened or read, is larger than the limit, or is not UTF-8 (with the line and column
+/// of the first bad byte).
+pub fn read_input(path: &Path) -> Result<String, LoadError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| LoadError::plain(path, format!("cannot read: {e}")))?;
+    if file.metadata().is_ok_and(|m| m.len() > MAX_INPUT_BYTES) {
+        return Err(LoadError::plain(
+            path,
+            format!("the file is larger than {MAX_INPUT_BYTES} bytes (MAX_INPUT_BYTES = 256 MiB)"),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| LoadError::plain(path, format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(LoadError::plain(
+            path,
+            format!("the file is larger than {MAX_INPUT_BYTES} bytes (MAX_INPUT_BYTES = 256 MiB)"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = good.iter().filter(|&&b| b == b'\n').count() as u32 + 1;
+        let last_line = good.rsplit(|&b| b == b'\n').next().unwrap_or(&[]);
+        let column = String::from_utf8_lossy(last_line).chars().count() as u32 + 1;
+        LoadError::at(path, line, column, "the file is not valid UTF-8")
+    })
+}
+
+/// Reads and validates a program file. The program's name is the file stem. Both the surface format and the
+/// resolved form (as `cuorder gen` writes it) are accepted, and both pass [`Program::validate`].
+///
+/// Errors: the file cannot be read (see [`read_input`]), or it has syntax or validation errors (all of them, up to
+/// the renderer's cap, rendered with file, line, column and a snippet).
 pub fn load_program(path: &Path, color: bool) -> Result<(Program, String), LoadError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| LoadError { rendered: format!("error: cannot read {}: {e}\n", path.display()) })?;
+    let text = read_input(path)?;
     let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("program");
+    let program = load_program_text(&path.display().to_string(), name, &text, color)?;
+    Ok((program, text))
+}
+
+/// [`load_program`] of a text already read: `file` names it in messages, `name` becomes the program's name.
+///
+/// Errors: as [`load_program`].
+pub fn load_program_text(file: &str, name: &str, text: &str, color: bool) -> Result<Program, LoadError> {
+    let (file, text) = (file.to_string(), text.to_string());
     match cuorder_model::format::load(name, &text) {
-        Ok(p) => Ok((p, text)),
+        Ok(p) => Ok(p),
         Err(diags) => {
-            // A resolved program (as `cuorder gen` and `cuorder-hw smoke-programs` write) is accepted too.
-            if text.trim_start().starts_with("(") || text.contains("ranks: [") {
+            // A resolved program (as `cuorder gen` and `cuorder-hw smoke-programs` write) is accepted too, after the
+            // same validation.
+            if text.trim_start().starts_with('(') || text.contains("ranks: [") {
                 if let Ok(p) = ron::from_str::<Program>(&text) {
-                    return Ok((p, text));
+                    return match p.validate() {
+                        Ok(()) => Ok(p),
+                        Err(errs) => Err(LoadError {
+                            rendered: errs.errors.iter().map(|e| format!("error: {file}: {e}\n")).collect::<String>()
+                                + &if errs.more > 0 { format!("error: {file}: and {} more errors\n", errs.more) } else { String::new() },
+                            issues: errs
+                                .errors
+                                .iter()
+                                .map(|e| LoadIssue { file: file.clone(), line: None, column: None, message: e.to_string(), help: None })
+                                .collect(),
+                        }),
+                    };
                 }
             }
-            Err(LoadError { rendered: diagnostics::render(&path.display().to_string(), &text, &diags, color) })
+            let shown = &diags[..diags.len().min(diagnostics::MAX_RENDERED_ERRORS)];
+            Err(LoadError {
+                rendered: diagnostics::render(&file, &text, &diags, color),
+                issues: shown
+                    .iter()
+                    .map(|d| LoadIssue {
+                        file: file.clone(),
+                        line: Some(d.line),
+                        column: Some(d.column),
+                        message: d.message.clone(),
+                        help: d.help.clone(),
+                    })
+                    .collect(),
+            })
         }
     }
 }
@@ -48,27 +154,42 @@ pub fn load_profile(spec: &str) -> Result<Profile, LoadError> {
         return Ok(p);
     }
     let path = Path::new(spec);
-    if !path.exists() {
-        return Err(LoadError {
-            rendered: format!(
-                "error: unknown profile `{spec}`: not a built-in profile ({}) and no such file\n",
-                Profile::BUILTIN.join(", ")
-            ),
-        });
+    if !path.is_file() {
+        return Err(LoadError::plain(
+            path,
+            format!("unknown profile: not a built-in profile ({}) and no such file", Profile::BUILTIN.join(", ")),
+        ));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| LoadError { rendered: format!("error: cannot read {}: {e}\n", path.display()) })?;
-    Profile::from_ron(&text).map_err(|e| LoadError {
-        rendered: format!("error: {}:{}:{}: {}\n", path.display(), e.position.line, e.position.col, e.code),
-    })
+    let text = read_input(path)?;
+    Profile::from_ron(&text).map_err(|e| LoadError::at(path, e.position.line as u32, e.position.col as u32, e.code.to_string()))
 }
 
-/// Reads a hardware observation (as `cuorder-hw run` writes it).
+/// Reads a hardware observation (as `cuorder-hw run` writes it). This is the one place a trace file is turned into
+/// an [`cuorder_model::observation::Observation`]; a packed trace format would be read here too.
 ///
 /// Errors: unreadable file, not an observation, or another format version.
 pub fn load_observation(path: &Path) -> Result<cuorder_model::observation::Observation, LoadError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| LoadError { rendered: format!("error: cannot read {}: {e}\n", path.display()) })?;
-    cuorder_model::observation::Observation::from_ron(&text)
-        .map_err(|e| LoadError { rendered: format!("error: {}: {e}\n", path.display()) })
+    let text = read_input(path)?;
+    cuorder_model::observation::Observation::from_ron(&text).map_err(|e| LoadError::plain(path, e.to_string()))
+}
+
+/// [`load_observation`], then [`cuorder_model::validate::validate_observation`] against `program`: the trace's
+/// program name and every rank, thread and op number in it.
+///
+/// Errors: as [`load_observation`], or every way the observation does not fit the program.
+pub fn load_observation_for(path: &Path, program: &Program) -> Result<cuorder_model::observation::Observation, LoadError> {
+    let obs = load_observation(path)?;
+    cuorder_model::validate::validate_observation(program, &obs).map_err(|errs| {
+        let mut e = LoadError { rendered: String::new(), issues: vec![] };
+        for i in &errs.errors {
+            let one = LoadError::plain(path, i.to_string());
+            e.rendered.push_str(&one.rendered);
+            e.issues.extend(one.issues);
+        }
+        if errs.more > 0 {
+            e.rendered.push_str(&format!("error: {}: and {} more errors\n", path.display(), errs.more));
+        }
+        e
+    })?;
+    Ok(obs)
 }

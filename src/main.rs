@@ -2,7 +2,7 @@
 //! a chosen strategy and save findings, `replay` one, or `run` one execution and show its timeline. Exit codes: 0 no problem possible, 1 problem found, 2 bad input or usage,
 //! 3 inconclusive (a limit stopped the search).
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,12 +11,28 @@ use clap::{Parser, Subcommand, ValueEnum};
 use cuorder::{load_profile, load_program, report, timeline, LoadError};
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::explore::Limits;
-use cuorder_sim::run::{replay, run};
+use cuorder_sim::run::replay;
 use cuorder_sim::scheduler::RandomScheduler;
 
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  no problem possible (check), agrees (conform), done (other commands)
+  1  a problem found (check), a disagreement or a failed gate (conform)
+  2  bad input or usage (the errors are printed; as JSON with --format json)
+  3  inconclusive: a budget (--max-states, --max-memory-mb, --max-time-s) stopped the search (or a
+     run) first; what was found so far is printed";
+
 #[derive(Parser)]
-#[command(name = "cuorder", version, about = "Will this multi-GPU CUDA + NCCL program deadlock, race, or do what its author thinks?")]
+#[command(
+    name = "cuorder",
+    version,
+    about = "Will this multi-GPU CUDA + NCCL program deadlock, race, or do what its author thinks?",
+    after_help = EXIT_CODES
+)]
 struct Cli {
+    /// Colors in diagnostics: `auto` (when stderr is a terminal and NO_COLOR is not set), `always` or `never`.
+    #[arg(long, value_enum, default_value = "auto", global = true)]
+    color: ColorChoice,
     #[command(subcommand)]
     command: Command,
 }
@@ -26,6 +42,67 @@ enum StrategyArg {
     Exhaustive,
     Random,
     Pct,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorChoice {
+    /// Whether to color stderr.
+    fn enabled(self) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stderr().is_terminal()
+            }
+        }
+    }
+}
+
+/// The search budgets every exploring command takes.
+#[derive(clap::Args, Clone, Copy)]
+struct Budgets {
+    /// Stop after this many distinct states.
+    #[arg(long, default_value_t = 2_000_000)]
+    max_states: usize,
+    /// Stop when the search would hold more than this many MiB of states (estimated).
+    #[arg(long, default_value_t = 4096)]
+    max_memory_mb: usize,
+    /// Stop after this many seconds of searching.
+    #[arg(long, default_value_t = 600)]
+    max_time_s: u64,
+}
+
+impl Budgets {
+    fn limits(self) -> Limits {
+        Limits {
+            max_states: self.max_states,
+            max_memory_bytes: self.max_memory_mb.saturating_mul(1 << 20),
+            max_time_ms: self.max_time_s.saturating_mul(1000),
+            ..Limits::default()
+        }
+    }
+}
+
+/// Writes to stdout; a closed stdout (`| head -1`) ends the output quietly instead of panicking. Returns whether
+/// stdout is still open.
+fn say(text: &str) -> bool {
+    let mut o = std::io::stdout().lock();
+    match o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => false,
+        Err(_) => false,
+    }
+}
+
+/// Writes to stderr, ignoring a closed stderr.
+fn err(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -49,11 +126,11 @@ enum Command {
         /// A built-in profile (portable, eager) or a profile file (RON).
         #[arg(long, default_value = "portable")]
         profile: String,
+        /// `text` for people, `json` for scripts (docs/json.md; load errors too).
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
-        /// Stop after this many distinct states.
-        #[arg(long, default_value_t = 2_000_000)]
-        max_states: usize,
+        #[command(flatten)]
+        budgets: Budgets,
     },
     /// Run one execution and print it as a per-rank, per-stream timeline.
     Run {
@@ -72,6 +149,9 @@ enum Command {
         /// Stop after this many steps.
         #[arg(long, default_value_t = 1_000_000)]
         max_steps: usize,
+        /// Budgets: of the search that finds the --witness, and --max-time-s of a random run too.
+        #[command(flatten)]
+        budgets: Budgets,
         /// `model`: one execution of the model. `hw`: run on this machine's GPUs (one per rank; needs the
         /// `cuorder-hw` binary next to this one), write the observation to --trace, and check it against the model.
         #[arg(long, value_enum, default_value = "model")]
@@ -89,14 +169,25 @@ enum Command {
         /// The observation (omit with --dir).
         #[arg(required_unless_present = "dir")]
         trace: Option<PathBuf>,
-        /// Instead: re-check every folder with a MANIFEST.ron under DIR and print a summary.
+        /// Instead: re-check every folder with a MANIFEST.ron under DIR (a CI gate: every bad file is reported
+        /// and the rest still checked; .ron files in folders without a manifest are reported), print a summary, and
+        /// exit 1 unless every trace agrees or is explained by its manifest.
         #[arg(long, conflicts_with_all = ["program", "trace"])]
         dir: Option<PathBuf>,
+        /// With --dir: also write the results as a JUnit XML report to FILE.
+        #[arg(long, requires = "dir")]
+        junit: Option<PathBuf>,
         #[arg(long, default_value = "portable")]
         profile: String,
-        #[arg(long, default_value_t = 2_000_000)]
-        max_states: usize,
+        #[command(flatten)]
+        budgets: Budgets,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions {
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to stdout.
+    Man,
     /// Explore executions with a chosen strategy: `exhaustive` (as `check`), or sampled `random` walks and `pct`
     /// (seeded: execution i uses seed SEED+i, and the output is the same whatever --jobs). Exit codes as `check`;
     /// sampling never proves the absence of a problem, so a clean sampled run exits 3.
@@ -226,7 +317,7 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 fn fail(e: LoadError) -> ExitCode {
-    eprint!("{}", e.rendered);
+    err(&e.rendered);
     ExitCode::from(2)
 }
 
@@ -243,21 +334,32 @@ fn load_both(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let color = std::io::stderr().is_terminal();
+    let color = cli.color.enabled();
     match cli.command {
-        Command::Check { program, profile, format, max_states } => {
+        Command::Check { program, profile, format, budgets } => {
             let (prof, prog) = match load_both(&profile, &program, color) {
                 Ok(x) => x,
-                Err(e) => return fail(e),
+                Err(e) => {
+                    return match format {
+                        Format::Text => fail(e),
+                        Format::Json => {
+                            say(&cuorder::json::load_error("check", &e.issues).to_json());
+                            ExitCode::from(2)
+                        }
+                    }
+                }
             };
-            let rep = report::check(&prog, &prof, &Limits { max_states, ..Limits::default() });
+            let rep = report::check(&prog, &prof, &budgets.limits());
             match format {
-                Format::Text => print!("{}", rep.to_text()),
-                Format::Json => println!("{}", serde_json::to_string_pretty(&rep).expect("report serializes")),
-            }
+                Format::Text => say(&rep.to_text()),
+                Format::Json => {
+                    let sem = Semantics::new(&prog, &prof);
+                    say(&cuorder::json::check(&sem, &rep, &program.display().to_string()).to_json())
+                }
+            };
             ExitCode::from(rep.exit_code() as u8)
         }
-        Command::Run { program, profile, seed, witness, trace, max_steps, backend, timeout_s } => {
+        Command::Run { program, profile, seed, witness, trace, max_steps, budgets, backend, timeout_s } => {
             let (prof, prog) = match load_both(&profile, &program, color) {
                 Ok(x) => x,
                 Err(e) => return fail(e),
@@ -267,35 +369,43 @@ fn main() -> ExitCode {
                 return run_hw(&sem, trace.as_deref(), timeout_s);
             }
             let tr = match witness {
-                None => run(&sem, &mut RandomScheduler::new(seed), Some(seed), max_steps),
+                None => cuorder_sim::run::run_within(
+                    &sem,
+                    &mut RandomScheduler::new(seed),
+                    Some(seed),
+                    max_steps,
+                    Some(budgets.max_time_s.saturating_mul(1000)),
+                ),
                 Some(n) => {
-                    let rep = report::check(&prog, &prof, &Limits::default());
+                    let rep = report::check(&prog, &prof, &budgets.limits());
                     let Some(f) = n.checked_sub(1).and_then(|i| rep.findings.get(i)) else {
-                        eprintln!(
-                            "error: --witness {n}: findings are numbered from 1, and check found {} under profile {} (pass the same --profile as to check)",
+                        err(&format!(
+                            "error: --witness {n}: findings are numbered from 1, and check found {} under profile {} (pass the same --profile as to check){}\n",
                             rep.findings.len(),
-                            prof.name
-                        );
+                            prof.name,
+                            rep.limit_hit.as_ref().map(|l| format!("; {l}")).unwrap_or_default()
+                        ));
                         return ExitCode::from(2);
                     };
                     match replay(&sem, &f.finding.witness) {
                         Ok(t) => t,
                         Err(d) => {
-                            eprintln!("error: {d}");
+                            err(&format!("error: {d}\n"));
                             return ExitCode::from(2);
                         }
                     }
                 }
             };
-            print!("{}", timeline::render(&sem, &tr));
+            say(&timeline::render(&sem, &tr));
+            let timed_out = matches!(tr.outcome, cuorder_sim::run::Outcome::TimeLimit { .. });
             if let Some(path) = trace {
-                let text = ron::ser::to_string_pretty(&tr, ron::ser::PrettyConfig::default()).expect("trace serializes");
+                let text = ron::ser::to_string_pretty(&tr, ron::ser::PrettyConfig::default()).unwrap_or_default();
                 if let Err(e) = std::fs::write(&path, text + "\n") {
-                    eprintln!("error: cannot write {}: {e}", path.display());
+                    err(&format!("error: cannot write {}: {e}\n", path.display()));
                     return ExitCode::from(2);
                 }
             }
-            ExitCode::SUCCESS
+            ExitCode::from(if timed_out { 3 } else { 0 })
         }
         Command::Explore {
             program,
@@ -432,24 +542,39 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Conform { dir: Some(dir), .. } => conform_dir(&dir),
-        Command::Conform { program: Some(program), trace: Some(trace), profile, max_states, dir: None } => {
+        Command::Conform { dir: Some(dir), junit, budgets, .. } => conform_dir(&dir, junit.as_deref(), &budgets.limits()),
+        Command::Conform { program: Some(program), trace: Some(trace), profile, budgets, dir: None, .. } => {
             let (prof, prog) = match load_both(&profile, &program, color) {
                 Ok(x) => x,
                 Err(e) => return fail(e),
             };
-            let obs = match cuorder::load_observation(&trace) {
+            let obs = match cuorder::traces::load_trace(&trace, &prog) {
                 Ok(o) => o,
                 Err(e) => return fail(e),
             };
             let sem = Semantics::new(&prog, &prof);
-            let c = cuorder_sim::conform::conform(&sem, &obs, &Limits { max_states, ..Limits::default() });
-            print!("{}", c.to_text());
+            let c = cuorder_sim::conform::conform(&sem, &obs, &budgets.limits());
+            say(&c.to_text());
             ExitCode::from(if c.agrees() { 0 } else { 1 })
         }
         Command::Conform { .. } => {
-            eprintln!("error: conform needs PROGRAM and TRACE, or --dir DIR");
+            err("error: conform needs PROGRAM and TRACE, or --dir DIR\n");
             ExitCode::from(2)
+        }
+        Command::Completions { shell } => {
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "cuorder", &mut buf);
+            say(&String::from_utf8_lossy(&buf));
+            ExitCode::SUCCESS
+        }
+        Command::Man => {
+            let mut buf = Vec::new();
+            if let Err(e) = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut buf) {
+                err(&format!("error: cannot render the man page: {e}\n"));
+                return ExitCode::from(2);
+            }
+            say(&String::from_utf8_lossy(&buf));
+            ExitCode::SUCCESS
         }
         Command::Gen { what: Some(GenWhat::Pipeline { schedule, stages, microbatches, chunks, bytes, bug, race, emit, output }), .. } => {
             use cuorder_sim::pipeline::{PipelineOptions, Schedule, Variant};
@@ -498,7 +623,7 @@ fn main() -> ExitCode {
         Command::Gen { what: None, seed, count, out } => {
             let out = out.expect("clap requires --out without a subcommand");
             if let Err(e) = std::fs::create_dir_all(&out) {
-                eprintln!("error: cannot create {}: {e}", out.display());
+                err(&format!("error: cannot create {}: {e}\n", out.display()));
                 return ExitCode::from(2);
             }
             let opt = cuorder_sim::gen::GenOptions::default();
@@ -507,30 +632,30 @@ fn main() -> ExitCode {
                 let text = ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).expect("program serializes");
                 let path = out.join(format!("gen-{s}.ron"));
                 if let Err(e) = std::fs::write(&path, text + "\n") {
-                    eprintln!("error: cannot write {}: {e}", path.display());
+                    err(&format!("error: cannot write {}: {e}\n", path.display()));
                     return ExitCode::from(2);
                 }
             }
-            println!("wrote {count} program(s) to {}", out.display());
+            say(&format!("wrote {count} program(s) to {}\n", out.display()));
             ExitCode::SUCCESS
         }
         Command::Profile { name } => match name {
             None => {
                 for n in cuorder_model::profile::Profile::BUILTIN {
                     let p = cuorder_model::profile::Profile::builtin(n).unwrap();
-                    println!("{n}: {}", p.description);
+                    say(&format!("{n}: {}\n", p.description));
                 }
                 ExitCode::SUCCESS
             }
             Some(n) => match load_profile(&n) {
                 Ok(p) => {
-                    println!("profile {}: {}", if p.name.is_empty() { &n } else { &p.name }, p.description);
-                    println!("assumes:");
+                    say(&format!("profile {}: {}\n", if p.name.is_empty() { &n } else { &p.name }, p.description));
+                    say("assumes:\n");
                     for a in p.assumptions() {
-                        println!("  - {a}");
+                        say(&format!("  - {a}\n"));
                     }
-                    println!();
-                    println!("{}", ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).expect("profile serializes"));
+                    say("\n");
+                    say(&format!("{}\n", ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).unwrap_or_default()));
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(e),
@@ -542,18 +667,18 @@ fn main() -> ExitCode {
                 None => {
                     for r in Rule::ALL {
                         let title = r.doc().and_then(|d| d.lines().next()).map(|l| l.trim_start_matches("## ")).unwrap_or(r.id());
-                        println!("{title}");
+                        say(&format!("{title}\n"));
                     }
                     ExitCode::SUCCESS
                 }
                 Some(id) => match Rule::from_id(&id).and_then(|r| r.doc()) {
                     Some(doc) => {
-                        println!("{doc}");
+                        say(&format!("{doc}\n"));
                         ExitCode::SUCCESS
                     }
                     None => {
                         let ids: Vec<&str> = Rule::ALL.iter().map(|r| r.id()).collect();
-                        eprintln!("error: no rule {id:?}; the rules are {}", ids.join(", "));
+                        err(&format!("error: no rule {id:?}; the rules are {}\n", ids.join(", ")));
                         ExitCode::from(2)
                     }
                 },
@@ -562,52 +687,25 @@ fn main() -> ExitCode {
     }
 }
 
-/// `cuorder conform --dir DIR`: every manifest folder under DIR, one line per trace, and totals.
-fn conform_dir(dir: &std::path::Path) -> ExitCode {
-    let found = cuorder::traces::manifests(dir);
-    if found.is_empty() {
-        eprintln!("error: no MANIFEST.ron under {}", dir.display());
+/// `cuorder conform --dir DIR`: every file under DIR, one line each, and a summary; exit 1 unless the gate passes.
+fn conform_dir(dir: &std::path::Path, junit: Option<&std::path::Path>, limits: &Limits) -> ExitCode {
+    if !dir.is_dir() {
+        err(&format!("error: {}: not a folder\n", dir.display()));
         return ExitCode::from(2);
     }
-    let root = std::env::current_dir().unwrap_or_default();
-    let (mut total, mut agree, mut explained, mut unexplained, mut inconclusive) = (0, 0, 0, 0, 0);
-    for m in found {
-        let checks = match cuorder::traces::check_folder(&m, &root) {
-            Ok(c) => c,
-            Err(e) => return fail(e),
-        };
-        for c in checks {
-            total += 1;
-            if let Some(why) = &c.conformance.inconclusive {
-                inconclusive += 1;
-                println!("{}: inconclusive: {why}", c.trace.display());
-                continue;
-            }
-            let verdict = match (c.conformance.agrees(), &c.explained) {
-                (true, None) => {
-                    agree += 1;
-                    "agrees".to_string()
-                }
-                (false, Some(why)) => {
-                    explained += 1;
-                    format!("disagrees (explained: {why})")
-                }
-                (true, Some(_)) => {
-                    unexplained += 1;
-                    "agrees, but the manifest expects a disagreement".to_string()
-                }
-                (false, None) => {
-                    unexplained += 1;
-                    format!("DISAGREES\n{}", c.conformance.to_text())
-                }
-            };
-            println!("{}: {verdict}", c.trace.display());
+    let rep = cuorder::traces::check_dir(dir, limits);
+    say(&rep.to_text());
+    if let Some(path) = junit {
+        if let Err(e) = std::fs::write(path, rep.to_junit()) {
+            err(&format!("error: cannot write {}: {e}\n", path.display()));
+            return ExitCode::from(2);
         }
     }
-    println!(
-        "{total} traces: {agree} agree, {explained} explained disagreements, {unexplained} unexplained, {inconclusive} inconclusive"
-    );
-    ExitCode::from(if unexplained == 0 { 0 } else { 1 })
+    if rep.entries.is_empty() {
+        err(&format!("error: no trace and no MANIFEST.ron under {}\n", dir.display()));
+        return ExitCode::from(2);
+    }
+    ExitCode::from(if rep.passed() { 0 } else { 1 })
 }
 
 /// `cuorder run --backend hw`: run on the GPUs, keep the observation, and check it against the model.
@@ -620,22 +718,22 @@ fn run_hw(sem: &Semantics, trace: Option<&std::path::Path>, timeout_s: u64) -> E
     let obs = match cuorder_hw::supervisor::run(sem.program, &opts) {
         Ok(o) => o,
         Err(e @ (cuorder_hw::error::HwError::NoGpu(_) | cuorder_hw::error::HwError::NotEnoughGpus { .. })) => {
-            eprintln!("cuorder: cannot run on hardware here: {e}");
+            err(&format!("cuorder: cannot run on hardware here: {e}\n"));
             return ExitCode::from(3);
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            err(&format!("error: {e}\n"));
             return ExitCode::from(2);
         }
     };
-    println!("hardware: {:?}", obs.outcome);
+    say(&format!("hardware: {:?}\n", obs.outcome));
     if let Some(path) = trace {
         if let Err(e) = std::fs::write(path, obs.to_ron() + "\n") {
-            eprintln!("error: cannot write {}: {e}", path.display());
+            err(&format!("error: cannot write {}: {e}\n", path.display()));
             return ExitCode::from(2);
         }
     }
     let c = cuorder_sim::conform::conform(sem, &obs, &Limits::default());
-    print!("{}", c.to_text());
+    say(&c.to_text());
     ExitCode::from(if c.agrees() { 0 } else { 1 })
 }

@@ -4,6 +4,19 @@
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::run::{Outcome, Trace};
 
+/// Lane names (host thread or stream labels) longer than this many characters are cut, with `…`, in the lane
+/// column (thread names have no length limit).
+pub const MAX_LANE_CHARS: usize = 40;
+
+/// The lane as the column shows it: at most [`MAX_LANE_CHARS`] characters.
+fn lane(l: &str) -> String {
+    if l.chars().count() <= MAX_LANE_CHARS {
+        l.to_string()
+    } else {
+        l.chars().take(MAX_LANE_CHARS - 1).chain(std::iter::once('…')).collect()
+    }
+}
+
 /// The timeline of a trace as text, followed by the outcome and the races seen.
 pub fn render(sem: &Semantics, trace: &Trace) -> String {
     let mut s = String::new();
@@ -14,10 +27,10 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
         trace.scheduler,
         trace.schedule.len()
     ));
-    let width = trace.events.iter().map(|e| e.lane.len()).max().unwrap_or(4).max(4);
+    let width = trace.events.iter().map(|e| lane(&e.lane).chars().count()).max().unwrap_or(4).max(4);
     s.push_str(&format!("{:>5}  {:<width$}  event\n", "step", "lane"));
     for e in &trace.events {
-        s.push_str(&format!("{:>5}  {:<width$}  {}\n", e.step, e.lane, e.text));
+        s.push_str(&format!("{:>5}  {:<width$}  {}\n", e.step, lane(&e.lane), e.text));
     }
     s.push('\n');
     match &trace.outcome {
@@ -26,6 +39,9 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
             s.push_str(&format!("outcome: end of the replayed schedule ({n} steps)\n"))
         }
         Outcome::StepLimit(n) => s.push_str(&format!("outcome: stopped at the step limit ({n} steps)\n")),
+        Outcome::TimeLimit { steps, limit_ms } => s.push_str(&format!(
+            "outcome: stopped at the time limit after {steps} steps (limit max_time = {limit_ms} ms)\n"
+        )),
         Outcome::Undefined(u) => s.push_str(&format!("outcome: undefined (rule {}): {}\n", u.rule, u.message)),
         Outcome::Deadlock(d) => {
             s.push_str("outcome: deadlock\n");

@@ -82,8 +82,9 @@ fn json_output_parses_and_has_the_verdict() {
     let (code, out, _) = cuorder(&["check", "examples/nccl-1456-send-first-connected.ron", "--format", "json"]);
     assert_eq!(code, 1);
     let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
-    assert_eq!(v["verdict"], "deadlock");
-    assert_eq!(v["findings"][0]["frequency"], "sometimes");
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["check"]["verdict"], "deadlock");
+    assert_eq!(v["check"]["findings"][0]["frequency"], "sometimes");
 }
 
 #[test]
@@ -191,4 +192,165 @@ fn a_clean_sampled_exploration_is_not_a_proof() {
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("sampled 10 executions"), "{out}");
     assert!(!out.contains("in any execution"), "{out}");
+}
+
+fn cuorder_in(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cuorder"));
+    c.args(args).current_dir(dir);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A traces folder: `good/` (two traces that agree, a profile two folders up), `bad/` (a truncated trace, an empty
+/// trace, a non-UTF-8 trace, a trace whose program is missing, a trace of another program), `nomanifest/` (a trace
+/// in no manifest), `broken/` (a truncated manifest) and a symlink loop.
+fn traces_folder(name: &str) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("cuorder-cli-dir-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let smoke = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/hw/smoke");
+    let mk = |d: &str| {
+        std::fs::create_dir_all(root.join(d).join("programs")).unwrap();
+        root.join(d)
+    };
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/profiles/h200x2-nvlink-nccl2.28.3.ron"),
+        root.join("profiles/hw.ron"),
+    )
+    .unwrap();
+    let copy = |dir: &PathBuf, t: &str, as_: &str| {
+        std::fs::copy(smoke.join(format!("{t}.ron")), dir.join(format!("{as_}.ron"))).unwrap();
+        std::fs::copy(smoke.join(format!("programs/{t}.ron")), dir.join(format!("programs/{as_}.ron"))).unwrap();
+    };
+    let good = mk("good");
+    std::fs::write(good.join("MANIFEST.ron"), "Manifest(profile: \"profiles/hw.ron\")\n").unwrap();
+    copy(&good, "kernel_write_read", "kernel_write_read");
+    copy(&good, "sendrecv_grouped_1mib", "sendrecv_grouped_1mib");
+    root
+}
+
+fn add_bad_files(root: &std::path::Path) {
+    let smoke = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("traces/hw/smoke");
+    let trace = std::fs::read(smoke.join("kernel_write_read.ron")).unwrap();
+    let program = std::fs::read(smoke.join("programs/kernel_write_read.ron")).unwrap();
+    let bad = root.join("bad");
+    std::fs::create_dir_all(bad.join("programs")).unwrap();
+    std::fs::write(bad.join("MANIFEST.ron"), "Manifest(profile: \"profiles/hw.ron\")\n").unwrap();
+    for (stem, bytes) in [
+        ("truncated", trace[..trace.len() / 2].to_vec()),
+        ("empty", vec![]),
+        ("latin1", [&trace[..20], b"\xe9\xff", &trace[20..]].concat()),
+        ("renamed", String::from_utf8(trace.clone()).unwrap().replace("program: \"kernel_write_read\"", "program: \"other\"").into_bytes()),
+    ] {
+        std::fs::write(bad.join(format!("{stem}.ron")), bytes).unwrap();
+        std::fs::write(bad.join(format!("programs/{stem}.ron")), &program).unwrap();
+    }
+    std::fs::write(bad.join("no-program.ron"), &trace).unwrap();
+    std::fs::create_dir_all(root.join("nomanifest")).unwrap();
+    std::fs::write(root.join("nomanifest/orphan.ron"), &trace).unwrap();
+    std::fs::create_dir_all(root.join("broken")).unwrap();
+    std::fs::write(root.join("broken/MANIFEST.ron"), "Manifest(profile: ").unwrap();
+    std::fs::write(root.join("broken/kernel_write_read.ron"), &trace).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(root, root.join("good/loop")).unwrap();
+}
+
+#[test]
+fn conform_dir_passes_on_good_traces_from_any_directory() {
+    let root = traces_folder("good");
+    // From another directory, with an absolute --dir; the profile is found above the manifest's folder.
+    let (code, out, err) = cuorder_in(std::path::Path::new("/"), &["conform", "--dir", root.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("good/kernel_write_read.ron: agrees"), "{out}");
+    assert!(out.ends_with("2 files: 2 agrees; gate passed\n"), "{out}");
+}
+
+#[test]
+fn conform_dir_reports_every_bad_file_checks_the_rest_and_fails() {
+    let root = traces_folder("bad");
+    add_bad_files(&root);
+    let junit = root.join("report.xml");
+    let (code, out, err) = cuorder_in(&root, &["conform", "--dir", ".", "--junit", junit.to_str().unwrap()], &[]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for want in [
+        "good/kernel_write_read.ron: agrees",
+        "good/sendrecv_grouped_1mib.ron: agrees",
+        "bad/truncated.ron: ERROR",
+        "bad/empty.ron: ERROR",
+        "bad/latin1.ron: ERROR (error: ./bad/latin1.ron:2:8: the file is not valid UTF-8)",
+        "bad/no-program.ron: ERROR (error: ./bad/programs/no-program.ron: cannot read",
+        "bad/renamed.ron: ERROR (error: ./bad/renamed.ron: the observation is of program `other`, not `kernel_write_read`)",
+        "nomanifest/orphan.ron: NOT CHECKED (no MANIFEST.ron in its folder)",
+        "broken/MANIFEST.ron: ERROR",
+        "broken/kernel_write_read.ron: ERROR (not checked: error: ./broken/MANIFEST.ron:1:19",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    // The symlink loop is entered once: the good traces appear once each.
+    assert_eq!(out.matches("kernel_write_read.ron: agrees").count(), 1, "{out}");
+    assert!(out.contains("gate FAILED"), "{out}");
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let rep = quick_junit::Report::deserialize_from_str(&xml).expect("JUnit XML reads back");
+    assert_eq!(rep.tests, 10, "{xml}");
+    assert!(rep.errors >= 8, "{xml}");
+    assert!(xml.contains("<testcase name=\"good/kernel_write_read.ron\" classname=\"good\"/>"), "{xml}");
+}
+
+#[test]
+fn conform_dir_fails_on_unexplained_inconclusive_results() {
+    let root = traces_folder("inconclusive");
+    let (code, out, _) = cuorder_in(&root, &["conform", "--dir", ".", "--max-states", "2"], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("INCONCLUSIVE (not explained in the manifest)"), "{out}");
+    // Explained in the manifest: the gate passes.
+    std::fs::write(
+        root.join("good/MANIFEST.ron"),
+        "Manifest(profile: \"profiles/hw.ron\", expect_disagree: {\"kernel_write_read\": \"tiny budget\", \"sendrecv_grouped_1mib\": \"tiny budget\"})\n",
+    )
+    .unwrap();
+    let (code, out, _) = cuorder_in(&root, &["conform", "--dir", ".", "--max-states", "2"], &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("explained inconclusive (tiny budget)"), "{out}");
+}
+
+#[test]
+fn color_follows_the_flag_and_no_color() {
+    let bad = tmp("color.ron");
+    std::fs::write(&bad, "Program(ranks: 1, threads: [Thread(\"main\", [Kernal(\"k\")])])\n").unwrap();
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let p = bad.to_str().unwrap();
+    let (_, _, always) = cuorder_in(here, &["check", p, "--color", "always"], &[("NO_COLOR", "1")]);
+    assert!(always.contains("\x1b["), "--color always wins over NO_COLOR: {always}");
+    let (_, _, never) = cuorder_in(here, &["check", p, "--color", "never"], &[]);
+    assert!(!never.contains("\x1b["), "{never}");
+    let (_, _, auto) = cuorder_in(here, &["check", p], &[("NO_COLOR", "1")]);
+    assert!(!auto.contains("\x1b["), "{auto}");
+}
+
+#[test]
+fn help_lists_the_exit_codes() {
+    let (code, out, _) = cuorder(&["--help"]);
+    assert_eq!(code, 0);
+    for want in ["Exit codes:", "  0  no problem", "  1  a problem", "  2  bad input", "  3  inconclusive"] {
+        assert!(out.contains(want), "{out}");
+    }
+}
+
+#[test]
+fn completions_and_man_page_are_generated() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = cuorder(&["completions", shell]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("conform") && out.contains("max-memory-mb"), "{shell}: {out}");
+    }
+    let (code, out, _) = cuorder(&["completions", "tcsh"]);
+    assert_eq!(code, 2, "{out}");
+    let (code, out, err) = cuorder(&["man"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with(".ie") || out.contains(".TH cuorder"), "{}", &out[..out.len().min(300)]);
+    assert!(out.contains("Exit codes"), "the man page lists the exit codes");
 }

@@ -43,6 +43,13 @@ pub const MAX_THREADS_PER_RANK: usize = 64;
 /// about 2 KiB of memory per op today (1024 × 64 1F1B: 3.9 GB peak, 58 s, mostly the span index), so the limit also
 /// bounds the loader's memory.
 pub const MAX_EXPANDED_OPS: usize = 2_000_000;
+/// "Did you mean" compares names of at most this many characters (longer names get no suggestion), so that one
+/// comparison costs at most 64 × 64 steps.
+pub const MAX_SUGGESTED_NAME_CHARS: usize = 64;
+/// At most this count in one `Repeat(count, [...])`, checked before expanding (even an empty body).
+pub const MAX_REPEAT_COUNT: u32 = MAX_EXPANDED_OPS as u32;
+/// At most this many levels of nested brackets and parentheses in a program (and in the resolved form).
+pub const MAX_NESTING_DEPTH: usize = 128;
 /// Duration of a kernel that does not say, in ns.
 pub const DEFAULT_KERNEL_NS: u64 = 10_000;
 
@@ -53,6 +60,7 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
     let desugared = desugar::desugar(text, &index);
     let surface: SProgram = ron::Options::default()
         .with_default_extension(Extensions::IMPLICIT_SOME)
+        .with_recursion_limit(MAX_NESTING_DEPTH)
         .from_str(&desugared.text)
         .map_err(|e| {
             let at = diagnostic::offset_of_line_byte_col(&desugared.text, e.position.line, e.position.col);
@@ -138,7 +146,16 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
             Rank { streams, events: decls.events.clone(), buffers: decls.buffers.clone(), threads }
         })
         .collect();
-    Ok(Program { name: name.to_string(), ranks, comms: decls.comms.clone(), barriers })
+    let program = Program { name: name.to_string(), ranks, comms: decls.comms.clone(), barriers };
+    // The same validation as every other way in: anything it finds here is a gap in the checks above, reported at
+    // the op rather than left for the semantics to trip over.
+    program.validate().map_err(|errs| {
+        errs.errors
+            .iter()
+            .map(|e| Diagnostic::at(text, e.origin.offset.unwrap_or(0), 0, e.to_string()))
+            .collect::<Vec<_>>()
+    })?;
+    Ok(program)
 }
 
 /// Whether `item` is an NCCL send, recv or collective: when one fails to resolve, the positional matching of its

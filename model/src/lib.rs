@@ -14,3 +14,4 @@ pub mod rule;
 pub mod verdict;
 pub mod build;
 pub mod observation;
+pub mod validate;

@@ -24,11 +24,30 @@ pub struct Limits {
     pub forget: bool,
     /// Stop at the first finding (`--first`): the verdict then says nothing of the executions not explored.
     pub first: bool,
+    /// Estimated bytes the search may hold (the states on the search path, estimated by
+    /// [`crate::budget::state_bytes`], plus the set of visited states), in bytes.
+    pub max_memory_bytes: usize,
+    /// Wall-clock time the search may take, in milliseconds.
+    pub max_time_ms: u64,
 }
+
+/// Default of [`Limits::max_memory_bytes`]: 4 GiB.
+pub const DEFAULT_MAX_MEMORY_BYTES: usize = 4 << 30;
+/// Default of [`Limits::max_time_ms`]: 10 minutes.
+pub const DEFAULT_MAX_TIME_MS: u64 = 600_000;
+/// Bytes counted per visited state (its 16-byte hash in a hash set, with the set's slack).
+const VISITED_BYTES: usize = 32;
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_states: 2_000_000, reduce: true, forget: true, first: false }
+        Limits {
+            max_states: 2_000_000,
+            reduce: true,
+            forget: true,
+            first: false,
+            max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
+            max_time_ms: DEFAULT_MAX_TIME_MS,
+        }
     }
 }
 
@@ -74,6 +93,8 @@ struct Frame {
     state: Option<State>,
     steps: Vec<Step>,
     next: usize,
+    /// Estimated bytes of `state` while the frame holds it (memory budget).
+    bytes: usize,
 }
 
 /// What kind of state the explorer hands to a [`explore_with`] visitor.
@@ -233,17 +254,42 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
     // States are hashed and merged only where the search branches or ends: a state with a single successor to
     // explore determines the whole chain after it, so a chain entered twice is walked again only up to its next
     // branching point, where the merge happens. A straight-line program then costs time linear in its length.
+    let started = std::time::Instant::now();
     let mut visited: HashSet<u128> = HashSet::new();
     let mut states = 1usize;
     let mut path: Vec<Step> = vec![];
     let init = sem.initial();
     visited.insert(state_hash(&init));
+    // Budgets: the bytes of the states the stack holds, and wall time.
+    let init_bytes = crate::budget::state_bytes(&init);
+    let mut held = init_bytes;
+    let over_budget = |held: usize, states: usize| -> Option<String> {
+        let bytes = held.saturating_add(states.saturating_mul(VISITED_BYTES));
+        if bytes > limits.max_memory_bytes {
+            return Some(format!(
+                "stopped after {states} states: the search would hold about {} MiB (limit max_memory = {} MiB); \
+                 the verdict covers only the executions explored",
+                bytes >> 20,
+                limits.max_memory_bytes >> 20
+            ));
+        }
+        let ms = started.elapsed().as_millis();
+        (ms > u128::from(limits.max_time_ms)).then(|| {
+            format!(
+                "stopped after {states} states and {ms} ms (limit max_time = {} ms); the verdict covers only the \
+                 executions explored",
+                limits.max_time_ms
+            )
+        })
+    };
+    let mut limit_hit = over_budget(held, 1);
     let (enabled, steps) = search.successors(&init);
+    let steps = if limit_hit.is_some() { vec![] } else { steps };
     search.visit(&init, &enabled, &path);
-    let mut stack = vec![Frame { state: Some(init), steps, next: 0 }];
-    let mut limit_hit = None;
+    let mut stack = vec![Frame { state: Some(init), steps, next: 0, bytes: init_bytes }];
     while let Some(top) = stack.last_mut() {
         if top.next >= top.steps.len() {
+            held -= if top.state.is_some() { top.bytes } else { 0 };
             stack.pop();
             path.pop();
             continue;
@@ -251,6 +297,7 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         let step = top.steps[top.next].clone();
         top.next += 1;
         let mut st = if top.next == top.steps.len() {
+            held -= top.bytes;
             top.state.take().expect("a frame's state is taken only by its last successor")
         } else {
             top.state.clone().expect("a frame keeps its state until its last successor")
@@ -264,6 +311,11 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
                 sem.forget(&mut st);
             }
             if !visited.insert(state_hash(&st)) {
+                // Revisits cost time too: the time budget is checked on them as well.
+                if let Some(why) = over_budget(held, states) {
+                    limit_hit = Some(why);
+                    break;
+                }
                 continue;
             }
         }
@@ -277,9 +329,17 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
             states -= 1;
             break;
         }
+        // Estimating a state costs about as much as hashing it: estimate every 16th and reuse the last estimate
+        // (states along a path grow slowly).
+        let bytes = if states % 16 == 0 { crate::budget::state_bytes(&st) } else { stack.last().map_or(0, |f| f.bytes) };
+        held += bytes;
+        if let Some(why) = over_budget(held, states) {
+            limit_hit = Some(why);
+            break;
+        }
         path.push(step);
         search.visit(&st, &enabled, &path);
-        stack.push(Frame { state: Some(st), steps, next: 0 });
+        stack.push(Frame { state: Some(st), steps, next: 0, bytes });
         if limits.first && !search.found.findings.is_empty() {
             limit_hit = Some("stopped at the first finding (--first); the verdict covers only the executions explored".into());
             break;

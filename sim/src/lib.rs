@@ -2,6 +2,7 @@
 //! (random walk, PCT), single seeded runs, replay of a recorded schedule, and traces. Output is a pure function of (program, profile, seed or schedule).
 
 pub mod conform;
+pub mod budget;
 pub mod explore;
 pub mod gen;
 pub mod pipeline;

@@ -20,6 +20,8 @@ pub enum Outcome {
     Undefined(Undefined),
     /// The run stopped at the step limit.
     StepLimit(usize),
+    /// The run stopped at its time limit after this many steps (limit in ms); only [`run_within`] stops so.
+    TimeLimit { steps: usize, limit_ms: u64 },
 }
 
 /// One line of the timeline: at step `step`, on `lane` ("r0 main" for a host thread, "r0 s0" for a stream),
@@ -142,6 +144,13 @@ pub fn describe_step(sem: &Semantics, i: u32, before: &State, step: &Step, after
 
 /// Runs one execution under `scheduler` (at most `max_steps` steps) and records it.
 pub fn run(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u64>, max_steps: usize) -> Trace {
+    run_within(sem, scheduler, seed, max_steps, None)
+}
+
+/// [`run`], also stopped after `max_time_ms` milliseconds of wall time when given ([`Outcome::TimeLimit`]; the
+/// trace is then deterministic only up to where it stopped).
+pub fn run_within(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u64>, max_steps: usize, max_time_ms: Option<u64>) -> Trace {
+    let started = std::time::Instant::now();
     let mut st = sem.initial();
     let mut schedule = vec![];
     let mut events = vec![];
@@ -160,6 +169,11 @@ pub fn run(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u64>, ma
                 break Outcome::Deadlock(sem.explain(&st, true));
             }
             break Outcome::StepLimit(max_steps);
+        }
+        if let Some(limit_ms) = max_time_ms {
+            if started.elapsed().as_millis() > u128::from(limit_ms) {
+                break Outcome::TimeLimit { steps: schedule.len(), limit_ms };
+            }
         }
         let step = enabled[scheduler.pick(&st, &enabled)].clone();
         let before = st.clone();

@@ -243,7 +243,8 @@ fn load_program(path: &Path) -> Result<Program, String> {
     match cuorder_model::format::load(&name, &text) {
         Ok(p) => Ok(p),
         Err(diags) => match ron::from_str::<Program>(&text) {
-            Ok(p) => Ok(p),
+            // The same validation as every other way in (issue 11).
+            Ok(p) => p.validate().map(|()| p).map_err(|e| format!("{} is not a valid program:\n{e}\n", path.display())),
             Err(_) => {
                 let mut m = format!("{} is not a valid program:\n", path.display());
                 for d in &diags {

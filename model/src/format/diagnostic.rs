@@ -102,15 +102,23 @@ pub fn line_col(text: &str, offset: usize) -> (u32, u32) {
 pub struct LineIndex<'a> {
     text: &'a str,
     starts: Vec<usize>,
+    /// Per line: whether it is all ASCII (then a column is a byte difference).
+    ascii: Vec<bool>,
 }
 
 impl<'a> LineIndex<'a> {
     pub fn new(text: &'a str) -> LineIndex<'a> {
-        let starts = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
-        LineIndex { text, starts }
+        let starts: Vec<usize> = std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect();
+        let ascii = starts
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| text.as_bytes()[s..starts.get(i + 1).copied().unwrap_or(text.len())].is_ascii())
+            .collect();
+        LineIndex { text, starts, ascii }
     }
 
-    /// The same as [`line_col`], in logarithmic time plus the length of the line.
+    /// The same as [`line_col`], in logarithmic time (plus the length of the line when it is not ASCII), so that
+    /// positioning many errors on one long line stays linear.
     pub fn line_col(&self, offset: usize) -> (u32, u32) {
         let mut offset = offset.min(self.text.len());
         while !self.text.is_char_boundary(offset) {
@@ -118,7 +126,26 @@ impl<'a> LineIndex<'a> {
         }
         let line = self.starts.partition_point(|&s| s <= offset);
         let start = self.starts[line - 1];
-        (saturate(line), saturate(self.text[start..offset].chars().count() + 1))
+        let column = if self.ascii[line - 1] { offset - start } else { self.text[start..offset].chars().count() };
+        (saturate(line), saturate(column + 1))
+    }
+}
+
+impl Diagnostic {
+    /// [`Diagnostic::at`], positioned through a [`LineIndex`] of the same text (for many diagnostics).
+    pub fn at_indexed(lines: &LineIndex, offset: usize, len: usize, message: impl Into<String>) -> Diagnostic {
+        let (offset, len) = clamp_span(lines.text, offset, len);
+        let (line, column) = lines.line_col(offset);
+        Diagnostic { offset, len, line, column, message: message.into(), help: None, path: None, related: Vec::new() }
+    }
+}
+
+impl Related {
+    /// [`Related::at`], positioned through a [`LineIndex`] of the same text.
+    pub fn at_indexed(lines: &LineIndex, offset: usize, len: usize, message: impl Into<String>) -> Related {
+        let (offset, len) = clamp_span(lines.text, offset, len);
+        let (line, column) = lines.line_col(offset);
+        Related { offset, len, line, column, message: message.into() }
     }
 }
 
@@ -161,12 +188,24 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
 
 /// The candidate closest to `name`, if it is close enough to be a plausible typo: equal but for case, a prefix of at
 /// least 3 characters (`NonBlock` for `NonBlocking`), or an edit distance of at most a third of the length (at least
-/// 1, and less than the length). On a tie, the first candidate wins.
+/// 1, and less than the length). On a tie, the first candidate wins. Names and candidates longer than
+/// [`super::MAX_SUGGESTED_NAME_CHARS`] get no suggestion and are never suggested, which bounds the cost of one
+/// comparison.
 pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    use super::MAX_SUGGESTED_NAME_CHARS;
+    if name.len() > 4 * MAX_SUGGESTED_NAME_CHARS {
+        return None;
+    }
     let n = name.chars().count();
+    if n > MAX_SUGGESTED_NAME_CHARS {
+        return None;
+    }
     let limit = (n / 3).max(1).min(n.saturating_sub(1));
     let mut best: Option<(usize, &'a str)> = None;
     for c in candidates {
+        if c.len() > 4 * MAX_SUGGESTED_NAME_CHARS || c.chars().count() > MAX_SUGGESTED_NAME_CHARS {
+            continue;
+        }
         let prefix = n >= 3 && (c.starts_with(name) || name.starts_with(c)) && c != name;
         let d = if c.eq_ignore_ascii_case(name) || prefix { 0 } else { edit_distance(name, c) };
         if d <= limit && !best.is_some_and(|(bd, _)| bd <= d) {
@@ -207,6 +246,16 @@ mod tests {
         assert_eq!(offset_of_line_byte_col(t, 2, 99), 8);
         assert_eq!(offset_of_line_byte_col(t, 9, 1), t.len());
         assert_eq!(offset_of_line_byte_col(t, 0, 0), 0);
+    }
+
+    #[test]
+    fn suggestions_skip_names_over_the_limit() {
+        let long = "a".repeat(super::super::MAX_SUGGESTED_NAME_CHARS + 1);
+        let near = format!("{long}b");
+        assert_eq!(did_you_mean(&near, [long.as_str()]), None);
+        assert_eq!(did_you_mean("ab", [long.as_str(), "abc"]), None.or(Some("abc")));
+        let ok = "a".repeat(super::super::MAX_SUGGESTED_NAME_CHARS - 1);
+        assert_eq!(did_you_mean(&format!("{ok}b"), [ok.as_str()]), Some(ok.as_str()));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use super::decls::rank_out_of_range;
 use super::issues::{Issue, Issues};
 use super::span_index::{field, index};
 use super::surface::SOp;
-use super::MAX_EXPANDED_OPS;
+use super::{MAX_EXPANDED_OPS, MAX_REPEAT_COUNT};
 use crate::program::RankId;
 use std::rc::Rc;
 
@@ -112,6 +112,14 @@ fn expand_into<'a>(
                 expand_into(branch, &field(&path, name), rank, ranks, budget, issues, out);
             }
             SOp::Repeat { count: n, ops: inner } => {
+                if *n > MAX_REPEAT_COUNT {
+                    budget.exhausted = true;
+                    issues.push(
+                        Issue::new(field(&path, 0), format!("Repeat count {n} is over the limit MAX_REPEAT_COUNT = {MAX_REPEAT_COUNT}"))
+                            .help("use a smaller count"),
+                    );
+                    return;
+                }
                 let start = out.len();
                 expand_into(inner, &field(&path, 1), rank, ranks, budget, issues, out);
                 let once = out.len() - start;

@@ -1,7 +1,7 @@
 //! Validation errors as they are found (anchored to value paths, not spans), merged across ranks and repetitions,
 //! and their conversion to [`Diagnostic`]s through the span index.
 
-use super::diagnostic::{Diagnostic, Related};
+use super::diagnostic::{Diagnostic, LineIndex, Related};
 use super::span_index::SpanIndex;
 use crate::program::RankId;
 use std::collections::{BTreeMap, BTreeSet};
@@ -76,6 +76,7 @@ impl Issues {
     /// The diagnostics, in source order. An error found on fewer ranks than run the code at its path
     /// (`ranks_of_path`) says on which.
     pub fn into_diagnostics(self, text: &str, index: &SpanIndex, ranks_of_path: impl Fn(&str) -> u32) -> Vec<Diagnostic> {
+        let lines = LineIndex::new(text);
         let span = |path: &str| index.resolve(path).map_or((0, 0), |(_, n)| (n.span.start, n.span.len()));
         let mut out: Vec<Diagnostic> = self
             .list
@@ -90,7 +91,7 @@ impl Issues {
                     format!("{word} {}: {}", list.join(", "), issue.message)
                 };
                 let (offset, len) = span(&issue.path);
-                let mut d = Diagnostic::at(text, offset, len, message);
+                let mut d = Diagnostic::at_indexed(&lines, offset, len, message);
                 d.help = issue.help;
                 d.path = Some(issue.path);
                 d.related = issue
@@ -98,7 +99,7 @@ impl Issues {
                     .iter()
                     .map(|(p, label)| {
                         let (o, l) = span(p);
-                        Related::at(text, o, l, label.clone())
+                        Related::at_indexed(&lines, o, l, label.clone())
                     })
                     .collect();
                 d

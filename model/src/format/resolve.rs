@@ -30,7 +30,12 @@ pub struct Resolver<'a, 'i> {
     /// Barriers in order of first use; participants are filled as ops are resolved.
     pub barriers: Vec<BarrierDecl>,
     barrier_idx: BTreeMap<String, u32>,
+    /// The help of "unknown KIND `name`" by (kind, name): computed once, however many ranks and repetitions meet it.
+    unknown_help: BTreeMap<(String, String), String>,
 }
+
+/// At most this many names are listed in a "known streams: ..." help.
+pub const MAX_LISTED_NAMES: usize = 20;
 
 /// A resolved buffer argument.
 #[derive(Clone, Copy, Debug)]
@@ -53,7 +58,7 @@ fn list_ranks(rs: &[RankId]) -> String {
 
 impl<'a, 'i> Resolver<'a, 'i> {
     pub fn new(d: &'a Decls<'a>, index: &'a SpanIndex, issues: &'i mut Issues) -> Resolver<'a, 'i> {
-        Resolver { d, index, issues, barriers: Vec::new(), barrier_idx: BTreeMap::new() }
+        Resolver { d, index, issues, barriers: Vec::new(), barrier_idx: BTreeMap::new(), unknown_help: BTreeMap::new() }
     }
 
     fn err(&mut self, cx: &Ctx, issue: Issue) {
@@ -87,7 +92,21 @@ impl<'a, 'i> Resolver<'a, 'i> {
 
     /// "unknown stream `x`" with a suggestion among `known`, or a note that the name is of another kind.
     fn unknown(&mut self, cx: &Ctx, what: &str, name: &str, known: &[&str], path: &str) {
-        let mut issue = Issue::new(path, format!("unknown {what} `{name}`"));
+        let key = (what.to_string(), name.to_string());
+        let help = match self.unknown_help.get(&key) {
+            Some(h) => h.clone(),
+            None => {
+                let h = self.unknown_help_text(what, name, known);
+                self.unknown_help.insert(key, h.clone());
+                h
+            }
+        };
+        self.err(cx, Issue::new(path, format!("unknown {what} `{name}`")).help(help));
+    }
+
+    /// The help of "unknown {what} `{name}`": a suggestion among `known`, a note that the name is of another kind, or
+    /// the known names (at most [`MAX_LISTED_NAMES`]).
+    fn unknown_help_text(&self, what: &str, name: &str, known: &[&str]) -> String {
         let others: [(&str, bool); 4] = [
             ("stream", self.d.stream_idx.contains_key(name) || name == LEGACY_STREAM || name == PER_THREAD_STREAM),
             ("event", self.d.event_idx.contains_key(name)),
@@ -95,15 +114,16 @@ impl<'a, 'i> Resolver<'a, 'i> {
             ("communicator", self.d.comm_idx.contains_key(name)),
         ];
         if let Some(s) = did_you_mean(name, known.iter().copied()) {
-            issue = issue.help(format!("did you mean `{s}`?"));
+            format!("did you mean `{s}`?")
         } else if let Some((other, _)) = others.iter().find(|(k, is)| *is && *k != what) {
-            issue = issue.help(format!("`{name}` is a {other}, not a {what}"));
+            format!("`{name}` is a {other}, not a {what}")
         } else if known.is_empty() {
-            issue = issue.help(format!("the program declares no {what}s"));
+            format!("the program declares no {what}s")
+        } else if known.len() > MAX_LISTED_NAMES {
+            format!("known {what}s: {}, and {} more", known[..MAX_LISTED_NAMES].join(", "), known.len() - MAX_LISTED_NAMES)
         } else {
-            issue = issue.help(format!("known {what}s: {}", known.join(", ")));
+            format!("known {what}s: {}", known.join(", "))
         }
-        self.err(cx, issue);
     }
 
     fn stream(&mut self, cx: &Ctx, name: &str, path: &str) -> Option<StreamRef> {

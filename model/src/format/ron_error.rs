@@ -220,7 +220,9 @@ fn syntax_message(code: &Error) -> String {
         Error::ExpectedUnit => "expected nothing here (a name without parentheses)".to_string(),
         Error::IntegerOutOfBounds => "integer out of range".to_string(),
         Error::TrailingCharacters => "unexpected text after the end of the program".to_string(),
-        Error::ExceededRecursionLimit => "nesting too deep".to_string(),
+        Error::ExceededRecursionLimit => {
+            format!("nesting too deep: the limit is MAX_NESTING_DEPTH = {} levels", super::MAX_NESTING_DEPTH)
+        }
         other => {
             let s = other.to_string();
             let mut c = s.chars();

@@ -562,3 +562,25 @@ fn random_edits_of_a_valid_program_never_panic() {
         let _ = load("fuzz", &t);
     }
 }
+
+#[test]
+fn known_names_list_stops_at_max_listed_names() {
+    let n = super::resolve::MAX_LISTED_NAMES + 10;
+    let bufs: Vec<String> = (0..n).map(|i| format!("Buffer(\"buf{i}\", \"1 KiB\")")).collect();
+    let text = format!("Program(ranks: 1, buffers: [{}], threads: [Thread(\"main\", [HostRead(\"zzzzzz\")])])", bufs.join(", "));
+    let e = errors(&text);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("known buffers: buf0, ") && e[0].contains(", and 10 more"), "{}", e[0]);
+}
+
+#[test]
+fn repeat_count_over_max_repeat_count_is_an_error_naming_the_limit() {
+    let e = errors(&prog(&format!("Repeat({}, [])", super::MAX_REPEAT_COUNT as u64 + 1)));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("over the limit MAX_REPEAT_COUNT = 1000000"), "{}", e[0]);
+    assert!(ok_or_err(&prog(&format!("Repeat({}, [])", super::MAX_REPEAT_COUNT))));
+}
+
+fn ok_or_err(text: &str) -> bool {
+    super::load("t", text).is_ok()
+}

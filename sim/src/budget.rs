@@ -1,0 +1,50 @@
+//! Estimates of what the explorer holds in memory, for its memory budget ([`crate::explore::Limits`]): the heap
+//! and inline bytes of a model state, counted from its collections (vector clocks dominate).
+
+use std::mem::size_of;
+
+use cuorder_model::clock::VClock;
+use cuorder_model::semantics::{ItemKind, State};
+
+fn clock(c: &VClock) -> usize {
+    size_of::<VClock>() + c.0.capacity() * size_of::<u32>()
+}
+
+fn opt_clock(c: &Option<VClock>) -> usize {
+    c.as_ref().map_or(size_of::<Option<VClock>>(), clock)
+}
+
+/// Approximate bytes one [`State`] occupies (inline plus heap), in bytes. Within a small factor of the truth; it
+/// grows with the number of agents times the number of clocks held, which is what makes large programs expensive.
+pub fn state_bytes(st: &State) -> usize {
+    // Per-entry overhead of a BTreeMap node slot, roughly.
+    const NODE: usize = 16;
+    let mut n = size_of::<State>();
+    for t in &st.host.threads {
+        n += size_of_val(t) + clock(&t.clock) + t.group_ops.capacity() * 4 + t.answers.capacity();
+    }
+    for round in st.host.barrier_arrived.values() {
+        n += NODE + round.values().map(|c| NODE + clock(c)).sum::<usize>();
+    }
+    n += st.host.barrier_rounds.len() * (NODE + 16);
+    for (q, _) in &st.streams.queues {
+        n += 32 + q.capacity() * 12;
+    }
+    n += st.streams.stream_clock.iter().map(clock).sum::<usize>();
+    for item in st.streams.items.values() {
+        n += NODE + size_of_val(item) + clock(&item.issue) + opt_clock(&item.start) + opt_clock(&item.end);
+        n += item.streams.capacity() * 8 + (item.deps.capacity() + item.waits.capacity()) * 12 + item.blocks.capacity() * 24;
+        if let ItemKind::Launch { ops, .. } = &item.kind {
+            n += ops.iter().map(|o| size_of_val(o) + opt_clock(&o.done)).sum::<usize>();
+        }
+    }
+    n += st.streams.event_binding.len() * (NODE + 20);
+    n += (st.nccl.comm_tail.len() + st.nccl.p2p.len() + st.nccl.p2p_next.len() + st.nccl.coll_next.len()) * (NODE + 32);
+    n += st.nccl.coll.values().map(|m| NODE + m.len() * (NODE + 24)).sum::<usize>();
+    n += (st.nccl.eager_used.len() + st.nccl.connected.len() + st.nccl.issuer.len()) * (NODE + 32);
+    n += st.nccl.init_arrived.values().map(|m| NODE + m.values().map(|c| NODE + clock(c)).sum::<usize>()).sum::<usize>();
+    n += st.memory.accesses.iter().map(|a| size_of_val(a) + clock(&a.start)).sum::<usize>();
+    n += st.memory.races.iter().map(|r| NODE + size_of_val(r) + clock(&r.first.start) + clock(&r.second.start)).sum::<usize>();
+    n += st.pool.allocated.len() * (NODE + 64) + st.pool.free.len() * 64 + st.pool.alloc_count.len() * (NODE + 12);
+    n
+}
