@@ -90,8 +90,16 @@ enum Command {
         #[arg(long, default_value_t = 2_000_000)]
         max_states: usize,
     },
-    /// Write random well-formed programs (the agreement-test generator) as RON files `gen-SEED.ron`.
+    /// Write random well-formed programs as RON files: `p2p` (default; two-rank point-to-point agreement programs,
+    /// `gen-SEED.ron`) or `cover` (the whole single-GPU model: threads, every stream kind, events, queries, copies,
+    /// memsets, host access, barriers, the caching allocator; `cover-SEED.ron`).
     Gen {
+        /// Which generator: p2p or cover.
+        #[arg(default_value = "p2p")]
+        generator: String,
+        /// Ranks of `cover` programs (1 = single GPU; more adds collectives).
+        #[arg(long, default_value_t = 1)]
+        ranks: u32,
         /// First seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -99,7 +107,7 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         count: u64,
         /// Output folder (created).
-        #[arg(long)]
+        #[arg(long, alias = "dir")]
         out: PathBuf,
     },
     /// List the built-in profiles, or say what one assumes, in plain words, followed by its RON.
@@ -206,16 +214,33 @@ fn main() -> ExitCode {
             eprintln!("error: conform needs PROGRAM and TRACE, or --dir DIR");
             ExitCode::from(2)
         }
-        Command::Gen { seed, count, out } => {
+        Command::Gen { generator, ranks, seed, count, out } => {
+            let make: Box<dyn Fn(u64) -> cuorder_model::program::Program> = match generator.as_str() {
+                "p2p" => {
+                    let opt = cuorder_sim::gen::GenOptions::default();
+                    Box::new(move |s| cuorder_sim::gen::program(s, &opt))
+                }
+                "cover" if (1..=64).contains(&ranks) => {
+                    let opt = cuorder_sim::cover::CoverOptions { ranks, ..Default::default() };
+                    Box::new(move |s| cuorder_sim::cover::program(s, &opt))
+                }
+                "cover" => {
+                    eprintln!("error: --ranks must be 1 to 64, got {ranks}");
+                    return ExitCode::from(2);
+                }
+                other => {
+                    eprintln!("error: unknown generator `{other}`: the generators are p2p and cover");
+                    return ExitCode::from(2);
+                }
+            };
             if let Err(e) = std::fs::create_dir_all(&out) {
                 eprintln!("error: cannot create {}: {e}", out.display());
                 return ExitCode::from(2);
             }
-            let opt = cuorder_sim::gen::GenOptions::default();
             for s in seed..seed.saturating_add(count) {
-                let p = cuorder_sim::gen::program(s, &opt);
+                let p = make(s);
                 let text = ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).expect("program serializes");
-                let path = out.join(format!("gen-{s}.ron"));
+                let path = out.join(format!("{}.ron", p.name));
                 if let Err(e) = std::fs::write(&path, text + "\n") {
                     eprintln!("error: cannot write {}: {e}", path.display());
                     return ExitCode::from(2);

@@ -2,6 +2,7 @@
 //! replay of a recorded schedule, and traces. Output is a pure function of (program, profile, seed or schedule).
 
 pub mod conform;
+pub mod cover;
 pub mod explore;
 pub mod gen;
 pub mod rng;
