@@ -77,6 +77,7 @@ struct Decl {
     coll_send: u32,
     coll_recv: u32,
     size: u64,
+    pb_size: u64,
 }
 
 /// A part of a buffer: whole, first half or second half (4-byte aligned since sizes are multiples of 8).
@@ -126,7 +127,7 @@ pub fn program(seed: u64, opt: &CoverOptions) -> Program {
     } else {
         (0, 0)
     };
-    let d = Decl { named, per_thread, events, dev, pinned, pageable, pa, pb, coll_send, coll_recv, size };
+    let d = Decl { named, per_thread, events, dev, pinned, pageable, pa, pb, coll_send, coll_recv, size, pb_size };
 
     // Ops per thread (before the allocator pattern): the budget split over the threads.
     let per_max = (opt.max_ops.max(2) / threads).max(2) as u64;
@@ -314,10 +315,7 @@ fn pool_pattern(g: &mut G, d: &Decl, rank: RankId, t: u32) -> Vec<OpKind> {
     let pa = BufRef { rank, index: d.pa };
     let pb = BufRef { rank, index: d.pb };
     let whole_a = BufRange { buf: pa, offset: 0, len: d.size };
-    let pb_len = d.size.min(match g.below(3) {
-        0 => d.size / 2,
-        _ => d.size * 2,
-    });
+    let pb_len = if g.chance(30) { d.pb_size / 2 } else { d.pb_size };
     let whole_b = BufRange { buf: pb, offset: 0, len: pb_len };
     let scratch = BufRange { buf: BufRef { rank, index: d.dev[2] }, offset: 0, len: d.size / 2 };
     let mut ops = vec![OpKind::Alloc { buf: pa, stream: x }];
@@ -426,6 +424,24 @@ mod tests {
         assert_eq!(stream_kinds.len(), 4, "{stream_kinds:?}");
         // Every (sync/async, src kind, dst kind).
         assert_eq!(sync_copy_dirs.len(), 18, "{sync_copy_dirs:?}");
+    }
+
+    /// Every range lies inside its buffer and is 4-byte aligned (the hardware executor stamps words).
+    #[test]
+    fn ranges_fit_their_buffers() {
+        let o = CoverOptions::default();
+        for seed in 0..300 {
+            let p = program(seed, &o);
+            for t in &p.ranks[0].threads {
+                for op in &t.ops {
+                    for a in op.kind.info(&p, 0).accesses {
+                        let r = a.range;
+                        assert!(r.offset + r.len <= p.buffer(r.buf).bytes, "seed {seed}: {:?}", op.kind);
+                        assert!(r.offset % 4 == 0 && r.len % 4 == 0, "seed {seed}: {:?}", op.kind);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
