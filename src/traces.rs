@@ -1,6 +1,9 @@
 //! Folders of recorded hardware runs: each folder with a `MANIFEST.ron` holds observations `X.ron` of programs
 //! `programs/X.ron`, the profile to check them under, and the disagreements already explained. Used by
-//! `cuorder conform --dir` and by the CI test that re-checks every committed trace.
+//! `cuorder conform --dir` and by the CI test that re-checks every committed trace. Runs packed by the thousand
+//! (`*.pack`) are read by [`packed`].
+
+pub mod packed;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -77,8 +80,10 @@ pub fn check_folder(manifest: &Path, repo_root: &Path) -> Result<Vec<TraceCheck>
         .filter(|p| p.extension().is_some_and(|x| x == "ron") && !p.ends_with("MANIFEST.ron"))
         .collect();
     traces.sort();
+    let packed_checks = packed::check_packs(dir, &profile, &m.expect_disagree, check_threads())?;
     for stem in m.expect_disagree.keys() {
-        if !dir.join(format!("{stem}.ron")).exists() {
+        let in_pack = || packed_checks.iter().any(|c| c.trace.to_string_lossy().ends_with(&format!("#{stem}")));
+        if !dir.join(format!("{stem}.ron")).exists() && !in_pack() {
             return Err(LoadError {
                 rendered: format!("error: {}: explains a disagreement of {stem}.ron, which is not there\n", manifest.display()),
             });
@@ -93,5 +98,14 @@ pub fn check_folder(manifest: &Path, repo_root: &Path) -> Result<Vec<TraceCheck>
         let conformance = conform(&sem, &obs, &Limits::default());
         out.push(TraceCheck { trace: t, conformance, explained: m.expect_disagree.get(&stem).cloned() });
     }
+    out.extend(packed_checks);
     Ok(out)
+}
+
+/// Threads for checking packed runs: `CUORDER_CHECK_THREADS`, else the machine's parallelism (at most 8).
+fn check_threads() -> usize {
+    std::env::var("CUORDER_CHECK_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8))
 }
