@@ -89,6 +89,10 @@ enum Command {
         profile: String,
         #[arg(long, default_value_t = 2_000_000)]
         max_states: usize,
+        /// With --dir: instead of checking, print the statistics of the packed runs (hardware outcome × model
+        /// verdict, race pairs seen unordered, pooled-block reuse seen).
+        #[arg(long, requires = "dir")]
+        stats: bool,
     },
     /// Write random well-formed programs as RON files: `p2p` (default; two-rank point-to-point agreement programs,
     /// `gen-SEED.ron`) or `cover` (the whole single-GPU model: threads, every stream kind, events, queries, copies,
@@ -195,8 +199,15 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Command::Conform { dir: Some(dir), stats: true, .. } => match cuorder::traces::stats::batch_stats(&dir) {
+            Ok(s) => {
+                print!("{}", s.to_text());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
         Command::Conform { dir: Some(dir), .. } => conform_dir(&dir),
-        Command::Conform { program: Some(program), trace: Some(trace), profile, max_states, dir: None } => {
+        Command::Conform { program: Some(program), trace: Some(trace), profile, max_states, dir: None, .. } => {
             let (prof, prog) = match load_both(&profile, &program, color) {
                 Ok(x) => x,
                 Err(e) => return fail(e),

@@ -4,6 +4,7 @@
 //! (`*.pack`) are read by [`packed`].
 
 pub mod packed;
+pub mod stats;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
