@@ -128,9 +128,16 @@ pub fn run_batch(
     std::fs::write(&file, lines).map_err(|e| HwError::io(format!("writing {}", file.display()), e))?;
     let t0 = monotonic_ns();
     let mut stats = BatchStats { programs: programs.len(), ..Default::default() };
-    let mut env = Environment { hostname: hostname(), ..Default::default() };
+    let variables = std::env::vars()
+        .filter(|(k, _)| {
+            (k.starts_with("NCCL_") || k.starts_with("CUDA_") || k.starts_with("CUORDER_")) && k != "CUORDER_HW_REEXEC"
+        })
+        .chain([("CUDA_MODULE_LOADING".to_string(), "EAGER".to_string())])
+        .collect();
+    let mut env = Environment { hostname: hostname(), variables, ..Default::default() };
     let mut next = 0usize;
     let mut fruitless_starts = 0;
+    let mut worker_error: Option<String> = None;
     while next < programs.len() {
         let log = work.join(format!("worker-{next}.log"));
         let mut child = spawn_worker(&exe, &file, next, &log, &work, t0, opts.device)?;
@@ -188,9 +195,7 @@ pub fn run_batch(
                         next = index as usize + 1;
                     }
                     Msg::Done => {}
-                    Msg::Fatal { message } if cur.is_none() => {
-                        env.variables.insert("CUORDER_BATCH_WORKER_ERROR".into(), message);
-                    }
+                    Msg::Fatal { message } if cur.is_none() => worker_error = Some(message),
                     other => {
                         if let Some(c) = cur.as_mut() {
                             if matches!(other, Msg::Ready { .. }) {
@@ -252,7 +257,7 @@ pub fn run_batch(
             fruitless_starts += 1;
             if fruitless_starts >= 2 {
                 let err = std::fs::read_to_string(work.join(format!("worker-{started_at}.err"))).unwrap_or_default();
-                let why = env.variables.get("CUORDER_BATCH_WORKER_ERROR").cloned().unwrap_or_default();
+                let why = worker_error.clone().unwrap_or_default();
                 return Err(HwError::Format(format!(
                     "the batch worker failed twice before running program {started_at}: {why} {}",
                     err.trim()

@@ -563,9 +563,19 @@ impl Rt {
         }
     }
 
-    fn obs(&self, slot: u32) -> ObsSlot {
+    /// A probe's result once the kernel has published it: `done` is read first, the fields after it (the kernel
+    /// writes the fields, fences, then sets `done`). Reading the whole slot at once could pair a new `done` with old
+    /// (zero) fields: a read that seemed to see the initial contents (cover-316 in a jittered batch).
+    fn obs(&self, slot: u32) -> Option<ObsSlot> {
         // SAFETY: as `trace`.
-        unsafe { std::ptr::read_volatile(self.obs_host.add(slot as usize)) }
+        unsafe {
+            let p = self.obs_host.add(slot as usize);
+            if std::ptr::read_volatile(&(*p).done) == 0 {
+                return None;
+            }
+            std::sync::atomic::fence(Ordering::Acquire);
+            Some(std::ptr::read_volatile(p))
+        }
     }
 
     fn stream(&self, s: u32) -> CUstream {
@@ -646,8 +656,7 @@ fn monitor_loop(rt: &Rt, stop: &AtomicBool) {
             if probed[slot as usize] {
                 continue;
             }
-            let o = rt.obs(slot);
-            if o.done != 0 {
+            if let Some(o) = rt.obs(slot) {
                 probed[slot as usize] = true;
                 rt.log.send(&Msg::Probe { slot, first: o.first, last: o.last, min: o.min, max: o.max });
             }
@@ -666,8 +675,10 @@ fn host_thread(rt: &Rt, t: u32) {
         std::process::exit(1);
     }
     let mut depth = 0u32;
+    let jitter = Jitter::from_env(&rt.program.name, t);
     for (i, step) in rt.plan.threads[t as usize].iter().enumerate() {
         let i = i as u32;
+        jitter.pause(i);
         rt.log.send(&Msg::Enter { thread: t, op: i, ns: rt.log.now() });
         match exec(rt, t, i, step, &mut depth) {
             Ok(q) => rt.log.send(&Msg::Return { thread: t, op: i, ns: rt.log.now(), query_ready: q }),
@@ -679,6 +690,41 @@ fn host_thread(rt: &Rt, t: u32) {
         }
     }
     rt.log.send(&Msg::ThreadDone { thread: t });
+}
+
+/// Host-side timing jitter (`CUORDER_HW_JITTER_US=N`): before each op, the host thread sleeps a pseudo-random
+/// 0..=N µs, fixed by the program's name, the thread, the op and `CUORDER_HW_JITTER_SEED`. It changes only when the
+/// host issues each call, which any execution of the program may do, so that repeated runs show other interleavings.
+struct Jitter {
+    max_us: u64,
+    seed: u64,
+}
+
+impl Jitter {
+    fn from_env(program: &str, thread: u32) -> Jitter {
+        let max_us = std::env::var("CUORDER_HW_JITTER_US").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let base: u64 = std::env::var("CUORDER_HW_JITTER_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ base;
+        for b in program.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        Jitter { max_us, seed: h ^ (u64::from(thread) << 40) }
+    }
+
+    fn pause(&self, op: u32) {
+        if self.max_us == 0 {
+            return;
+        }
+        // splitmix64 of (seed, op).
+        let mut z = self.seed.wrapping_add(u64::from(op).wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        let us = z % (self.max_us + 1);
+        if us > 0 {
+            std::thread::sleep(Duration::from_micros(us));
+        }
+    }
 }
 
 fn exec(rt: &Rt, t: u32, i: u32, step: &Step, depth: &mut u32) -> Result<Option<bool>, HwError> {

@@ -37,6 +37,8 @@ pub struct Stats {
     pub runs_with_race: usize,
     /// Runs where a read of a pooled buffer saw a write to another pooled buffer: (run, read op, writer).
     pub reuse_seen: Vec<(String, OpId, OpId)>,
+    /// Per (program, race pair) over all its runs: (timed in some run, seen overlapping in some run).
+    pub pairs: BTreeMap<(String, OpId, OpId), (bool, bool)>,
 }
 
 fn overlap(o: &Observation, a: OpId, b: OpId) -> Option<bool> {
@@ -89,7 +91,11 @@ pub fn batch_stats(dir: &Path) -> Result<Stats, LoadError> {
                             continue;
                         }
                         any_race = true;
-                        match overlap(&o, a, b) {
+                        let ov = overlap(&o, a, b);
+                        let e = st.pairs.entry((name.clone(), a.min(b), a.max(b))).or_default();
+                        e.0 |= ov.is_some();
+                        e.1 |= ov == Some(true);
+                        match ov {
                             Some(true) => {
                                 st.races_timed += 1;
                                 st.races_seen += 1;
@@ -152,6 +158,14 @@ impl Stats {
             self.runs_with_race,
             self.runs_with_race_seen,
             pct(self.runs_with_race_seen, self.runs_with_race)
+        ));
+        let distinct = self.pairs.len();
+        let timed = self.pairs.values().filter(|v| v.0).count();
+        let seen = self.pairs.values().filter(|v| v.1).count();
+        s.push_str(&format!(
+            "distinct race pairs (program, op pair) over all runs: {distinct}; timed in some run: {timed}; seen \
+             overlapping in at least one run: {seen} ({:.1}% of timed)\n",
+            pct(seen, timed)
         ));
         s.push_str(&format!("reads of a pooled buffer that saw another pooled buffer's write (block reused, P4): {}\n", self.reuse_seen.len()));
         for (run, r, w) in self.reuse_seen.iter().take(10) {
