@@ -1,6 +1,7 @@
 //! The `cuorder` library behind the command-line program: loading programs and profiles, `check` reports,
 //! timelines, and diagnostics rendering. The binary (`main.rs`) only parses arguments and prints.
 
+pub mod artifact;
 pub mod diagnostics;
 pub mod report;
 pub mod timeline;

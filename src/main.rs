@@ -1,5 +1,5 @@
-//! The `cuorder` command: `check` a program for deadlocks, data races and undefined behaviour, or `run` one
-//! execution and show its timeline. Exit codes: 0 no problem possible, 1 problem found, 2 bad input or usage,
+//! The `cuorder` command: `check` a program for deadlocks, data races and undefined behaviour, `explore` it with
+//! a chosen strategy and save findings, `replay` one, or `run` one execution and show its timeline. Exit codes: 0 no problem possible, 1 problem found, 2 bad input or usage,
 //! 3 inconclusive (a limit stopped the search).
 
 use std::io::IsTerminal;
@@ -19,6 +19,13 @@ use cuorder_sim::scheduler::RandomScheduler;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StrategyArg {
+    Exhaustive,
+    Random,
+    Pct,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -93,6 +100,53 @@ enum Command {
         /// verdict, race pairs seen unordered, pooled-block reuse seen).
         #[arg(long, requires = "dir")]
         stats: bool,
+    },
+    /// Explore executions with a chosen strategy: `exhaustive` (as `check`), or sampled `random` walks and `pct`
+    /// (seeded: execution i uses seed SEED+i, and the output is the same whatever --jobs). Exit codes as `check`;
+    /// sampling never proves the absence of a problem, so a clean sampled run exits 3.
+    Explore {
+        program: PathBuf,
+        #[arg(long, value_enum, default_value = "random")]
+        strategy: StrategyArg,
+        #[arg(long, default_value = "portable")]
+        profile: String,
+        /// Seed of the first execution (sampling strategies).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Executions to run (sampling strategies).
+        #[arg(long, default_value_t = 1000)]
+        executions: u64,
+        /// PCT bug depth: the number of priority changes plus one.
+        #[arg(long, default_value_t = 3)]
+        depth: u32,
+        /// Stop at the first finding.
+        #[arg(long)]
+        first: bool,
+        /// Stop starting executions after this many seconds (the result then depends on the machine's speed).
+        #[arg(long)]
+        time_limit: Option<f64>,
+        /// Worker threads for sampling strategies (default: all cores). The output does not depend on it.
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Stop after this many distinct states (exhaustive).
+        #[arg(long, default_value_t = 2_000_000)]
+        max_states: usize,
+        /// Steps per execution before it is cut off (sampling strategies).
+        #[arg(long, default_value_t = 10_000_000)]
+        max_steps: usize,
+        /// Save every finding as a replayable artifact `finding-N-KIND.ron` in this folder.
+        #[arg(long)]
+        save: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+    },
+    /// Replay a saved finding (from `explore --save`): prints the execution's timeline and "reproduced", or where
+    /// the replay diverged. Exit 0 reproduced, 1 diverged or the problem is gone, 2 bad input.
+    Replay {
+        artifact: PathBuf,
+        /// The program to replay on (default: the path recorded in the artifact).
+        #[arg(long)]
+        program: Option<PathBuf>,
     },
     /// Write random well-formed programs as RON files: `p2p` (default; two-rank point-to-point agreement programs,
     /// `gen-SEED.ron`) or `cover` (the whole single-GPU model: threads, every stream kind, events, queries, copies,
@@ -206,6 +260,141 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(e),
         },
+        Command::Explore {
+            program,
+            strategy,
+            profile,
+            seed,
+            executions,
+            depth,
+            first,
+            time_limit,
+            jobs,
+            max_states,
+            max_steps,
+            save,
+            format,
+        } => {
+            let (prof, prog) = match load_both(&profile, &program, color) {
+                Ok(x) => x,
+                Err(e) => return fail(e),
+            };
+            let sem = Semantics::new(&prog, &prof);
+            let sampling = |s: cuorder_sim::strategy::Strategy| cuorder_sim::strategy::SampleOptions {
+                strategy: s,
+                seed,
+                executions,
+                time_limit: time_limit.map(std::time::Duration::from_secs_f64),
+                first,
+                jobs: jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1),
+                max_steps,
+            };
+            let (ex, header, seeds, hits) = match strategy {
+                StrategyArg::Exhaustive => {
+                    let ex = cuorder_sim::explore::explore(&sem, &Limits { max_states, first, ..Limits::default() });
+                    let n = ex.findings.len();
+                    (ex, "strategy exhaustive".to_string(), vec![None; n], None)
+                }
+                StrategyArg::Random | StrategyArg::Pct => {
+                    let s = if strategy == StrategyArg::Random {
+                        cuorder_sim::strategy::Strategy::Random
+                    } else {
+                        cuorder_sim::strategy::Strategy::Pct { depth: depth.max(1) }
+                    };
+                    let r = cuorder_sim::strategy::sample(&sem, &sampling(s));
+                    let header = format!(
+                        "strategy {}, seeds {}..{}: {} executions, {} steps",
+                        s.name(),
+                        seed,
+                        seed.wrapping_add(r.executions),
+                        r.executions,
+                        r.steps
+                    );
+                    (r.exploration, header, r.seeds.into_iter().map(Some).collect(), Some((r.hits, r.executions)))
+                }
+            };
+            let rep = report::build_report(&sem, &ex);
+            let strategy_name = header.trim_start_matches("strategy ").split(',').next().unwrap_or("").to_string();
+            if let Some(dir) = &save {
+                let bytes = std::fs::read(&program).unwrap_or_default();
+                let artifacts: Vec<cuorder::artifact::Artifact> = rep
+                    .findings
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| cuorder::artifact::Artifact {
+                        format_version: cuorder::artifact::ARTIFACT_FORMAT_VERSION,
+                        cuorder_version: env!("CARGO_PKG_VERSION").to_string(),
+                        program: program.clone(),
+                        program_hash: cuorder::artifact::program_hash(&bytes),
+                        profile: prof.clone(),
+                        strategy: strategy_name.clone(),
+                        seed: seeds[i],
+                        kind: f.kind.clone(),
+                        summary: f.text.lines().next().unwrap_or("").to_string(),
+                        key: ex.keys[i].clone(),
+                        schedule: f.finding.witness.clone(),
+                    })
+                    .collect();
+                if let Err(e) = cuorder::artifact::save_all(dir, &artifacts) {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+            match format {
+                Format::Text => {
+                    println!("{header}");
+                    if let Some((hits, n)) = &hits {
+                        for (i, h) in hits.iter().enumerate() {
+                            println!("  finding {} seen in {h} of {n} executions (first with seed {})", i + 1, seeds[i].unwrap_or(0));
+                        }
+                    }
+                    if let Some(dir) = &save {
+                        println!("  saved {} finding(s) to {} (`cuorder replay FILE`)", rep.findings.len(), dir.display());
+                    }
+                    print!("{}", rep.to_text());
+                }
+                Format::Json => println!("{}", serde_json::to_string_pretty(&rep).expect("report serializes")),
+            }
+            let sampled_clean = strategy != StrategyArg::Exhaustive && rep.findings.is_empty();
+            ExitCode::from(if sampled_clean { 3 } else { rep.exit_code() as u8 })
+        }
+        Command::Replay { artifact, program } => {
+            let a = match cuorder::artifact::load(&artifact) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let path = program.unwrap_or_else(|| a.program.clone());
+            let (prog, _) = match load_program(&path, color) {
+                Ok(x) => x,
+                Err(e) => return fail(e),
+            };
+            if let Ok(bytes) = std::fs::read(&path) {
+                let h = cuorder::artifact::program_hash(&bytes);
+                if h != a.program_hash {
+                    eprintln!("warning: {} changed since the finding was saved (hash {h}, saved {})", path.display(), a.program_hash);
+                }
+            }
+            let sem = Semantics::new(&prog, &a.profile);
+            match cuorder::artifact::replay_artifact(&sem, &a) {
+                cuorder::artifact::Replayed::Reproduced(t) => {
+                    print!("{}", timeline::render(&sem, &t));
+                    println!("reproduced: {}: {}", a.kind, a.summary);
+                    ExitCode::SUCCESS
+                }
+                cuorder::artifact::Replayed::Vanished(t) => {
+                    print!("{}", timeline::render(&sem, &t));
+                    println!("not reproduced: the schedule replays, but the {} is not there at its end", a.kind);
+                    ExitCode::from(1)
+                }
+                cuorder::artifact::Replayed::Diverged(d) => {
+                    println!("diverged at step {}: {:?} is not enabled there (the program or the model changed)", d.at, d.step);
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Conform { dir: Some(dir), .. } => conform_dir(&dir),
         Command::Conform { program: Some(program), trace: Some(trace), profile, max_states, dir: None, .. } => {
             let (prof, prog) = match load_both(&profile, &program, color) {

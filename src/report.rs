@@ -115,7 +115,8 @@ pub fn check(program: &Program, profile: &Profile, limits: &Limits) -> Report {
     build_report(&sem, &ex)
 }
 
-fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
+/// Builds the report of an exploration made by any strategy.
+pub fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
     let findings: Vec<RenderedFinding> = ex
         .findings
         .iter()

@@ -1,5 +1,6 @@
-//! Partial-order reduction must not change any verdict: every example and every case program gives the same
-//! findings (kind, frequency, and the ops involved) with the reduction on and off.
+//! Partial-order reduction and forgetting (`Semantics::forget`) must not change any verdict: every example, every
+//! case program and generated programs give the same findings (kind, frequency, and the ops involved) with both on,
+//! with only forgetting off, and with both off.
 
 use cuorder::report::check;
 use cuorder_model::profile::Profile;
@@ -46,14 +47,14 @@ fn reduction_changes_no_verdict_on_generated_programs() {
     }
 }
 
-/// Checks `p` with and without reduction and asserts the same findings, for programs whose reduced search stays
+/// Checks `p` with and without reduction (and forgetting) and asserts the same findings, for programs whose reduced search stays
 /// within `max_reduced` states and whose unreduced search finishes within `max_unreduced` (the test budget).
 fn compare(name: &str, p: &cuorder_model::program::Program, prof: &Profile, max_reduced: usize, max_unreduced: usize) {
     let on = check(p, prof, &Limits::default());
     if on.states > max_reduced {
         return; // its unreduced space is too large for the test budget
     }
-    let off = check(p, prof, &Limits { reduce: false, max_states: max_unreduced });
+    let off = check(p, prof, &Limits { reduce: false, forget: false, max_states: max_unreduced, ..Limits::default() });
     if off.limit_hit.is_some() {
         return;
     }
@@ -65,6 +66,10 @@ fn compare(name: &str, p: &cuorder_model::program::Program, prof: &Profile, max_
     };
     assert_eq!(key(&on), key(&off), "{name} under {}", prof.name);
     assert!(on.states <= off.states);
+    // Forgetting alone: same findings, and never more states (forgotten history only merges states).
+    let remembering = check(p, prof, &Limits { forget: false, ..Limits::default() });
+    assert_eq!(key(&on), key(&remembering), "{name} under {} (forgetting)", prof.name);
+    assert!(on.states <= remembering.states, "{name}: {} states forgetting, {} remembering", on.states, remembering.states);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! in a fixed order, and whether it happens in every execution.
 
 use std::collections::{BTreeMap, HashSet};
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::Hash;
 
 use cuorder_model::semantics::{Semantics, State, Step};
 use cuorder_model::verdict::{Finding, Frequency, Problem, ProblemKey};
@@ -12,23 +12,30 @@ use cuorder_model::verdict::{Finding, Frequency, Problem, ProblemKey};
 /// Limits on one exploration; hitting one is reported, never silent.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Distinct states visited before the search stops.
+    /// States visited before the search stops (every distinct branching or final state once; a state inside a
+    /// chain of single successors once per time the chain is entered).
     pub max_states: usize,
     /// Partial-order reduction ([`Semantics::is_local`] steps explored alone). Off only to test that it changes
     /// no verdict.
     pub reduce: bool,
+    /// Drop from each state what no future step can read ([`Semantics::forget`]: ended items nothing names,
+    /// finished matching entries, accesses ordered before every future access), so that states stay as large as
+    /// the work in flight and merge when they differ only in history. Off only to test that it changes no verdict.
+    pub forget: bool,
+    /// Stop at the first finding (`--first`): the verdict then says nothing of the executions not explored.
+    pub first: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_states: 2_000_000, reduce: true }
+        Limits { max_states: 2_000_000, reduce: true, forget: true, first: false }
     }
 }
 
 /// What an exploration found.
 #[derive(Clone, Debug)]
 pub struct Exploration {
-    /// Distinct states visited.
+    /// States visited (see [`Limits::max_states`]).
     pub states: usize,
     /// Distinct final states (no step enabled).
     pub terminal_states: usize,
@@ -39,6 +46,8 @@ pub struct Exploration {
     pub starved_states: usize,
     /// Every distinct problem, in the order first found.
     pub findings: Vec<Finding>,
+    /// The key of each finding (same order): what identifies the problem across executions.
+    pub keys: Vec<ProblemKey>,
     /// Set when a limit stopped the search: the verdict then covers only what was explored.
     pub limit_hit: Option<String>,
 }
@@ -50,13 +59,13 @@ impl Exploration {
     }
 }
 
+/// A 128-bit hash of a state (XXH3-128 of its `Hash` encoding; deterministic across machines and runs). Two
+/// distinct states collide with probability about n^2 / 2^129 for n states: about 10^-26 for a billion states. A
+/// collision would merge two states and could hide executions; that is a documented limit, not a silent one.
 fn state_hash(st: &State) -> u128 {
-    let mut a = DefaultHasher::new();
-    st.hash(&mut a);
-    let mut b = DefaultHasher::new();
-    0x9e37_79b9_7f4a_7c15u64.hash(&mut b);
-    st.hash(&mut b);
-    (u128::from(a.finish()) << 64) | u128::from(b.finish())
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    st.hash(&mut h);
+    h.digest128()
 }
 
 struct Frame {
@@ -80,20 +89,37 @@ pub enum FinalKind {
     Undefined,
 }
 
-struct Search<'a, 'p> {
-    visitor: Option<&'a mut dyn FnMut(&State, FinalKind)>,
-    sem: &'a Semantics<'p>,
-    reduce: bool,
-    findings: Vec<Finding>,
-    index: BTreeMap<ProblemKey, usize>,
+/// Collects findings from the states an exploration visits, whatever the strategy: each distinct problem once
+/// (keyed by [`ProblemKey`]) with the first witness found, and the counts of final states.
+pub(crate) struct Collector {
+    pub findings: Vec<Finding>,
+    pub index: BTreeMap<ProblemKey, usize>,
     /// Number of distinct final states each problem appears in.
-    terminal_hits: BTreeMap<ProblemKey, usize>,
-    terminal_states: usize,
-    completed_states: usize,
-    starved_states: usize,
+    pub terminal_hits: BTreeMap<ProblemKey, usize>,
+    pub terminal_states: usize,
+    pub completed_states: usize,
+    pub starved_states: usize,
 }
 
-impl Search<'_, '_> {
+impl Collector {
+    pub fn new() -> Collector {
+        Collector {
+            findings: vec![],
+            index: BTreeMap::new(),
+            terminal_hits: BTreeMap::new(),
+            terminal_states: 0,
+            completed_states: 0,
+            starved_states: 0,
+        }
+    }
+
+    /// The key of each finding, in finding order.
+    pub fn keys(&self) -> Vec<ProblemKey> {
+        let mut keys: Vec<(usize, ProblemKey)> = self.index.iter().map(|(k, i)| (*i, k.clone())).collect();
+        keys.sort();
+        keys.into_iter().map(|(_, k)| k).collect()
+    }
+
     fn record(&mut self, key: ProblemKey, problem: impl FnOnce() -> Problem, path: &[Step]) {
         if !self.index.contains_key(&key) {
             self.index.insert(key, self.findings.len());
@@ -101,17 +127,17 @@ impl Search<'_, '_> {
         }
     }
 
-    fn deadlock_key(&self, st: &State, starvation: bool) -> ProblemKey {
+    fn deadlock_key(sem: &Semantics, st: &State, starvation: bool) -> ProblemKey {
         let at = (0..st.host.threads.len() as u32)
-            .filter(|t| !self.sem.thread_finished(st, *t))
+            .filter(|t| !sem.thread_finished(st, *t))
             .map(|t| (t, st.host.threads[t as usize].pc))
             .collect();
         ProblemKey::Deadlock(at, starvation)
     }
 
-    /// Looks at a state reached for the first time; returns its enabled steps (empty when final).
-    fn visit(&mut self, st: &State, path: &[Step]) -> Vec<Step> {
-        let sem = self.sem;
+    /// Looks at a state reached for the first time, given its enabled steps and the path to it: records its races,
+    /// and classifies it (final: undefined, complete, deadlock; or stuck if the platform withholds what it may).
+    pub fn observe(&mut self, sem: &Semantics, st: &State, enabled: &[Step], path: &[Step]) -> Option<FinalKind> {
         let race_key = |r: &cuorder_model::semantics::Race| {
             let (a, b, x, y) = r.key();
             ProblemKey::DataRace(a, b, x, y)
@@ -120,9 +146,6 @@ impl Search<'_, '_> {
             self.record(race_key(r), || Problem::DataRace(r.clone()), path);
         }
         let mut present: Vec<ProblemKey> = st.memory.races.iter().map(race_key).collect();
-        let enabled = sem.enabled(st);
-        // Classify the state once: final (undefined, complete, deadlock), stuck only if the platform withholds what
-        // it may withhold (S1 starts, eager beyond the guaranteed window), or neither.
         let kind = if st.undefined.is_some() {
             Some(FinalKind::Undefined)
         } else if enabled.is_empty() {
@@ -132,9 +155,6 @@ impl Search<'_, '_> {
         } else {
             None
         };
-        if let (Some(v), Some(k)) = (self.visitor.as_mut(), kind) {
-            v(st, k);
-        }
         match kind {
             Some(FinalKind::Undefined) => {
                 let u = st.undefined.as_ref().expect("undefined state");
@@ -146,13 +166,13 @@ impl Search<'_, '_> {
             }
             Some(FinalKind::Complete) => self.completed_states += 1,
             Some(FinalKind::Deadlock) => {
-                let key = self.deadlock_key(st, false);
+                let key = Self::deadlock_key(sem, st, false);
                 self.record(key.clone(), || Problem::Deadlock(sem.explain(st, false)), path);
                 present.push(key);
             }
             Some(FinalKind::Starved) => {
                 self.starved_states += 1;
-                let key = self.deadlock_key(st, true);
+                let key = Self::deadlock_key(sem, st, true);
                 self.record(key, || Problem::Deadlock(sem.explain(st, true)), path);
             }
             None => {}
@@ -165,10 +185,35 @@ impl Search<'_, '_> {
                 *self.terminal_hits.entry(k).or_default() += 1;
             }
         }
-        // Partial-order reduction: a step that commutes with everything is explored alone.
-        match enabled.iter().find(|s| self.reduce && sem.is_local(st, s)) {
+        kind
+    }
+}
+
+struct Search<'a, 'p> {
+    visitor: Option<&'a mut dyn FnMut(&State, FinalKind)>,
+    sem: &'a Semantics<'p>,
+    reduce: bool,
+    found: Collector,
+}
+
+impl Search<'_, '_> {
+    /// The enabled steps of a state, and the ones to explore from it (partial-order reduction: a step that
+    /// commutes with everything is explored alone).
+    fn successors(&self, st: &State) -> (Vec<Step>, Vec<Step>) {
+        let sem = self.sem;
+        let enabled = sem.enabled(st);
+        let steps = match enabled.iter().find(|s| self.reduce && sem.is_local(st, s)) {
             Some(s) => vec![s.clone()],
-            None => enabled,
+            None => enabled.clone(),
+        };
+        (enabled, steps)
+    }
+
+    /// Looks at a state reached for the first time (or a state inside a chain of single successors).
+    fn visit(&mut self, st: &State, enabled: &[Step], path: &[Step]) {
+        let kind = self.found.observe(self.sem, st, enabled, path);
+        if let (Some(v), Some(k)) = (self.visitor.as_mut(), kind) {
+            v(st, k);
         }
     }
 }
@@ -184,22 +229,17 @@ pub fn explore_with(sem: &Semantics, limits: &Limits, visit: &mut dyn FnMut(&Sta
 }
 
 fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mut dyn FnMut(&State, FinalKind)>) -> Exploration {
-    let mut search = Search {
-        visitor,
-        sem,
-        reduce: limits.reduce,
-        findings: vec![],
-        index: BTreeMap::new(),
-        terminal_hits: BTreeMap::new(),
-        terminal_states: 0,
-        completed_states: 0,
-        starved_states: 0,
-    };
+    let mut search = Search { visitor, sem, reduce: limits.reduce, found: Collector::new() };
+    // States are hashed and merged only where the search branches or ends: a state with a single successor to
+    // explore determines the whole chain after it, so a chain entered twice is walked again only up to its next
+    // branching point, where the merge happens. A straight-line program then costs time linear in its length.
     let mut visited: HashSet<u128> = HashSet::new();
+    let mut states = 1usize;
     let mut path: Vec<Step> = vec![];
     let init = sem.initial();
     visited.insert(state_hash(&init));
-    let steps = search.visit(&init, &path);
+    let (enabled, steps) = search.successors(&init);
+    search.visit(&init, &enabled, &path);
     let mut stack = vec![Frame { state: Some(init), steps, next: 0 }];
     let mut limit_hit = None;
     while let Some(top) = stack.last_mut() {
@@ -216,35 +256,60 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
             top.state.clone().expect("a frame keeps its state until its last successor")
         };
         sem.apply(&mut st, &step);
-        if !visited.insert(state_hash(&st)) {
-            continue;
+        let (enabled, steps) = search.successors(&st);
+        if steps.len() != 1 {
+            // Forget only where the state is hashed: forgetting never changes what is enabled, and states inside
+            // a chain are neither compared nor kept.
+            if limits.forget {
+                sem.forget(&mut st);
+            }
+            if !visited.insert(state_hash(&st)) {
+                continue;
+            }
         }
-        if visited.len() > limits.max_states {
+        states += 1;
+        if states > limits.max_states {
             limit_hit = Some(format!(
                 "stopped after {} states (limit max_states = {}); the verdict covers only the executions explored",
-                visited.len() - 1,
+                states - 1,
                 limits.max_states
             ));
+            states -= 1;
             break;
         }
         path.push(step);
-        let steps = search.visit(&st, &path);
+        search.visit(&st, &enabled, &path);
         stack.push(Frame { state: Some(st), steps, next: 0 });
+        if limits.first && !search.found.findings.is_empty() {
+            limit_hit = Some("stopped at the first finding (--first); the verdict covers only the executions explored".into());
+            break;
+        }
     }
-    let mut findings = search.findings;
-    for (key, idx) in &search.index {
+    let found = search.found;
+    let keys = found.keys();
+    let mut findings = found.findings;
+    for (key, idx) in &found.index {
         let always = match key {
-            ProblemKey::Deadlock(..) => search.completed_states == 0 && limit_hit.is_none(),
-            _ => search.terminal_hits.get(key).copied().unwrap_or(0) == search.terminal_states && limit_hit.is_none(),
+            ProblemKey::Deadlock(..) => found.completed_states == 0 && limit_hit.is_none(),
+            _ => found.terminal_hits.get(key).copied().unwrap_or(0) == found.terminal_states && limit_hit.is_none(),
         };
         findings[*idx].frequency = if always { Frequency::Always } else { Frequency::Sometimes };
     }
     Exploration {
-        states: visited.len(),
-        terminal_states: search.terminal_states,
-        completed_states: search.completed_states,
-        starved_states: search.starved_states,
+        states,
+        terminal_states: found.terminal_states,
+        completed_states: found.completed_states,
+        starved_states: found.starved_states,
         findings,
+        keys,
         limit_hit,
     }
+}
+
+/// The problems present in a state (its races, and what it is if final or stuck), by key: what `replay` checks a
+/// saved finding against.
+pub fn problems_at(sem: &Semantics, st: &State) -> Vec<ProblemKey> {
+    let mut c = Collector::new();
+    c.observe(sem, st, &sem.enabled(st), &[]);
+    c.keys()
 }

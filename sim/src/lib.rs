@@ -1,5 +1,5 @@
-//! cuorder's simulator: schedulers over the model's enabled steps, the exhaustive explorer, single seeded runs,
-//! replay of a recorded schedule, and traces. Output is a pure function of (program, profile, seed or schedule).
+//! cuorder's simulator: schedulers over the model's enabled steps, the exhaustive explorer, sampling strategies
+//! (random walk, PCT), single seeded runs, replay of a recorded schedule, and traces. Output is a pure function of (program, profile, seed or schedule).
 
 pub mod conform;
 pub mod cover;
@@ -8,3 +8,4 @@ pub mod gen;
 pub mod rng;
 pub mod run;
 pub mod scheduler;
+pub mod strategy;

@@ -374,7 +374,7 @@ fn names_and_topology() {
 
 fn check(p: &Program, prof: &Profile) -> Exploration {
     let sem = Semantics::new(p, prof);
-    explore(&sem, &Limits { max_states: 200_000, reduce: true })
+    explore(&sem, &Limits { max_states: 200_000, ..Limits::default() })
 }
 
 fn kinds(e: &Exploration) -> Vec<&'static str> {

@@ -15,6 +15,7 @@
 
 mod allocator;
 pub mod explain;
+mod forget;
 mod host;
 pub mod ids;
 mod memory;
@@ -50,6 +51,10 @@ pub struct Semantics<'p> {
     infos: Vec<Vec<OpInfo>>,
     /// Partial-order reduction tables (`reduction.rs`).
     reduction: reduction::Tables,
+    /// What each thread may still do that touches memory (`forget.rs`).
+    future: Vec<forget::ThreadFuture>,
+    /// Per global stream: how many threads ever enqueue work on it (`forget.rs`).
+    future_issuers: Vec<usize>,
 }
 
 impl<'p> Semantics<'p> {
@@ -73,7 +78,18 @@ impl<'p> Semantics<'p> {
             .map(|(r, t)| program.ranks[*r as usize].threads[*t as usize].ops.iter().map(|o| o.kind.info(program, *r)).collect())
             .collect();
         let reduction = reduction::Tables::new(program, &infos);
-        Semantics { program, profile, thread_of, thread_base, stream_base, agents, infos, reduction }
+        let future = thread_of
+            .iter()
+            .zip(&infos)
+            .map(|((r, t), info)| forget::ThreadFuture::new(&program.ranks[*r as usize].threads[*t as usize].ops, info, |s| (stream_base[s.rank as usize] + s.index) as usize))
+            .collect::<Vec<forget::ThreadFuture>>();
+        let mut future_issuers = vec![0; streams as usize];
+        for f in &future {
+            for (s, _) in &f.last_on_stream {
+                future_issuers[*s] += 1;
+            }
+        }
+        Semantics { program, profile, thread_of, thread_base, stream_base, agents, infos, reduction, future, future_issuers }
     }
 
     /// The initial state: every thread at its first op, every queue empty, every clock zero.

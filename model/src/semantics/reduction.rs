@@ -26,12 +26,15 @@ pub(crate) struct Tables {
     touch: Vec<BTreeMap<Resource, (Option<u32>, Option<u32>)>>,
     /// Per global thread: device -> index of the last op whose outcome observes its progress.
     observer: Vec<BTreeMap<RankId, u32>>,
+    /// Devices on which some op issues an NCCL launch (the others never have a spinning kernel; S1).
+    pub(crate) nccl_on: std::collections::BTreeSet<RankId>,
 }
 
 impl Tables {
     pub(crate) fn new(program: &Program, infos: &[Vec<OpInfo>]) -> Tables {
         let mut touch = vec![];
         let mut observer = vec![];
+        let nccl_on = infos.iter().flatten().filter(|i| i.comm.is_some()).filter_map(|i| i.acting_rank).collect();
         let threads = program.ranks.iter().flat_map(|r| r.threads.iter());
         for (thread, info) in threads.zip(infos) {
             // Where each op takes effect: an NCCL op inside a group at the outermost group end.
@@ -71,7 +74,7 @@ impl Tables {
             touch.push(t);
             observer.push(o);
         }
-        Tables { touch, observer }
+        Tables { touch, observer, nccl_on }
     }
 }
 
@@ -101,6 +104,7 @@ impl<'p> Semantics<'p> {
             self.reduction.observer[u].get(&rank).is_none_or(|last| th.pc > *last)
         });
         let no_spinner = self.profile.independent_progress
+            || !self.reduction.nccl_on.contains(&rank)
             || !st.streams.items.values().any(|i| {
                 i.status != ItemStatus::Done && matches!(i.kind, ItemKind::Launch { .. }) && i.rank() == rank
             });
@@ -172,7 +176,11 @@ impl<'p> Semantics<'p> {
                     return false;
                 }
                 let rank = st.item(*k).rank();
-                st.streams.items.values().any(|i| i.is_spinning() && i.rank() == rank)
+                // A running launch heads its queues.
+                self.queue_heads(st).into_iter().any(|h| {
+                    let i = st.item(h);
+                    i.is_spinning() && i.rank() == rank
+                })
             }
             Step::Host { .. } | Step::Transfer { .. } | Step::Drain { .. } | Step::Collective { .. } | Step::Connect { .. } => false,
         }

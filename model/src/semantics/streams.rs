@@ -24,15 +24,27 @@ impl<'p> Semantics<'p> {
     /// Item steps: every pending item that may start, except the DMA of a staged copy before its host has staged
     /// the source (S5).
     pub(crate) fn item_steps(&self, st: &State, out: &mut Vec<Step>) {
-        for (k, item) in &st.streams.items {
-            if !self.item_ready(st, *k, item) {
+        // Only an item at the head of a queue can start: look at the heads (in item order, as the steps are listed).
+        for k in self.queue_heads(st) {
+            let item = st.item(k);
+            if !self.item_ready(st, k, item) {
                 continue;
             }
+            let k = &k;
             if item.kind == ItemKind::StagedCopy && matches!(st.host.threads[k.thread as usize].wait, Some(Wait::Staged(w)) if w == *k) {
                 continue;
             }
             out.push(Step::Item(*k));
         }
+    }
+
+    /// The items at the head of some stream queue (not ended), each once, in item order: every running item and
+    /// every item that may start next.
+    pub(crate) fn queue_heads(&self, st: &State) -> Vec<ItemKey> {
+        let mut heads: Vec<ItemKey> = st.streams.queues.iter().filter_map(|(q, head)| q.get(*head as usize).copied()).collect();
+        heads.sort_unstable();
+        heads.dedup();
+        heads
     }
 
     /// Enqueues an item on `streams`, adding the legacy-default-stream dependencies (S2) and the caller's `deps`

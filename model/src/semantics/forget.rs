@@ -1,0 +1,216 @@
+//! Forgetting (issue 8, "state that forgets"): drops from a state what no future step can read, so that the state
+//! of a long program stays as large as its in-flight work, not its history, and so that states which differ only in
+//! forgotten history merge in the explorer. What is dropped, and why nothing later can need it:
+//!
+//! - **Ended items nothing refers to.** An item is kept while it has not ended, or while a kept structure names it:
+//!   a stream queue (only the last ended item of each stream is kept: later legacy-stream dependencies join its end,
+//!   S2), an event's binding (S3), a dependency or wait of an item that has not ended, a host thread's wait (S4,
+//!   S5), the last launch of a communicator on a device (N5), a P2P or collective table entry, a pool block's
+//!   `record_stream` hold (P4).
+//! - **Matching-table entries of finished pairs.** A send and its recv that are both done, and a collective whose
+//!   every member's part is done, are never matched again (N3, C1: sequence numbers come from the counters).
+//! - **Barrier rounds** every participant has arrived at and no thread still waits in.
+//! - **Memory accesses ordered before every future access** (FastTrack's observation, Flanagan & Freund, PLDI 2009:
+//!   an access that happens before every agent's current time can never race with a later one). Every future access
+//!   starts at a clock at least one of these lower bounds: the clock of each unfinished host thread (host accesses,
+//!   and items it will issue join its clock at issue), and for each item that has not ended, the join of its issue
+//!   clock, its streams' clocks and its ended dependencies' ends (its start joins them all; S2, S3). An ended access
+//!   whose end happens before the pointwise minimum of those bounds is dropped: it is ordered before anything that
+//!   can still touch memory, so it can never be one side of a race. Races already found are kept.
+//!
+//! The explorer forgets after every step (`Limits::forget`); conformance checking and `run` keep everything (they
+//! read the whole history). `tests/reduction.rs` checks that forgetting changes no verdict.
+
+use std::collections::BTreeSet;
+
+use crate::clock::VClock;
+
+use super::*;
+
+impl<'p> Semantics<'p> {
+    /// Drops from `st` everything no future step can read (module docs). Verdicts, enabled steps and every later
+    /// state's observable behaviour are unchanged; only history is lost, so call it only where no one reads history.
+    pub fn forget(&self, st: &mut State) {
+        if st.undefined.is_some() {
+            return;
+        }
+        self.forget_matching(st);
+        self.forget_barrier_rounds(st);
+        // Queues: drop ended items, keeping each stream's last item (its end is joined by later legacy-stream deps).
+        for (q, head) in &mut st.streams.queues {
+            let drop = (*head as usize).min(q.len().saturating_sub(1));
+            if drop > 0 {
+                q.drain(..drop);
+                *head -= drop as u32;
+            }
+        }
+        self.forget_items(st);
+        self.forget_accesses(st);
+    }
+
+    /// N3, C1: table entries of P2P pairs and collectives whose every part is done.
+    fn forget_matching(&self, st: &mut State) {
+        let done = |st: &State, at: (ItemKey, u32)| st.comm_op(at).1.status == CommOpStatus::Done;
+        let finished: Vec<P2pKey> = st
+            .nccl
+            .p2p
+            .iter()
+            .filter(|(k, at)| !k.recv && done(st, **at) && st.nccl.p2p.get(&k.other()).is_some_and(|r| done(st, *r)))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in finished {
+            st.nccl.p2p.remove(&k);
+            st.nccl.p2p.remove(&k.other());
+        }
+        let finished: Vec<(CommId, u32)> = st
+            .nccl
+            .coll
+            .iter()
+            .filter(|((comm, _), parts)| {
+                parts.len() == self.program.comms[comm.0 as usize].members.len() && parts.values().all(|p| done(st, *p))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in finished {
+            st.nccl.coll.remove(&k);
+        }
+    }
+
+    /// Barrier rounds that every participant reached and no thread still waits in.
+    fn forget_barrier_rounds(&self, st: &mut State) {
+        let waiting: BTreeSet<(u32, u32)> = st
+            .host
+            .threads
+            .iter()
+            .filter_map(|t| match t.wait {
+                Some(Wait::Barrier { barrier, round }) => Some((barrier, round)),
+                _ => None,
+            })
+            .collect();
+        st.host.barrier_arrived.retain(|&(barrier, round), arrived| {
+            waiting.contains(&(barrier, round))
+                || arrived.len() < self.program.barriers[barrier as usize].participants.len()
+        });
+    }
+
+    /// Ended items that no kept structure names. Costs one pass over the state and no allocation beyond the
+    /// (few) candidates: the ended items not at a queue's tail.
+    fn forget_items(&self, st: &mut State) {
+        let mut candidates: Vec<ItemKey> =
+            st.streams.items.iter().filter(|(_, i)| i.status == ItemStatus::Done).map(|(k, _)| *k).collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let mut keep = vec![false; candidates.len()];
+        {
+            let mut mark = |k: &ItemKey| {
+                if let Ok(i) = candidates.binary_search(k) {
+                    keep[i] = true;
+                }
+            };
+            for item in st.streams.items.values() {
+                if item.status != ItemStatus::Done {
+                    item.deps.iter().chain(&item.waits).for_each(&mut mark);
+                }
+            }
+            for (q, _) in &st.streams.queues {
+                q.iter().for_each(&mut mark);
+            }
+            st.streams.event_binding.values().for_each(&mut mark);
+            st.nccl.comm_tail.values().for_each(&mut mark);
+            st.nccl.p2p.values().for_each(|at| mark(&at.0));
+            st.nccl.coll.values().flat_map(|parts| parts.values()).for_each(|at| mark(&at.0));
+            st.pool.free.iter().flat_map(|b| &b.not_before).for_each(&mut mark);
+            for t in &st.host.threads {
+                match &t.wait {
+                    Some(Wait::Items { items, .. }) => items.iter().for_each(&mut mark),
+                    Some(Wait::Staged(k)) => mark(k),
+                    Some(Wait::Init(_) | Wait::Barrier { .. } | Wait::Connect { .. }) | None => {}
+                }
+            }
+        }
+        let mut i = 0;
+        candidates.retain(|_| {
+            i += 1;
+            !keep[i - 1]
+        });
+        for k in candidates {
+            st.streams.items.remove(&k);
+        }
+    }
+
+    /// FastTrack: ended accesses that happen before every future access's start.
+    fn forget_accesses(&self, st: &mut State) {
+        if st.memory.accesses.iter().all(|a| a.end.is_none()) {
+            return;
+        }
+        // Pointwise minimum of the lower bounds of every future access's clock (u32::MAX: no bound).
+        let mut f = vec![u32::MAX; self.agents];
+        let mut bound = |clocks: &[&VClock]| {
+            for (a, x) in f.iter_mut().enumerate() {
+                *x = (*x).min(clocks.iter().map(|c| c.0[a]).max().unwrap_or(0));
+            }
+        };
+        let nthreads = st.host.threads.len();
+        for (t, ts) in st.host.threads.iter().enumerate() {
+            let fut = &self.future[t];
+            // A blocked thread resumes its current op; a running one is about to call `pc`.
+            let pc = ts.pc;
+            if fut.last_host_access.is_some_and(|l| l >= pc) {
+                bound(&[&ts.clock]);
+            }
+            // Items it will still issue on stream s start at its clock joined with s's clock, or later.
+            for &(s, last) in &fut.last_on_stream {
+                if last >= pc {
+                    bound(&[&ts.clock, &st.streams.stream_clock[s]]);
+                }
+            }
+        }
+        // Items already issued and not started: each starts at its issue clock joined with its streams' clocks or
+        // later. Per queue, the pending items issued by one thread were issued in order, so the first of each
+        // issuing thread has the least issue clock: min_i(issue_i v c) = (min_i issue_i) v c pointwise.
+        let mut first_of = vec![false; nthreads];
+        for (s, (q, head)) in st.streams.queues.iter().enumerate() {
+            first_of.iter_mut().for_each(|x| *x = false);
+            let mut seen = 0;
+            for k in &q[*head as usize..] {
+                let item = st.item(*k);
+                if item.status != ItemStatus::Pending || first_of[k.thread as usize] {
+                    continue;
+                }
+                first_of[k.thread as usize] = true;
+                seen += 1;
+                bound(&[&item.issue, &st.streams.stream_clock[s]]);
+                if seen == self.future_issuers[s] {
+                    break;
+                }
+            }
+        }
+        let f = VClock(f);
+        st.memory.accesses.retain(|a| !a.end.is_some_and(|e| e.happens_before(&f)));
+    }
+}
+
+/// What a host thread may still do that touches memory, by op index: its last op that may access memory from the
+/// host (host reads and writes, the staging of a copy; S4, S5), and per stream (global index) its last op that
+/// enqueues work there.
+pub(crate) struct ThreadFuture {
+    pub last_host_access: Option<u32>,
+    pub last_on_stream: Vec<(usize, u32)>,
+}
+
+impl ThreadFuture {
+    pub(crate) fn new(ops: &[Op], infos: &[OpInfo], stream_index: impl Fn(StreamRef) -> usize) -> ThreadFuture {
+        let mut last_host_access = None;
+        let mut last: std::collections::BTreeMap<usize, u32> = Default::default();
+        for (i, (op, info)) in ops.iter().zip(infos).enumerate() {
+            if matches!(op.kind, OpKind::HostAccess { .. } | OpKind::Memcpy { .. }) {
+                last_host_access = Some(i as u32);
+            }
+            if let Some(s) = info.stream {
+                last.insert(stream_index(s), i as u32);
+            }
+        }
+        ThreadFuture { last_host_access, last_on_stream: last.into_iter().collect() }
+    }
+}

@@ -1,0 +1,301 @@
+//! Sampling strategies over the same model as the exhaustive explorer (issue 8): seeded random walks and PCT
+//! (probabilistic concurrency testing, Burckhardt et al., ASPLOS 2010). Each execution is a walk from the initial
+//! state through steps the model says are enabled, so every execution a strategy produces is one the exhaustive
+//! search also reaches (`tests/strategies.rs` checks it). Execution `i` of a run with seed `s` uses seed `s + i`
+//! (wrapping), whatever the number of worker threads: results are merged in execution order, so the findings, their
+//! witnesses and the output are the same bytes for any `jobs`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use cuorder_model::semantics::{Semantics, State, Step};
+use cuorder_model::verdict::{Finding, Frequency, ProblemKey};
+
+use crate::explore::{Collector, Exploration};
+use crate::rng::Rng;
+
+/// How each execution picks among the enabled steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Uniformly at random among the enabled steps.
+    Random,
+    /// PCT with bug depth `depth` (>= 1): every agent (host thread, stream, communicator) gets a random priority,
+    /// the highest-priority enabled agent runs, and at `depth - 1` random points the running agent drops below all
+    /// others. Finds a bug of depth `d` with probability at least 1/(n k^(d-1)) per execution (n agents, k steps).
+    Pct { depth: u32 },
+}
+
+impl Strategy {
+    /// Short name, as on the command line.
+    pub fn name(&self) -> String {
+        match self {
+            Strategy::Random => "random".into(),
+            Strategy::Pct { depth } => format!("pct (depth {depth})"),
+        }
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct SampleOptions {
+    pub strategy: Strategy,
+    /// Seed of execution 0; execution `i` uses `seed + i` (wrapping).
+    pub seed: u64,
+    /// Number of executions.
+    pub executions: u64,
+    /// Stop starting new executions after this wall time (the result then depends on the machine's speed: it says
+    /// so).
+    pub time_limit: Option<Duration>,
+    /// Stop at the first execution with a finding (the lowest-numbered such execution, whatever `jobs`).
+    pub first: bool,
+    /// Worker threads (>= 1).
+    pub jobs: usize,
+    /// Steps per execution before it is cut off (reported as a limit).
+    pub max_steps: usize,
+}
+
+impl Default for SampleOptions {
+    fn default() -> Self {
+        SampleOptions {
+            strategy: Strategy::Random,
+            seed: 0,
+            executions: 1000,
+            time_limit: None,
+            first: false,
+            jobs: 1,
+            max_steps: 10_000_000,
+        }
+    }
+}
+
+/// The result of a sampled exploration.
+#[derive(Clone, Debug)]
+pub struct Sampled {
+    /// Findings in the order of the execution that first showed each (frequency is always `Sometimes`: sampling
+    /// proves nothing about all executions), with counts in `Exploration::terminal_states` etc.
+    pub exploration: Exploration,
+    /// Executions run.
+    pub executions: u64,
+    /// Model steps taken in all executions.
+    pub steps: u64,
+    /// For each finding (same order): the executions, out of `executions`, that showed it.
+    pub hits: Vec<u64>,
+    /// For each finding (same order): the seed of the first execution that showed it.
+    pub seeds: Vec<u64>,
+}
+
+/// The PCT scheduler of one execution.
+struct Pct {
+    /// Priority per agent (higher runs first).
+    priority: Vec<u64>,
+    /// Step numbers at which the running agent's priority drops, with the priority it drops to (ascending).
+    changes: Vec<(u64, u64)>,
+    step: u64,
+}
+
+impl Pct {
+    fn new(sem: &Semantics, depth: u32, rng: &mut Rng) -> Pct {
+        let agents = sem.agents + sem.program.comms.len();
+        // A random permutation of depth..depth+agents (Fisher-Yates).
+        let mut priority: Vec<u64> = (0..agents as u64).map(|i| i + u64::from(depth)).collect();
+        for i in (1..priority.len()).rev() {
+            let j = rng.below(i as u64 + 1) as usize;
+            priority.swap(i, j);
+        }
+        // k: an estimate of the execution's length, from the program's size (each op issues, runs and ends).
+        let ops: u64 = sem.program.ranks.iter().flat_map(|r| &r.threads).map(|t| t.ops.len() as u64).sum();
+        let k = (3 * ops).max(1);
+        let mut changes: Vec<(u64, u64)> =
+            (1..u64::from(depth.max(1))).map(|i| (rng.below(k) + 1, u64::from(depth) - i)).collect();
+        changes.sort();
+        Pct { priority, changes, step: 0 }
+    }
+
+    /// The agent a step belongs to: its host thread, the stream its item runs on, or its communicator.
+    fn agent(sem: &Semantics, st: &State, step: &Step) -> usize {
+        match step {
+            Step::Host { thread, .. } | Step::Connect { a: thread, .. } => *thread as usize,
+            Step::Item(k) => sem.stream_agent(st.item(*k).streams[0]),
+            Step::Transfer { send: loc, .. } | Step::Eager { send: loc } | Step::Drain { recv: loc } => {
+                sem.stream_agent(st.item(sem.find_comm_op(st, *loc).0).streams[0])
+            }
+            Step::Collective { comm, .. } | Step::RootEarly { comm, .. } => sem.agents + comm.0 as usize,
+        }
+    }
+
+    fn pick(&mut self, sem: &Semantics, st: &State, enabled: &[Step]) -> usize {
+        let best = |prio: &[u64]| {
+            (0..enabled.len()).max_by_key(|i| (prio[Self::agent(sem, st, &enabled[*i])], std::cmp::Reverse(*i))).expect("enabled is not empty")
+        };
+        self.step += 1;
+        let mut i = best(&self.priority);
+        while let Some(&(at, to)) = self.changes.first() {
+            if at > self.step {
+                break;
+            }
+            self.changes.remove(0);
+            let a = Self::agent(sem, st, &enabled[i]);
+            self.priority[a] = to;
+            i = best(&self.priority);
+        }
+        i
+    }
+}
+
+/// One execution's findings, merged later in execution order.
+struct Walk {
+    found: Collector,
+    steps: u64,
+    step_limit: bool,
+}
+
+/// Forget ([`Semantics::forget`]) every this many steps of a walk.
+const FORGET_EVERY: usize = 32;
+
+/// Runs one execution with seed `seed`.
+fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize) -> Walk {
+    let mut rng = Rng::new(seed);
+    let mut pct = match strategy {
+        Strategy::Pct { depth } => Some(Pct::new(sem, depth, &mut rng)),
+        Strategy::Random => None,
+    };
+    // Half of the executions (by seed) let the platform withhold what it may (see below).
+    let withhold = rng.below(2) == 0;
+    let mut found = Collector::new();
+    let mut st = sem.initial();
+    let mut path: Vec<Step> = vec![];
+    loop {
+        let enabled = sem.enabled(&st);
+        found.observe(sem, &st, &enabled, &path);
+        if enabled.is_empty() || st.undefined.is_some() {
+            break;
+        }
+        if path.len() >= max_steps {
+            return Walk { found, steps: path.len() as u64, step_limit: true };
+        }
+        // The platform's choice: in a withholding execution, a step the platform may withhold (an S1 start beside
+        // a spinning kernel, an eager send beyond the guaranteed window) is never taken, so the execution ends
+        // where the platform refuses (recorded above as a deadlock) instead of always taking the generous path.
+        let allowed: Vec<usize> = if withhold {
+            (0..enabled.len()).filter(|i| !sem.starvable(&st, &enabled[*i])).collect()
+        } else {
+            (0..enabled.len()).collect()
+        };
+        if allowed.is_empty() {
+            break;
+        }
+        let choices: Vec<Step> = allowed.iter().map(|i| enabled[*i].clone()).collect();
+        let i = allowed[match &mut pct {
+            Some(p) => p.pick(sem, &st, &choices),
+            None => rng.below(choices.len() as u64) as usize,
+        }];
+        let step = enabled[i].clone();
+        sem.apply(&mut st, &step);
+        // Forgetting keeps race checks and memory proportional to the work in flight; a walk never compares
+        // states, so every few steps is enough.
+        if path.len() % FORGET_EVERY == 0 {
+            sem.forget(&mut st);
+        }
+        path.push(step);
+    }
+    Walk { found, steps: path.len() as u64, step_limit: false }
+}
+
+/// Runs `opt.executions` executions under `opt.strategy` and merges what they found.
+pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
+    let start = Instant::now();
+    let next = AtomicU64::new(0);
+    // With `first`: the lowest execution known to have a finding; executions above it are not started.
+    let first_hit = AtomicU64::new(u64::MAX);
+    let timed_out = std::sync::atomic::AtomicBool::new(false);
+    let results: Mutex<Vec<(u64, Walk)>> = Mutex::new(vec![]);
+    std::thread::scope(|scope| {
+        for _ in 0..opt.jobs.max(1) {
+            scope.spawn(|| loop {
+                if opt.time_limit.is_some_and(|l| start.elapsed() >= l) {
+                    timed_out.store(true, Ordering::Relaxed);
+                    break;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= opt.executions || i > first_hit.load(Ordering::Relaxed) {
+                    break;
+                }
+                let w = walk(sem, opt.strategy, opt.seed.wrapping_add(i), opt.max_steps);
+                if opt.first && !w.found.findings.is_empty() {
+                    first_hit.fetch_min(i, Ordering::Relaxed);
+                }
+                results.lock().expect("no worker panicked").push((i, w));
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("no worker panicked");
+    results.sort_by_key(|(i, _)| *i);
+    // Keep a contiguous prefix of executions (a time limit may leave holes), and with `first`, stop at the first hit.
+    let mut kept = 0u64;
+    for (i, _) in &results {
+        if *i != kept {
+            break;
+        }
+        kept += 1;
+    }
+    results.truncate(kept as usize);
+    if opt.first {
+        if let Some(p) = results.iter().position(|(_, w)| !w.found.findings.is_empty()) {
+            results.truncate(p + 1);
+        }
+    }
+    let mut merged = Collector::new();
+    let mut hits: Vec<u64> = vec![];
+    let mut seeds: Vec<u64> = vec![];
+    let mut steps = 0;
+    let mut step_limits = 0;
+    for (i, w) in &results {
+        steps += w.steps;
+        step_limits += u64::from(w.step_limit);
+        merged.terminal_states += w.found.terminal_states;
+        merged.completed_states += w.found.completed_states;
+        merged.starved_states += w.found.starved_states;
+        // This execution's findings in the order it found them.
+        let mut mine: Vec<(&usize, &ProblemKey)> = w.found.index.iter().map(|(k, i)| (i, k)).collect();
+        mine.sort();
+        for (idx, key) in mine {
+            match merged.index.get(key) {
+                Some(&m) => hits[m] += 1,
+                None => {
+                    merged.index.insert(key.clone(), merged.findings.len());
+                    merged.findings.push(Finding { frequency: Frequency::Sometimes, ..w.found.findings[*idx].clone() });
+                    hits.push(1);
+                    seeds.push(opt.seed.wrapping_add(*i));
+                }
+            }
+        }
+    }
+    let executions = results.len() as u64;
+    let mut limit = vec![];
+    if timed_out.load(Ordering::Relaxed) && executions < opt.executions && !(opt.first && !merged.findings.is_empty()) {
+        limit.push(format!("time limit reached after {executions} of {} executions", opt.executions));
+    }
+    if opt.first && !merged.findings.is_empty() {
+        limit.push(format!("stopped at the first execution with a finding (--first), execution {}", executions - 1));
+    }
+    limit.insert(0, format!("sampled {executions} executions ({}); the verdict covers only those", opt.strategy.name()));
+    if step_limits > 0 {
+        limit.push(format!("{step_limits} executions cut off at {} steps", opt.max_steps));
+    }
+    Sampled {
+        exploration: Exploration {
+            states: steps as usize,
+            terminal_states: merged.terminal_states,
+            completed_states: merged.completed_states,
+            starved_states: merged.starved_states,
+            keys: merged.keys(),
+            findings: merged.findings,
+            limit_hit: if limit.is_empty() { None } else { Some(limit.join("; ")) },
+        },
+        executions,
+        steps,
+        hits,
+        seeds,
+    }
+}

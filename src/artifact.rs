@@ -1,0 +1,107 @@
+//! Finding artifacts (issue 8, "replay and shrinking"): one RON file per finding that names the program (path and
+//! content hash), the profile, the strategy and seed that found it, the explicit decision list (the schedule of
+//! steps), the kind of problem and its key, and the cuorder version. `cuorder replay FILE` reproduces it exactly or
+//! says where it diverged.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use cuorder_model::profile::Profile;
+use cuorder_model::semantics::{Semantics, Step};
+use cuorder_model::verdict::ProblemKey;
+use cuorder_sim::run::{replay, Diverged, Trace};
+
+/// Artifact format version; bump on any change to [`Artifact`]'s shape.
+pub const ARTIFACT_FORMAT_VERSION: u32 = 1;
+
+/// One saved finding.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    pub format_version: u32,
+    /// `cuorder` version that saved it.
+    pub cuorder_version: String,
+    /// The program file as given on the command line.
+    pub program: PathBuf,
+    /// XXH3-128 of the program file's bytes, 32 lowercase hex digits: `replay` warns when the file changed.
+    pub program_hash: String,
+    pub profile: Profile,
+    /// The strategy that found it ("exhaustive", "random", "pct (depth 3)").
+    pub strategy: String,
+    /// The seed of the execution that found it (sampling strategies).
+    pub seed: Option<u64>,
+    /// "deadlock", "data race" or "undefined".
+    pub kind: String,
+    /// The first line of the finding's explanation.
+    pub summary: String,
+    /// What identifies the problem across executions (the ops involved).
+    pub key: ProblemKey,
+    /// The decision list: every step from the initial state, in order.
+    pub schedule: Vec<Step>,
+}
+
+/// The content hash recorded in an artifact.
+pub fn program_hash(bytes: &[u8]) -> String {
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(bytes))
+}
+
+/// Writes one artifact per finding into `dir` (created) as `finding-N-KIND.ron` (N from 1, KIND with dashes),
+/// and returns the paths written.
+///
+/// Errors: the folder cannot be created or a file cannot be written (the message names the path).
+pub fn save_all(dir: &Path, artifacts: &[Artifact]) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut out = vec![];
+    for (i, a) in artifacts.iter().enumerate() {
+        let path = dir.join(format!("finding-{}-{}.ron", i + 1, a.kind.replace(' ', "-")));
+        let text = ron::ser::to_string_pretty(a, ron::ser::PrettyConfig::default()).expect("an artifact serializes");
+        std::fs::write(&path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        out.push(path);
+    }
+    Ok(out)
+}
+
+/// Reads an artifact.
+///
+/// Errors: the file cannot be read, or is not an artifact of this format (the message gives line and column).
+pub fn load(path: &Path) -> Result<Artifact, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let a: Artifact = ron::from_str(&text).map_err(|e| format!("{}:{}:{}: not a finding artifact: {}", path.display(), e.position.line, e.position.col, e.code))?;
+    if a.format_version != ARTIFACT_FORMAT_VERSION {
+        return Err(format!(
+            "{}: artifact format {} (this cuorder reads format {ARTIFACT_FORMAT_VERSION})",
+            path.display(),
+            a.format_version
+        ));
+    }
+    Ok(a)
+}
+
+/// How a replay ended.
+#[derive(Debug)]
+pub enum Replayed {
+    /// The schedule replayed and the same problem is there at its end.
+    Reproduced(Trace),
+    /// The schedule replayed, but the problem is not there (the model changed).
+    Vanished(Trace),
+    /// A step of the schedule is not enabled where it is replayed.
+    Diverged(Diverged),
+}
+
+/// Replays an artifact's schedule on `sem` (its program and profile) and checks that its problem is there.
+pub fn replay_artifact(sem: &Semantics, a: &Artifact) -> Replayed {
+    match replay(sem, &a.schedule) {
+        Err(d) => Replayed::Diverged(d),
+        Ok(t) => {
+            let st = match cuorder_sim::run::replay_state(sem, &a.schedule) {
+                Ok(st) => st,
+                Err(d) => return Replayed::Diverged(d),
+            };
+            if cuorder_sim::explore::problems_at(sem, &st).contains(&a.key) {
+                Replayed::Reproduced(t)
+            } else {
+                Replayed::Vanished(t)
+            }
+        }
+    }
+}
