@@ -181,6 +181,10 @@ enum Command {
         profile: String,
         #[command(flatten)]
         budgets: Budgets,
+        /// With --dir: instead of checking, print the statistics of the packed runs (hardware outcome × model
+        /// verdict, race pairs seen unordered, pooled-block reuse seen).
+        #[arg(long, requires = "dir")]
+        stats: bool,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions {
@@ -266,6 +270,22 @@ enum Command {
 
 #[derive(Subcommand)]
 enum GenWhat {
+    /// Programs covering the whole single-GPU model (threads, every stream kind, events, queries, copies, memsets,
+    /// host access, barriers, the caching allocator), as `cover-SEED.ron`: the hardware batch generator.
+    Cover {
+        /// Ranks (1 = single GPU; more adds collectives).
+        #[arg(long, default_value_t = 1)]
+        ranks: u32,
+        /// First seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// How many programs (seeds seed, seed+1, ...).
+        #[arg(long, default_value_t = 1)]
+        count: u64,
+        /// Output folder (created).
+        #[arg(long, alias = "dir")]
+        out: PathBuf,
+    },
     /// A pipeline-parallel schedule (one rank per stage, compute and NCCL streams, grouped send/recv between
     /// neighbouring stages, events after the group), correct by construction unless --bug or --race.
     Pipeline {
@@ -407,6 +427,13 @@ fn main() -> ExitCode {
             }
             ExitCode::from(if timed_out { 3 } else { 0 })
         }
+        Command::Conform { dir: Some(dir), stats: true, .. } => match cuorder::traces::stats::batch_stats(&dir) {
+            Ok(s) => {
+                print!("{}", s.to_text());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
         Command::Explore {
             program,
             strategy,
@@ -620,24 +647,18 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::Gen { what: None, seed, count, out } => {
-            let out = out.expect("clap requires --out without a subcommand");
-            if let Err(e) = std::fs::create_dir_all(&out) {
-                err(&format!("error: cannot create {}: {e}\n", out.display()));
+        Command::Gen { what: Some(GenWhat::Cover { ranks, seed, count, out }), .. } => {
+            if !(1..=64).contains(&ranks) {
+                err(&format!("error: --ranks must be 1 to 64, got {ranks}\n"));
                 return ExitCode::from(2);
             }
+            let opt = cuorder_sim::cover::CoverOptions { ranks, ..Default::default() };
+            gen_files(&out, seed, count, &|s| cuorder_sim::cover::program(s, &opt))
+        }
+        Command::Gen { what: None, seed, count, out } => {
+            let out = out.expect("clap requires --out without a subcommand");
             let opt = cuorder_sim::gen::GenOptions::default();
-            for s in seed..seed.saturating_add(count) {
-                let p = cuorder_sim::gen::program(s, &opt);
-                let text = ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).expect("program serializes");
-                let path = out.join(format!("gen-{s}.ron"));
-                if let Err(e) = std::fs::write(&path, text + "\n") {
-                    err(&format!("error: cannot write {}: {e}\n", path.display()));
-                    return ExitCode::from(2);
-                }
-            }
-            say(&format!("wrote {count} program(s) to {}\n", out.display()));
-            ExitCode::SUCCESS
+            gen_files(&out, seed, count, &|s| cuorder_sim::gen::program(s, &opt))
         }
         Command::Profile { name } => match name {
             None => {
@@ -706,6 +727,25 @@ fn conform_dir(dir: &std::path::Path, junit: Option<&std::path::Path>, limits: &
         return ExitCode::from(2);
     }
     ExitCode::from(if rep.passed() { 0 } else { 1 })
+}
+
+/// Writes programs `make(seed)` for `count` seeds from `seed` into `out` (created), each as `NAME.ron`.
+fn gen_files(out: &std::path::Path, seed: u64, count: u64, make: &dyn Fn(u64) -> cuorder_model::program::Program) -> ExitCode {
+    if let Err(e) = std::fs::create_dir_all(out) {
+        err(&format!("error: cannot create {}: {e}\n", out.display()));
+        return ExitCode::from(2);
+    }
+    for s in seed..seed.saturating_add(count) {
+        let p = make(s);
+        let text = ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).expect("program serializes");
+        let path = out.join(format!("{}.ron", p.name));
+        if let Err(e) = std::fs::write(&path, text + "\n") {
+            err(&format!("error: cannot write {}: {e}\n", path.display()));
+            return ExitCode::from(2);
+        }
+    }
+    say(&format!("wrote {count} program(s) to {}\n", out.display()));
+    ExitCode::SUCCESS
 }
 
 /// `cuorder run --backend hw`: run on the GPUs, keep the observation, and check it against the model.

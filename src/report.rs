@@ -329,6 +329,21 @@ fn wait_hints(sem: &Semantics, st: &State, a: cuorder_model::semantics::ItemKey,
     let (ia, ib) = (&st.streams.items[&a], &st.streams.items[&b]);
     let rank = ia.streams[0].rank;
     let a_streams: Vec<String> = ia.streams.iter().map(|s| sem.program.stream_label(*s, rank)).collect();
+    // A wait issued before any record of its event enqueues nothing (S3): look for such waits on `b`'s stream among
+    // the ops its own thread issued before it.
+    for sb in &ib.streams {
+        for op in 0..b.op {
+            let loc = cuorder_model::semantics::OpLoc { thread: b.thread, op };
+            let unbound = matches!(sem.op(loc).kind, cuorder_model::program::OpKind::StreamWaitEvent { stream, .. } if stream == *sb)
+                && !st.streams.items.contains_key(&cuorder_model::semantics::ItemKey { thread: b.thread, op, sub: 0 });
+            if unbound {
+                let h = format!("{} was issued before any record of its event, so it orders nothing (S3)", sem.op_label(loc));
+                if !out.contains(&h) {
+                    out.push(h);
+                }
+            }
+        }
+    }
     for sb in &ib.streams {
         let (q, _) = &st.streams.queues[sem.stream_index(*sb)];
         let pos_b = q.iter().position(|k| *k == b).unwrap_or(q.len());

@@ -4,6 +4,11 @@
 //! the test that re-checks every committed trace.
 //!
 //! One trace file is read by [`load_trace`] only, so that another trace format can be added in one place.
+//!
+//! Runs packed by the thousand (`*.pack`, from `cuorder-hw batch`) are read by [`packed`].
+
+pub mod packed;
+pub mod stats;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -258,6 +263,15 @@ pub fn manifests(dir: &Path) -> Vec<PathBuf> {
     folders(dir).0.into_iter().map(|d| d.join(MANIFEST)).filter(|m| m.is_file()).collect()
 }
 
+/// The result of re-checking one packed run (trace path `FILE#NAME`).
+#[derive(Debug)]
+pub struct TraceCheck {
+    pub trace: PathBuf,
+    pub conformance: Conformance,
+    /// The manifest's explanation when a disagreement is expected.
+    pub explained: Option<String>,
+}
+
 /// Reads a manifest.
 ///
 /// Errors: unreadable, or not a manifest (with line and column).
@@ -345,7 +359,16 @@ fn check_manifest_folder(dir: &Path, limits: &Limits, rel: &dyn Fn(&Path) -> Pat
         }
     };
     let mut out = vec![];
-    let stems: BTreeSet<String> = traces.iter().filter_map(|t| t.file_stem().and_then(|s| s.to_str()).map(String::from)).collect();
+    // Packed runs (`*.pack`): each is checked like a trace named `FILE#NAME`.
+    let packed = match packed::check_packs(dir, &profile, &m.expect_disagree, check_threads()) {
+        Ok(p) => p,
+        Err(e) => {
+            out.push(entry(&manifest_path, Status::Error(e.rendered.trim_end().to_string()), None));
+            vec![]
+        }
+    };
+    let mut stems: BTreeSet<String> = traces.iter().filter_map(|t| t.file_stem().and_then(|s| s.to_str()).map(String::from)).collect();
+    stems.extend(packed.iter().filter_map(|c| c.trace.to_str().and_then(|t| t.rsplit_once('#')).map(|(_, n)| n.to_string())));
     for stem in m.expect_disagree.keys().chain(m.programs.keys()) {
         if !stems.contains(stem) {
             out.push(entry(
@@ -382,6 +405,19 @@ fn check_manifest_folder(dir: &Path, limits: &Limits, rel: &dyn Fn(&Path) -> Pat
         };
         out.push(entry(&t, status, Some(c)));
     }
+    for p in packed {
+        let c = p.conformance;
+        let inconclusive = c.inconclusive.clone().or_else(|| c.limit_hit.clone());
+        let status = match (&inconclusive, c.agrees(), p.explained) {
+            (Some(_), _, Some(why)) => Status::ExplainedInconclusive(why),
+            (Some(why), _, None) => Status::Inconclusive(why.clone()),
+            (None, true, None) => Status::Agrees,
+            (None, true, Some(why)) => Status::UnexpectedAgreement(why),
+            (None, false, Some(why)) => Status::ExplainedDisagreement(why),
+            (None, false, None) => Status::Disagrees(c.to_text().trim_end().to_string()),
+        };
+        out.push(entry(&p.trace, status, Some(c)));
+    }
     (out, profile_file)
 }
 
@@ -411,4 +447,12 @@ fn looks_like_observation(path: &Path) -> bool {
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
+}
+
+/// Threads for checking packed runs: `CUORDER_CHECK_THREADS`, else the machine's parallelism (at most 8).
+fn check_threads() -> usize {
+    std::env::var("CUORDER_CHECK_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8))
 }

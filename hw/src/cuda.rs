@@ -151,6 +151,7 @@ pub fn unique_id_from_hex(s: &str) -> Result<ncclUniqueId, HwError> {
 }
 
 /// One GPU's context (the primary context, as NCCL's runtime calls use it), kept alive for the process.
+#[derive(Clone)]
 pub struct Device {
     ctx: std::sync::Arc<cudarc::driver::CudaContext>,
 }
@@ -528,4 +529,38 @@ pub fn group_start() -> Result<(), HwError> {
 pub fn group_end() -> Result<(), HwError> {
     // SAFETY: no arguments.
     nccl_check(unsafe { nc::ncclGroupEnd() }, "ncclGroupEnd", None)
+}
+
+// ---- teardown (batch runs: after the device is idle) ---------------------------------------------------------------
+
+/// `cuMemFree` (synchronizes the device: call only when it is idle).
+///
+/// # Safety
+/// `p` came from [`alloc_device_zeroed`] and is freed once.
+pub unsafe fn free_device(p: CUdeviceptr) -> Result<(), HwError> {
+    check(cu::cuMemFree_v2(p), "cuMemFree")
+}
+
+/// `cuMemFreeHost` of memory from [`alloc_pinned_zeroed`].
+///
+/// # Safety
+/// `h` came from [`alloc_pinned_zeroed`] and is freed once.
+pub unsafe fn free_pinned(h: *mut u8) -> Result<(), HwError> {
+    check(cu::cuMemFreeHost(h as *mut c_void), "cuMemFreeHost")
+}
+
+/// `cuStreamDestroy` of a stream from [`stream_create`].
+///
+/// # Safety
+/// A live stream, destroyed once.
+pub unsafe fn stream_destroy(s: CUstream) -> Result<(), HwError> {
+    check(cu::cuStreamDestroy_v2(s), "cuStreamDestroy")
+}
+
+/// `cuEventDestroy` of an event from [`event_create`].
+///
+/// # Safety
+/// A live event, destroyed once.
+pub unsafe fn event_destroy(e: CUevent) -> Result<(), HwError> {
+    check(cu::cuEventDestroy_v2(e), "cuEventDestroy")
 }

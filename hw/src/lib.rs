@@ -3,12 +3,14 @@
 
 #[allow(dead_code)]
 pub(crate) mod cuda;
+pub mod batch;
 pub mod calibrate;
 pub mod error;
 pub mod kernels;
 pub mod libsearch;
 pub mod lower;
 pub mod observation;
+pub mod pack;
 pub mod protocol;
 pub mod rank;
 pub mod smoke;

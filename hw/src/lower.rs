@@ -97,8 +97,16 @@ pub enum Step {
     /// `outermost`: this end launches the group; `end_markers`: (stream, slot) of every traced op in the group,
     /// whose end marker is enqueued right after the outermost `ncclGroupEnd`.
     GroupEnd { outermost: bool, end_markers: Vec<(u32, u32)> },
-    /// An op the executor does not reproduce (caching-allocator `Alloc`, `Free`, `RecordStream`: memory is held for
-    /// the whole run). Recorded with its host times only.
+    /// Caching-allocator allocation of pooled buffer `buf` on `stream` (P4): takes a free block of that stream's
+    /// pool that is large enough and no longer held by `record_stream`, else `fresh`, the index of this buffer's
+    /// own never-used block (one per `Alloc` of the buffer, zeroed at set-up).
+    Alloc { buf: u32, stream: u32, fresh: u32 },
+    /// Caching-allocator free (P4): the block goes back to its allocation stream's pool at once, held until an event
+    /// recorded now on every stream named by `RecordStream` has completed.
+    Free { buf: u32 },
+    /// `record_stream` (P4): the stream whose work at free time must end before the block is reused.
+    RecordStream { buf: u32, stream: u32 },
+    /// An op with nothing to execute (a barrier that does not exist, after an error was reported).
     NoOp,
 }
 
@@ -148,6 +156,8 @@ pub struct RankPlan {
     pub ranges: Vec<WordRange>,
     /// Read index (within its op) of every observation slot, with the op: slot -> (thread, op index, read index).
     pub obs_owner: Vec<(u32, u32, u32)>,
+    /// Per buffer of the rank: how many fresh blocks it needs (its number of `Alloc` ops; 0 for static buffers).
+    pub fresh_blocks: Vec<u32>,
 }
 
 /// A lowered program.
@@ -292,6 +302,19 @@ impl Ctx<'_> {
     }
 }
 
+/// Checks that a caching-allocator op names a pooled device buffer (the executor pools device memory only, as
+/// PyTorch's caching allocator does).
+fn pooled_device(cx: &mut Ctx, b: BufRef) {
+    if let Some(space) = cx.buf(b) {
+        let decl = &cx.p.ranks[b.rank as usize].buffers[b.index as usize];
+        if !decl.pooled {
+            cx.err(format!("caching-allocator op on buffer `{}`, which is not pooled", decl.name));
+        } else if space != MemSpace::Device {
+            cx.err(format!("pooled buffer `{}` is host memory: the executor pools device memory only", decl.name));
+        }
+    }
+}
+
 fn new_version(cx: &mut Ctx, next: &mut u32, versions: &mut BTreeMap<u32, OpId>, this: OpId) -> u32 {
     if *next == u32::MAX {
         cx.err("more than 2^32 - 2 writing ops");
@@ -402,6 +425,7 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
             obs_slots: 0,
             ranges: Vec::new(),
             obs_owner: Vec::new(),
+            fresh_blocks: vec![0; rank.buffers.len()],
         };
         for (ti, thread) in rank.threads.iter().enumerate() {
             let mut steps = Vec::with_capacity(thread.ops.len());
@@ -652,18 +676,25 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                         }
                     }
                     OpKind::Alloc { buf, stream } => {
-                        cx.buf(*buf);
-                        cx.stream(*stream);
-                        Step::NoOp
+                        pooled_device(&mut cx, *buf);
+                        let s = cx.stream(*stream).map(|s| s.0).unwrap_or(0);
+                        let fresh = match rp.fresh_blocks.get_mut(buf.index as usize) {
+                            Some(n) => {
+                                *n += 1;
+                                *n - 1
+                            }
+                            None => 0,
+                        };
+                        Step::Alloc { buf: buf.index, stream: s, fresh }
                     }
                     OpKind::Free { buf } => {
-                        cx.buf(*buf);
-                        Step::NoOp
+                        pooled_device(&mut cx, *buf);
+                        Step::Free { buf: buf.index }
                     }
                     OpKind::RecordStream { buf, stream } => {
-                        cx.buf(*buf);
-                        cx.stream(*stream);
-                        Step::NoOp
+                        pooled_device(&mut cx, *buf);
+                        let s = cx.stream(*stream).map(|s| s.0).unwrap_or(0);
+                        Step::RecordStream { buf: buf.index, stream: s }
                     }
                 };
                 steps.push(step);

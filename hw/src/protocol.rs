@@ -35,6 +35,11 @@ pub enum Msg {
     ThreadDone { thread: u32 },
     /// The final device synchronization after the program returned (all device work ended).
     Synced { ns: u64 },
+    /// A batch worker starts program `index` (0-based line of the batch file); everything until the matching
+    /// [`Msg::ProgramEnd`] belongs to it.
+    Program { index: u64, ns: u64 },
+    /// A batch worker is done with program `index` (its device work has ended and its resources are released).
+    ProgramEnd { index: u64, ns: u64 },
     /// The rank process is exiting normally.
     Done,
     /// The rank process failed outside any op (set-up) and is exiting.

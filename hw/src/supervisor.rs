@@ -162,6 +162,7 @@ impl RankReport {
                 self.threads_done.insert(thread);
             }
             Msg::Synced { .. } => self.synced = true,
+            Msg::Program { .. } | Msg::ProgramEnd { .. } => {}
             Msg::Done => self.done = true,
             Msg::Fatal { message } => {
                 if self.fatal.is_none() {

@@ -119,8 +119,18 @@ fn may_see(sem: &Semantics, st: &State, r: &Access, depth: u32) -> MaySee {
     let cand: Vec<&Access> =
         st.memory.accesses.iter().filter(|w| w.write && overlaps(w, r) && !same_item(w, r) && !hb(r, w)).collect();
     let mut out = BTreeSet::new();
+    // A kernel that reads and writes the same bytes may see its own writes: its threads run concurrently (the
+    // hardware executor's blocks probe, spin and stamp independently; traces/hw/cover-2026-12-01).
+    for w in st.memory.accesses.iter().filter(|w| w.write && overlaps(w, r) && same_item(w, r)) {
+        if matches!(sem.op(w.who.loc()).kind, OpKind::Kernel { .. }) {
+            out.insert(MVersion::Op(w.who.loc()));
+        }
+    }
     for w in &cand {
-        let hidden = cand.iter().any(|w2| !std::ptr::eq(*w, *w2) && hb(w, w2) && hb(w2, r) && covers(w2, r));
+        // Hidden by a later write of another op (two accesses of one op are not ordered with each other, even when
+        // its item starts and ends in one step: a kernel writing overlapping ranges).
+        let hidden =
+            cand.iter().any(|w2| !std::ptr::eq(*w, *w2) && !same_item(w, w2) && hb(w, w2) && hb(w2, r) && covers(w2, r));
         if hidden {
             continue;
         }

@@ -3,6 +3,7 @@
 
 pub mod conform;
 pub mod budget;
+pub mod cover;
 pub mod explore;
 pub mod gen;
 pub mod pipeline;

@@ -119,6 +119,58 @@ enum Cmd {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// Run many generated single-GPU programs in few processes (the context and kernels are set up once; each
+    /// program gets fresh streams, events and buffers; a hang kills only its own worker process) and write their
+    /// observations packed into one file.
+    Batch {
+        /// Generator (only `cover`, the whole single-GPU model; programs `cover-SEED`).
+        #[arg(long, default_value = "cover")]
+        generator: String,
+        /// First seed.
+        #[arg(long)]
+        seed: u64,
+        /// Number of programs (seeds SEED..SEED+COUNT).
+        #[arg(long)]
+        count: u64,
+        /// The packed observation file to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Also write the full observation (RON) of every run that did not complete, and of every program named by
+        /// --full, into this folder.
+        #[arg(long)]
+        full_dir: Option<PathBuf>,
+        /// Programs (names, comma-separated) whose full observation is written into --full-dir.
+        #[arg(long, value_delimiter = ',')]
+        full: Vec<String>,
+        /// Watchdog of each program after its set-up, in ms.
+        #[arg(long, default_value_t = 5000)]
+        timeout_ms: u64,
+        /// Limit on a worker's start and each program's set-up, in seconds.
+        #[arg(long, default_value_t = 60)]
+        setup_timeout_s: u64,
+        /// Programs per worker process (a fresh worker per chunk).
+        #[arg(long, default_value_t = 1000)]
+        chunk: u64,
+        /// Start no chunk after this many seconds (what was not run is left out of the file).
+        #[arg(long)]
+        budget_s: Option<u64>,
+    },
+    /// One batch worker process (started by `batch`).
+    #[command(hide = true)]
+    BatchWorker {
+        #[arg(long)]
+        start: usize,
+        #[arg(long)]
+        device: u32,
+        #[arg(long)]
+        t0_ns: u64,
+        #[arg(long)]
+        programs: PathBuf,
+        #[arg(long)]
+        log: PathBuf,
+        #[arg(long)]
+        work_dir: PathBuf,
+    },
     /// One rank process (started by `run`).
     #[command(hide = true)]
     Rank {
@@ -144,6 +196,25 @@ fn main() {
     let code = match cli.cmd {
         Cmd::Rank { rank, device, t0_ns, program, ids, log, work_dir } => {
             rank_main(&RankArgs { rank, program, ids, log, work_dir, t0_ns, device })
+        }
+        Cmd::BatchWorker { start, device, t0_ns, programs, log, work_dir } => {
+            cuorder_hw::rank::batch_worker_main(&cuorder_hw::rank::BatchWorkerArgs { programs, start, log, work_dir, t0_ns, device })
+        }
+        Cmd::Batch { generator, seed, count, out, full_dir, full, timeout_ms, setup_timeout_s, chunk, budget_s } => {
+            if generator != "cover" {
+                eprintln!("error: unknown generator `{generator}` (batch runs `cover`)");
+                std::process::exit(2);
+            }
+            if count == 0 || chunk == 0 {
+                eprintln!("error: --count and --chunk must be positive");
+                std::process::exit(2);
+            }
+            let opts = cuorder_hw::batch::BatchOptions {
+                timeout: Duration::from_millis(timeout_ms),
+                setup_timeout: Duration::from_secs(setup_timeout_s),
+                ..Default::default()
+            };
+            batch_cmd(seed, count, &out, full_dir.as_deref(), &full, opts, chunk, budget_s.map(Duration::from_secs))
         }
         Cmd::SmokePrograms { dir } => match write_smoke(&dir) {
             Ok(()) => 0,
@@ -360,6 +431,127 @@ fn run_cmd(program: &Path, out: &Path, mut opts: RunOptions) -> i32 {
             1
         }
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn batch_cmd(
+    seed: u64,
+    count: u64,
+    out: &Path,
+    full_dir: Option<&Path>,
+    full: &[String],
+    opts: cuorder_hw::batch::BatchOptions,
+    chunk: u64,
+    budget: Option<Duration>,
+) -> i32 {
+    use cuorder_hw::pack;
+    use std::io::Write;
+    if let Err(e) = supervisor::check_gpus(1) {
+        eprintln!("cuorder-hw: {e}");
+        return 3;
+    }
+    if let Err(e) = prepare_libraries(false) {
+        eprintln!("error: {e}");
+        return 1;
+    }
+    if let Some(d) = full_dir {
+        if let Err(e) = std::fs::create_dir_all(d) {
+            eprintln!("error: cannot create {}: {e}", d.display());
+            return 1;
+        }
+    }
+    let cover = cuorder_sim::cover::CoverOptions::default();
+    let mut file = match std::fs::File::create(out) {
+        Ok(f) => std::io::BufWriter::new(f),
+        Err(e) => {
+            eprintln!("error: cannot create {}: {e}", out.display());
+            return 1;
+        }
+    };
+    let header = format!(
+        "{}\nmeta generator cover {} ranks={} max_threads={} max_ops={} pool={}\nmeta seeds {seed} {count}\nmeta timeout_ms {}\n",
+        pack::HEADER,
+        cuorder_sim::cover::COVER_VERSION,
+        cover.ranks,
+        cover.max_threads,
+        cover.max_ops,
+        cover.pool,
+        opts.timeout.as_millis()
+    );
+    let _ = file.write_all(header.as_bytes());
+    let begin = std::time::Instant::now();
+    let mut last_env = String::new();
+    let mut totals = cuorder_hw::batch::BatchStats::default();
+    let mut s = seed;
+    let end = seed.saturating_add(count);
+    while s < end {
+        if budget.is_some_and(|b| begin.elapsed() > b) {
+            println!("budget reached: {} of {count} programs run", s - seed);
+            break;
+        }
+        let n = chunk.min(end - s);
+        let programs: Vec<Program> = (s..s + n).map(|x| cuorder_sim::cover::program(x, &cover)).collect();
+        let mut write_err = None;
+        let r = cuorder_hw::batch::run_batch(&programs, &opts, &mut |i, obs| {
+            let env = pack::env_line(&obs.environment);
+            if env != last_env {
+                let _ = writeln!(file, "{env}");
+                last_env = env;
+            }
+            if let Err(e) = writeln!(file, "{}", pack::pack(&obs, &programs[i])) {
+                write_err = Some(e);
+            }
+            let completed = matches!(obs.outcome, Outcome::Completed);
+            if let Some(d) = full_dir {
+                if !completed || full.iter().any(|f| *f == obs.program) {
+                    let _ = std::fs::write(d.join(format!("{}.ron", obs.program)), obs.to_ron());
+                    let _ = std::fs::write(d.join(format!("{}.program.ron", obs.program)), cuorder_hw::smoke::to_ron(&programs[i]));
+                }
+            }
+        });
+        let _ = file.flush();
+        if let Some(e) = write_err {
+            eprintln!("error: writing {}: {e}", out.display());
+            return 1;
+        }
+        match r {
+            Ok(st) => {
+                totals.programs += st.programs;
+                totals.completed += st.completed;
+                totals.hung += st.hung;
+                totals.failed += st.failed;
+                totals.workers += st.workers;
+                let el = begin.elapsed().as_secs_f64();
+                println!(
+                    "seeds {s}..{}: {} completed, {} hung, {} failed, {} worker(s), {:.1} s; total {} programs in {el:.1} s = {:.1} programs/s",
+                    s + n,
+                    st.completed,
+                    st.hung,
+                    st.failed,
+                    st.workers,
+                    st.wall_ms as f64 / 1000.0,
+                    totals.programs,
+                    totals.programs as f64 / el
+                );
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 1;
+            }
+        }
+        s += n;
+    }
+    println!(
+        "batch done: {} programs ({} completed, {} hung, {} failed) in {:.1} s, {} worker process(es); packed observations in {}",
+        totals.programs,
+        totals.completed,
+        totals.hung,
+        totals.failed,
+        begin.elapsed().as_secs_f64(),
+        totals.workers,
+        out.display()
+    );
+    0
 }
 
 fn calibrate_cmd(out_dir: &Path, meas_dir: &Path, probe_dir: Option<PathBuf>, opts: CalibrateOptions, mut run: RunOptions) -> i32 {

@@ -177,8 +177,13 @@ impl<'p> Semantics<'p> {
     /// S3: binds to the most recent record as of this call; a never-recorded event orders nothing.
     pub(crate) fn stream_wait_event(&self, st: &mut State, loc: OpLoc, stream: StreamRef, event: EventRef) {
         let key = ItemKey::of(loc, 0);
-        let deps: Vec<ItemKey> = st.streams.event_binding.get(&event).copied().into_iter().collect();
-        self.enqueue(st, loc.thread, key, ItemKind::WaitMarker, vec![stream], deps, vec![]);
+        let Some(dep) = st.streams.event_binding.get(&event).copied() else {
+            // S3: a wait for an event never recorded completes at once, and it enqueues nothing: on an H200 (driver
+            // 580) a wait of the legacy stream for such an event did not take part in the legacy stream's implicit
+            // synchronization (S2) either (traces/hw/cover-2026-12-01: cover-1871, cover-1925, ...).
+            return self.advance(st, loc.thread);
+        };
+        self.enqueue(st, loc.thread, key, ItemKind::WaitMarker, vec![stream], vec![dep], vec![]);
         self.advance(st, loc.thread);
     }
 
