@@ -1051,7 +1051,9 @@ pub fn derive_profile(m: &Measurements) -> (Profile, Vec<String>) {
     profile.name = String::new();
     profile.description = description;
     profile.eager_bytes_per_connection = eager_bytes;
-    profile.eager_bytes_guaranteed = eager_guaranteed;
+    // No window measured (the eager probes were skipped): keep the portable guarantee (none), never "all of an
+    // unbounded window".
+    profile.eager_bytes_guaranteed = if eager_bytes == u64::MAX { profile.eager_bytes_guaranteed } else { eager_guaranteed };
     profile.independent_progress = independent;
     profile.independent_progress_observed = independent_observed;
     profile.lazy_connect = lazy;

@@ -29,14 +29,22 @@ fn send_recv(grouped: bool, parity: bool) -> Program {
     b.finish()
 }
 
+/// Send-first without a warm-up: under `portable` the first contact is not mirrored, which is undefined (N7, issue
+/// 7: it crashed once and hung once on the H200 pair); every other built-in profile hangs in every execution.
 #[test]
-fn send_first_deadlocks_in_every_execution_under_every_builtin_profile() {
+fn send_first_is_undefined_under_portable_and_deadlocks_in_every_execution_otherwise() {
     for name in Profile::BUILTIN {
         let p = send_recv(false, false);
         let prof = Profile::builtin(name).unwrap();
         let sem = Semantics::new(&p, &prof);
         let ex = explore(&sem, &Limits::default());
         assert!(!ex.findings.is_empty(), "{name}");
+        if *name == "portable" {
+            let Problem::Undefined(u) = &ex.findings[0].problem else { panic!("{name}: {:?}", ex.findings[0].problem) };
+            assert_eq!(u.rule, cuorder_model::rule::Rule::N7);
+            assert_eq!(ex.findings[0].frequency, Frequency::Always);
+            continue;
+        }
         let Problem::Deadlock(d) = &ex.findings[0].problem else { panic!("{name}: {:?}", ex.findings[0].problem) };
         assert!(d.is_cycle, "{name}: {d:#?}");
         assert_eq!(ex.findings[0].frequency, Frequency::Always);
