@@ -393,32 +393,26 @@ fn check_manifest_folder(dir: &Path, limits: &Limits, rel: &dyn Fn(&Path) -> Pat
         };
         let sem = Semantics::new(&program, &profile);
         let c = conform(&sem, &obs, limits);
-        // A limit that stopped the search makes any answer inconclusive (a disagreement may be an unexplored state).
-        let inconclusive = c.inconclusive.clone().or_else(|| c.limit_hit.clone());
-        let status = match (&inconclusive, c.agrees(), explained) {
-            (Some(_), _, Some(why)) => Status::ExplainedInconclusive(why),
-            (Some(why), _, None) => Status::Inconclusive(why.clone()),
-            (None, true, None) => Status::Agrees,
-            (None, true, Some(why)) => Status::UnexpectedAgreement(why),
-            (None, false, Some(why)) => Status::ExplainedDisagreement(why),
-            (None, false, None) => Status::Disagrees(c.to_text().trim_end().to_string()),
-        };
-        out.push(entry(&t, status, Some(c)));
+        out.push(entry(&t, status_of(&c, explained), Some(c)));
     }
     for p in packed {
-        let c = p.conformance;
-        let inconclusive = c.inconclusive.clone().or_else(|| c.limit_hit.clone());
-        let status = match (&inconclusive, c.agrees(), p.explained) {
-            (Some(_), _, Some(why)) => Status::ExplainedInconclusive(why),
-            (Some(why), _, None) => Status::Inconclusive(why.clone()),
-            (None, true, None) => Status::Agrees,
-            (None, true, Some(why)) => Status::UnexpectedAgreement(why),
-            (None, false, Some(why)) => Status::ExplainedDisagreement(why),
-            (None, false, None) => Status::Disagrees(c.to_text().trim_end().to_string()),
-        };
-        out.push(entry(&p.trace, status, Some(c)));
+        out.push(entry(&p.trace, status_of(&p.conformance, p.explained), Some(p.conformance)));
     }
     (out, profile_file)
+}
+
+/// A trace's status from its conformance and the manifest's explanation. A limit that stopped the search makes any
+/// answer inconclusive (a disagreement may be an unexplored state).
+fn status_of(c: &Conformance, explained: Option<String>) -> Status {
+    let inconclusive = c.inconclusive.clone().or_else(|| c.limit_hit.clone());
+    match (&inconclusive, c.agrees(), explained) {
+        (Some(_), _, Some(why)) => Status::ExplainedInconclusive(why),
+        (Some(why), _, None) => Status::Inconclusive(why.clone()),
+        (None, true, None) => Status::Agrees,
+        (None, true, Some(why)) => Status::UnexpectedAgreement(why),
+        (None, false, Some(why)) => Status::ExplainedDisagreement(why),
+        (None, false, None) => Status::Disagrees(c.to_text().trim_end().to_string()),
+    }
 }
 
 /// Whether the file starts (after comments and white space) like an observation: `Observation(`. Reads at most

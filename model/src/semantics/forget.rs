@@ -201,29 +201,8 @@ pub(crate) struct ThreadFuture {
 
 impl ThreadFuture {
     pub(crate) fn new(ops: &[Op], infos: &[OpInfo], stream_index: impl Fn(StreamRef) -> usize) -> ThreadFuture {
-        // Where each op enqueues its work: an NCCL op inside a group at the outermost group end (N4), or at the
-        // thread's last op if the group never ends.
-        let mut at: Vec<u32> = (0..ops.len() as u32).collect();
-        let mut depth = 0u32;
-        let mut open: Vec<usize> = vec![];
-        for (i, op) in ops.iter().enumerate() {
-            match op.kind {
-                OpKind::GroupStart => depth += 1,
-                OpKind::GroupEnd => {
-                    depth = depth.saturating_sub(1);
-                    if depth == 0 {
-                        for j in open.drain(..) {
-                            at[j] = i as u32;
-                        }
-                    }
-                }
-                _ if depth > 0 && infos[i].comm.is_some() => open.push(i),
-                _ => {}
-            }
-        }
-        for j in open {
-            at[j] = ops.len().saturating_sub(1) as u32;
-        }
+        // Where each op enqueues its work (an NCCL op inside a group: at the group end; N4).
+        let at = super::reduction::effect_points(ops, infos);
         let mut last_host_access = None;
         let mut last: std::collections::BTreeMap<usize, u32> = Default::default();
         for (i, (op, info)) in ops.iter().zip(infos).enumerate() {

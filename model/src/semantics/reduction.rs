@@ -37,28 +37,7 @@ impl Tables {
         let nccl_on = infos.iter().flatten().filter(|i| i.comm.is_some()).filter_map(|i| i.acting_rank).collect();
         let threads = program.ranks.iter().flat_map(|r| r.threads.iter());
         for (thread, info) in threads.zip(infos) {
-            // Where each op takes effect: an NCCL op inside a group at the outermost group end.
-            let mut at: Vec<u32> = (0..thread.ops.len() as u32).collect();
-            let mut depth = 0u32;
-            let mut open: Vec<usize> = vec![];
-            for (i, op) in thread.ops.iter().enumerate() {
-                match op.kind {
-                    OpKind::GroupStart => depth += 1,
-                    OpKind::GroupEnd => {
-                        depth = depth.saturating_sub(1);
-                        if depth == 0 {
-                            for j in open.drain(..) {
-                                at[j] = i as u32;
-                            }
-                        }
-                    }
-                    _ if depth > 0 && info[i].comm.is_some() => open.push(i),
-                    _ => {}
-                }
-            }
-            for j in open {
-                at[j] = thread.ops.len().saturating_sub(1) as u32;
-            }
+            let at = effect_points(&thread.ops, info);
             let mut t: BTreeMap<Resource, (Option<u32>, Option<u32>)> = BTreeMap::new();
             let mut o: BTreeMap<RankId, u32> = BTreeMap::new();
             for (i, inf) in info.iter().enumerate() {
@@ -76,6 +55,33 @@ impl Tables {
         }
         Tables { touch, observer, nccl_on }
     }
+}
+
+/// Where each op of a thread takes effect: its own index, except an NCCL op inside a group, which takes effect at
+/// the outermost group end (N4), or at the thread's last op if the group never ends.
+pub(crate) fn effect_points(ops: &[Op], infos: &[OpInfo]) -> Vec<u32> {
+    let mut at: Vec<u32> = (0..ops.len() as u32).collect();
+    let mut depth = 0u32;
+    let mut open: Vec<usize> = vec![];
+    for (i, op) in ops.iter().enumerate() {
+        match op.kind {
+            OpKind::GroupStart => depth += 1,
+            OpKind::GroupEnd => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    for j in open.drain(..) {
+                        at[j] = i as u32;
+                    }
+                }
+            }
+            _ if depth > 0 && infos[i].comm.is_some() => open.push(i),
+            _ => {}
+        }
+    }
+    for j in open {
+        at[j] = ops.len().saturating_sub(1) as u32;
+    }
+    at
 }
 
 impl<'p> Semantics<'p> {
