@@ -10,7 +10,7 @@ use std::fmt;
 
 use crate::format::{MAX_EXPANDED_OPS, MAX_RANKS, MAX_THREADS_PER_RANK};
 use crate::observation::{Observation, OpId, Outcome, ThreadAt, Version};
-use crate::program::{BufRange, BufRef, CommId, EventRef, MemSpace, OpKind, Origin, Program, RankId, StreamKind, StreamRef};
+use crate::program::{BufRange, BufRef, CommId, EventRef, MemSpace, OpKind, Origin, Program, Rank, RankId, StreamKind, StreamRef};
 
 /// At most this many errors are collected by one validation (the rest are counted in
 /// [`ValidationErrors::more`]), so that a huge bad input costs linear time and bounded memory.
@@ -139,40 +139,30 @@ impl Checker<'_> {
         false
     }
 
-    fn stream(&mut self, at: &At, s: StreamRef) -> bool {
-        if !self.rank_ok(at, s.rank, "a stream") {
+    /// Whether `index` names one of rank `rank`'s `kind`s (counted by `count`); reports it otherwise (`what`: the
+    /// kind with its article, for the rank message).
+    fn per_rank(&mut self, at: &At, rank: RankId, index: u32, (what, kind): (&str, &str), count: fn(&Rank) -> usize) -> bool {
+        if !self.rank_ok(at, rank, what) {
             return false;
         }
-        let n = self.p.ranks[s.rank as usize].streams.len();
-        if (s.index as usize) < n {
+        let n = count(&self.p.ranks[rank as usize]);
+        if (index as usize) < n {
             return true;
         }
-        self.err(at, format!("stream {} of rank {} does not exist (rank {} has {n} streams)", s.index, s.rank, s.rank));
+        self.err(at, format!("{kind} {index} of rank {rank} does not exist (rank {rank} has {n} {kind}s)"));
         false
+    }
+
+    fn stream(&mut self, at: &At, s: StreamRef) -> bool {
+        self.per_rank(at, s.rank, s.index, ("a stream", "stream"), |r| r.streams.len())
     }
 
     fn event(&mut self, at: &At, e: EventRef) -> bool {
-        if !self.rank_ok(at, e.rank, "an event") {
-            return false;
-        }
-        let n = self.p.ranks[e.rank as usize].events.len();
-        if (e.index as usize) < n {
-            return true;
-        }
-        self.err(at, format!("event {} of rank {} does not exist (rank {} has {n} events)", e.index, e.rank, e.rank));
-        false
+        self.per_rank(at, e.rank, e.index, ("an event", "event"), |r| r.events.len())
     }
 
     fn buf(&mut self, at: &At, b: BufRef) -> bool {
-        if !self.rank_ok(at, b.rank, "a buffer") {
-            return false;
-        }
-        let n = self.p.ranks[b.rank as usize].buffers.len();
-        if (b.index as usize) < n {
-            return true;
-        }
-        self.err(at, format!("buffer {} of rank {} does not exist (rank {} has {n} buffers)", b.index, b.rank, b.rank));
-        false
+        self.per_rank(at, b.rank, b.index, ("a buffer", "buffer"), |r| r.buffers.len())
     }
 
     fn range(&mut self, at: &At, r: &BufRange) -> bool {
