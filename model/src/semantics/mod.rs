@@ -230,8 +230,10 @@ impl<'p> Semantics<'p> {
                 out.push(Step::Host { thread: t, choice });
             }
         }
-        self.item_steps(st, &mut out);
-        self.comm_steps(st, &mut out);
+        // The queue heads, computed once: both item and communication steps start from them.
+        let heads = self.queue_heads(st);
+        self.item_steps(st, &heads, &mut out);
+        self.comm_steps(st, &heads, &mut out);
         self.connect_steps(st, &mut out);
         out
     }

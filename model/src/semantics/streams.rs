@@ -23,9 +23,9 @@ impl<'p> Semantics<'p> {
 
     /// Item steps: every pending item that may start, except the DMA of a staged copy before its host has staged
     /// the source (S5).
-    pub(crate) fn item_steps(&self, st: &State, out: &mut Vec<Step>) {
+    pub(crate) fn item_steps(&self, st: &State, heads: &[ItemKey], out: &mut Vec<Step>) {
         // Only an item at the head of a queue can start: look at the heads (in item order, as the steps are listed).
-        for k in self.queue_heads(st) {
+        for &k in heads {
             let item = st.item(k);
             if !self.item_ready(st, k, item) {
                 continue;

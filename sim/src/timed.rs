@@ -1,0 +1,629 @@
+//! Timed discrete-event runs (issue 9): a strategy over the model's enabled steps that fires each step when its
+//! cost has elapsed since it became enabled, in integer nanoseconds, so that a timed run is one execution the
+//! explorer can also produce (its schedule replays with [`crate::run::replay`]). It records what ran where and
+//! when (spans), the dependencies between lanes (flows) and the findings, from which [`summarize`] derives the
+//! makespan, busy and idle time, bubbles and the critical path.
+//!
+//! The discrete-event rule: a step that becomes enabled at time `t` (the fire time of the step after which it first
+//! appears in the enabled set) fires at `t + cost(step)` unless it is disabled first; the step with the least fire
+//! time fires next (ties: the seeded generator). Costs come from a [`CostModel`]. The platform is as generous as
+//! the profile allows: a step the profile lets the platform withhold (an eager send beyond the guaranteed window,
+//! an item beside a spinning NCCL kernel; S1, N2) is taken like any other, and a nondeterministic host call takes
+//! its first outcome (a fresh allocator block, P4; a pageable async copy that returns at once, S5). What
+//! withholding or other outcomes can do is `check`'s and `explore`'s business.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use cuorder_model::program::{MemSpace, OpKind, RankId, StreamRef};
+use cuorder_model::semantics::{ItemKey, ItemKind, OpLoc, Race, Semantics, State, Step};
+
+use crate::cost::{transfer_ns, CostModel};
+use crate::rng::Rng;
+use crate::run::Outcome;
+
+/// Where a span runs: a host thread or a stream (global indices into the program's threads and streams).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Lane {
+    Thread(u32),
+    Stream(StreamRef),
+}
+
+/// What a span is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum SpanKind {
+    /// A kernel on a stream.
+    Kernel,
+    /// A memcpy or memset on a stream.
+    Copy,
+    /// An NCCL launch (one or more sends, recvs or a collective) on a stream, from its start to its end.
+    Nccl,
+    /// A host call that returned without blocking.
+    HostCall,
+    /// A host call that blocked, from the call to its return.
+    HostBlocked,
+}
+
+/// One interval on a lane: `[start_ns, end_ns]`, for the op at `op` (for an NCCL launch of a group: the group end).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    pub lane: Lane,
+    pub rank: RankId,
+    pub op: OpLoc,
+    pub kind: SpanKind,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// Why a flow arrow is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FlowKind {
+    /// Data of a send reaching its recv (rendezvous, or an eager delivery drained later; N2, N3).
+    SendRecv,
+    /// An event record ordering a stream wait (S3).
+    RecordWait,
+}
+
+/// A dependency arrow from (`from`, `from_ns`) to (`to`, `to_ns`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flow {
+    pub kind: FlowKind,
+    pub from: Lane,
+    pub from_rank: RankId,
+    pub from_ns: u64,
+    pub to: Lane,
+    pub to_rank: RankId,
+    pub to_ns: u64,
+}
+
+/// A finding placed in time: the race found at `at_ns` (index into [`TimedRun::races`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaceMark {
+    pub race: usize,
+    pub at_ns: u64,
+}
+
+/// A timed execution: the schedule (replayable), the fire time of each step, and what ran when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedRun {
+    pub program: String,
+    pub profile: String,
+    /// The cost model's name.
+    pub costs: String,
+    pub seed: u64,
+    pub schedule: Vec<Step>,
+    /// Fire time of each step of `schedule`, ns (non-decreasing).
+    pub times_ns: Vec<u64>,
+    /// For each step, the step after which it became enabled (`None`: enabled from the start).
+    pub enabled_by: Vec<Option<u32>>,
+    /// For each host step, the index of the op the thread was at (`None` for other steps).
+    pub host_op: Vec<Option<u32>>,
+    pub spans: Vec<Span>,
+    pub flows: Vec<Flow>,
+    pub races: Vec<Race>,
+    pub race_marks: Vec<RaceMark>,
+    pub outcome: Outcome,
+    /// When the last step fired (a deadlock: when the last thing happened before the stall), ns.
+    pub makespan_ns: u64,
+}
+
+/// Options of a timed run.
+#[derive(Clone, Debug)]
+pub struct TimedOptions {
+    /// Seed of the tie-breaking (and jitter) generator.
+    pub seed: u64,
+    /// Each step's cost is increased by a uniform draw from `0..=jitter_ns` (0: none), ns.
+    pub jitter_ns: u64,
+    /// Stop after this many steps ([`Outcome::StepLimit`]).
+    pub max_steps: usize,
+}
+
+impl Default for TimedOptions {
+    fn default() -> Self {
+        TimedOptions { seed: 0, jitter_ns: 0, max_steps: 100_000_000 }
+    }
+}
+
+/// Bytes a memcpy moves per second between these two memory kinds.
+fn copy_bandwidth(costs: &CostModel, dst: MemSpace, src: MemSpace) -> u64 {
+    use MemSpace::*;
+    match (dst, src) {
+        (Device, Device) => costs.copy_device_bytes_per_s,
+        (Device, PinnedHost) | (PinnedHost, Device) => costs.copy_pinned_bytes_per_s,
+        (Device, PageableHost) | (PageableHost, Device) => costs.copy_pageable_bytes_per_s,
+        _ => costs.copy_host_bytes_per_s,
+    }
+}
+
+/// The cost of `step` in `st`, ns (before jitter): see [`CostModel`]'s fields for what each figure covers.
+pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) -> u64 {
+    if costs.logical {
+        return 1;
+    }
+    let bytes_of = |loc: OpLoc| match &sem.op(loc).kind {
+        OpKind::Send { buf, .. } | OpKind::Recv { buf, .. } => buf.len,
+        _ => 0,
+    };
+    match step {
+        Step::Host { thread, .. } => {
+            let t = &st.host.threads[*thread as usize];
+            if t.wait.is_some() {
+                return costs.wakeup_ns;
+            }
+            match &sem.op(OpLoc { thread: *thread, op: t.pc }).kind {
+                OpKind::Kernel { .. } | OpKind::Memset { .. } | OpKind::Memcpy { .. } => costs.launch_ns,
+                OpKind::EventRecord { .. } => costs.event_record_ns,
+                OpKind::StreamWaitEvent { .. } => costs.event_wait_ns,
+                OpKind::HostSleep { ns } => *ns,
+                OpKind::HostAccess { range, .. } => transfer_ns(range.len, costs.copy_host_bytes_per_s),
+                OpKind::EventQuery { .. }
+                | OpKind::EventSynchronize { .. }
+                | OpKind::StreamSynchronize { .. }
+                | OpKind::StreamQuery { .. }
+                | OpKind::DeviceSynchronize { .. }
+                | OpKind::Barrier { .. }
+                | OpKind::CommInit { .. }
+                | OpKind::Send { .. }
+                | OpKind::Recv { .. }
+                | OpKind::GroupStart
+                | OpKind::GroupEnd
+                | OpKind::Collective { .. }
+                | OpKind::Alloc { .. }
+                | OpKind::Free { .. }
+                | OpKind::RecordStream { .. } => costs.host_call_ns,
+            }
+        }
+        Step::Item(k) => {
+            let item = st.item(*k);
+            let op = &sem.op(k.loc()).kind;
+            match (&item.kind, op) {
+                (ItemKind::Work, OpKind::Kernel { duration_ns, .. }) => costs.item_overhead_ns + duration_ns,
+                (ItemKind::Work, OpKind::Memset { dst, .. }) => {
+                    costs.item_overhead_ns + transfer_ns(dst.len, costs.copy_device_bytes_per_s)
+                }
+                (ItemKind::Work | ItemKind::StagedCopy, OpKind::Memcpy { dst, src, .. }) => {
+                    let space = |b| sem.program.buffer(b).space;
+                    let bw = copy_bandwidth(costs, space(dst.buf), space(src.buf));
+                    costs.item_overhead_ns + transfer_ns(dst.len, bw)
+                }
+                (ItemKind::Launch { .. }, _) => costs.nccl_launch_ns,
+                _ => 0,
+            }
+        }
+        Step::Transfer { send, recv } => {
+            costs.link(sem.acting_rank(*send), sem.acting_rank(*recv)).time_ns(bytes_of(*send))
+        }
+        Step::Eager { send } => {
+            let peer = match &sem.op(*send).kind {
+                OpKind::Send { peer, .. } => *peer,
+                _ => sem.acting_rank(*send),
+            };
+            costs.link(sem.acting_rank(*send), peer).time_ns(bytes_of(*send))
+        }
+        Step::Drain { .. } => 0,
+        Step::Collective { comm, seq } | Step::RootEarly { comm, seq } => {
+            let Some(parts) = st.nccl.coll.get(&(*comm, *seq)) else { return 0 };
+            let Some(at) = parts.values().next() else { return 0 };
+            let loc = st.comm_op(*at).1.loc;
+            let OpKind::Collective { kind, send, recv, .. } = &sem.op(loc).kind else { return 0 };
+            let bytes = kind.agreed_bytes(send.len, recv.len);
+            if matches!(step, Step::RootEarly { .. }) {
+                let members = &sem.program.comms[comm.0 as usize].members;
+                let root = kind.root().unwrap_or(0);
+                let far = members.iter().copied().max_by_key(|m| costs.link(root, *m).latency_ns).unwrap_or(root);
+                return costs.link(root, far).time_ns(bytes);
+            }
+            let mut members = sem.program.comms[comm.0 as usize].members.clone();
+            members.sort_unstable();
+            costs.collective_ns(*kind, &members, bytes)
+        }
+        Step::Connect { .. } => costs.connect_ns,
+    }
+}
+
+/// Builds spans, flows and race marks from applied steps and their fire times.
+struct Recorder {
+    spans: Vec<Span>,
+    flows: Vec<Flow>,
+    race_marks: Vec<RaceMark>,
+    /// Races in the order they were found.
+    races: Vec<Race>,
+    races_seen: std::collections::BTreeSet<Race>,
+    /// Start time of items that started and have not ended.
+    item_start: HashMap<ItemKey, u64>,
+    /// End time and stream of ended event records (for record→wait flows).
+    record_end: HashMap<ItemKey, (u64, StreamRef)>,
+    /// Per host thread: the start of a blocking call in progress and its op index.
+    blocked_since: Vec<Option<(u64, u32)>>,
+    /// Eager deliveries not yet drained: send op → (lane, rank, time).
+    eager: HashMap<OpLoc, (Lane, RankId, u64)>,
+}
+
+impl Recorder {
+    fn new(sem: &Semantics) -> Recorder {
+        Recorder {
+            spans: vec![],
+            flows: vec![],
+            race_marks: vec![],
+            races: vec![],
+            races_seen: Default::default(),
+            item_start: HashMap::new(),
+            record_end: HashMap::new(),
+            blocked_since: vec![None; sem.thread_of.len()],
+            eager: HashMap::new(),
+        }
+    }
+
+    /// The lane (first stream) and rank of an item.
+    fn item_lane(st: &State, k: ItemKey) -> (Lane, RankId) {
+        let s = st.item(k).streams[0];
+        (Lane::Stream(s), s.rank)
+    }
+
+    /// Records `step`, fired at `t` after costing `cost` ns, given the stepping thread's pc and wait before it.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        sem: &Semantics,
+        before: Option<(u32, bool)>,
+        step: &Step,
+        fx: &cuorder_model::semantics::Effects,
+        st: &State,
+        t: u64,
+        cost: u64,
+        overhead: u64,
+    ) {
+        if let (Step::Host { thread, .. }, Some((pc, waiting))) = (step, before) {
+            let th = *thread as usize;
+            let lane = Lane::Thread(*thread);
+            let rank = sem.rank_of(*thread);
+            let op = OpLoc { thread: *thread, op: pc };
+            if waiting {
+                if let Some((since, pc0)) = self.blocked_since[th].take() {
+                    let op = OpLoc { thread: *thread, op: pc0 };
+                    self.spans.push(Span { lane, rank, op, kind: SpanKind::HostBlocked, start_ns: since, end_ns: t });
+                }
+            } else if st.host.threads[th].wait.is_some() {
+                self.blocked_since[th] = Some((t - cost, pc));
+            } else {
+                self.spans.push(Span { lane, rank, op, kind: SpanKind::HostCall, start_ns: t - cost, end_ns: t });
+            }
+        }
+        for k in &fx.started {
+            let item = st.item(*k);
+            let finite = !matches!(item.kind, ItemKind::Launch { .. });
+            let start = if finite { (t - cost + overhead.min(cost)).min(t) } else { t };
+            self.item_start.insert(*k, start);
+            if item.kind == ItemKind::WaitMarker {
+                let (to, to_rank) = Self::item_lane(st, *k);
+                for d in &item.deps {
+                    if let Some(&(from_ns, s)) = self.record_end.get(d) {
+                        let (from, from_rank) = (Lane::Stream(s), s.rank);
+                        self.flows.push(Flow { kind: FlowKind::RecordWait, from, from_rank, from_ns, to, to_rank, to_ns: start });
+                    }
+                }
+            }
+        }
+        for k in &fx.ended {
+            let item = st.item(*k);
+            let start = self.item_start.remove(k).unwrap_or(t);
+            let kind = match (&item.kind, &sem.op(k.loc()).kind) {
+                (ItemKind::Launch { .. }, _) => Some(SpanKind::Nccl),
+                (ItemKind::Work, OpKind::Kernel { .. }) => Some(SpanKind::Kernel),
+                (ItemKind::Work | ItemKind::StagedCopy, _) => Some(SpanKind::Copy),
+                (ItemKind::Record, _) => {
+                    self.record_end.insert(*k, (t, item.streams[0]));
+                    None
+                }
+                (ItemKind::WaitMarker, _) => None,
+            };
+            if let Some(kind) = kind {
+                for s in &item.streams {
+                    self.spans.push(Span { lane: Lane::Stream(*s), rank: s.rank, op: k.loc(), kind, start_ns: start, end_ns: t });
+                }
+            }
+        }
+        let lane_of_op = |loc: OpLoc| -> (Lane, RankId) {
+            let info = sem.info(loc);
+            match info.stream {
+                Some(s) => (Lane::Stream(s), s.rank),
+                None => (Lane::Thread(loc.thread), sem.rank_of(loc.thread)),
+            }
+        };
+        match step {
+            Step::Transfer { send, recv } => {
+                let (from, from_rank) = lane_of_op(*send);
+                let (to, to_rank) = lane_of_op(*recv);
+                self.flows.push(Flow { kind: FlowKind::SendRecv, from, from_rank, from_ns: t - cost, to, to_rank, to_ns: t });
+            }
+            Step::Eager { send } => {
+                let (from, from_rank) = lane_of_op(*send);
+                self.eager.insert(*send, (from, from_rank, t - cost));
+            }
+            Step::Drain { recv } => {
+                let peer_send = st.nccl.p2p.iter().find_map(|(k, at)| {
+                    (k.recv && st.comm_op(*at).1.loc == *recv).then(|| st.nccl.p2p.get(&k.other())).flatten()
+                });
+                let (to, to_rank) = lane_of_op(*recv);
+                let from = peer_send.map(|at| st.comm_op(*at).1.loc).and_then(|s| self.eager.remove(&s));
+                if let Some((from, from_rank, from_ns)) = from {
+                    self.flows.push(Flow { kind: FlowKind::SendRecv, from, from_rank, from_ns, to, to_rank, to_ns: t });
+                }
+            }
+            _ => {}
+        }
+        if fx.races > 0 {
+            for r in &st.memory.races {
+                if self.races_seen.insert(r.clone()) {
+                    self.race_marks.push(RaceMark { race: self.races.len(), at_ns: t });
+                    self.races.push(r.clone());
+                }
+            }
+        }
+    }
+}
+
+/// Runs `sem`'s program once, timed by `costs` (module docs).
+pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> TimedRun {
+    drive(sem, costs, opt, None)
+}
+
+/// Times a given schedule (an explored execution, a witness): each step fires at the later of its discrete-event
+/// time and the previous step's time, so the order is the schedule's. With [`CostModel::logical`] (every step
+/// 1 ns) the times are logical.
+///
+/// Errors: [`crate::run::Diverged`] when a step of the schedule is not enabled where it is replayed.
+pub fn timed_replay(sem: &Semantics, costs: &CostModel, schedule: &[Step]) -> Result<TimedRun, crate::run::Diverged> {
+    let opt = TimedOptions { seed: 0, jitter_ns: 0, max_steps: schedule.len() };
+    let r = drive(sem, costs, &opt, Some(schedule));
+    if let Some(at) = r.schedule.iter().zip(schedule).position(|(a, b)| a != b) {
+        return Err(crate::run::Diverged { at, step: schedule[at].clone() });
+    }
+    if r.schedule.len() < schedule.len() {
+        let at = r.schedule.len();
+        return Err(crate::run::Diverged { at, step: schedule[at].clone() });
+    }
+    Ok(r)
+}
+
+/// Pending enabled step: when it became enabled, after which step, and when it fires.
+#[derive(Clone, Copy)]
+struct Pending {
+    fire: u64,
+    cost: u64,
+    by: Option<u32>,
+}
+
+fn drive(sem: &Semantics, costs: &CostModel, opt: &TimedOptions, fixed: Option<&[Step]>) -> TimedRun {
+    let mut rng = Rng::new(opt.seed);
+    let mut st = sem.initial();
+    let mut rec = Recorder::new(sem);
+    let mut pending: HashMap<Step, Pending> = HashMap::new();
+    let mut schedule: Vec<Step> = vec![];
+    let mut times: Vec<u64> = vec![];
+    let mut enabled_by: Vec<Option<u32>> = vec![];
+    let mut host_op: Vec<Option<u32>> = vec![];
+    let mut now = 0u64;
+    let every = crate::strategy::forget_every(sem);
+    let outcome = loop {
+        let mut enabled = sem.enabled(&st);
+        if let Some(u) = &st.undefined {
+            break Outcome::Undefined(u.clone());
+        }
+        if fixed.is_none() {
+            // The first outcome of every nondeterministic host call (module docs).
+            enabled.retain(|s| !matches!(s, Step::Host { choice, .. } if *choice != 0));
+        }
+        if enabled.is_empty() {
+            break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) };
+        }
+        if schedule.len() >= opt.max_steps {
+            break Outcome::StepLimit(opt.max_steps);
+        }
+        let last = schedule.len().checked_sub(1).map(|i| i as u32);
+        let mut next: HashMap<Step, Pending> = HashMap::with_capacity(enabled.len());
+        for s in &enabled {
+            let p = match pending.remove(s) {
+                Some(p) => p,
+                None => {
+                    let mut c = step_cost(sem, costs, &st, s);
+                    if opt.jitter_ns > 0 {
+                        c += rng.below(opt.jitter_ns + 1);
+                    }
+                    Pending { fire: now + c, cost: c, by: last }
+                }
+            };
+            next.insert(s.clone(), p);
+        }
+        pending = next;
+        let i = match fixed {
+            Some(sched) => match enabled.iter().position(|s| *s == sched[schedule.len()]) {
+                Some(i) => i,
+                None => break Outcome::StepLimit(schedule.len()),
+            },
+            None => {
+                let min = enabled.iter().map(|s| pending[s].fire).min().expect("enabled is not empty");
+                let ties: Vec<usize> = (0..enabled.len()).filter(|i| pending[&enabled[*i]].fire == min).collect();
+                if ties.len() == 1 {
+                    ties[0]
+                } else {
+                    ties[rng.below(ties.len() as u64) as usize]
+                }
+            }
+        };
+        let step = enabled.swap_remove(i);
+        let p = pending.remove(&step).expect("the step is pending");
+        let t = p.fire.max(now);
+        let cost = p.cost.min(t);
+        let before = match &step {
+            Step::Host { thread, .. } => {
+                let th = &st.host.threads[*thread as usize];
+                Some((th.pc, th.wait.is_some()))
+            }
+            _ => None,
+        };
+        let overhead = match &step {
+            Step::Item(_) => costs.item_overhead_ns,
+            _ => 0,
+        };
+        let fx = sem.apply(&mut st, &step);
+        rec.record(sem, before, &step, &fx, &st, t, cost, overhead);
+        now = t;
+        schedule.push(step);
+        times.push(t);
+        enabled_by.push(p.by);
+        host_op.push(before.map(|b| b.0));
+        if schedule.len() % every == 0 {
+            sem.forget(&mut st);
+        }
+    };
+    TimedRun {
+        program: sem.program.name.clone(),
+        profile: sem.profile.name.clone(),
+        costs: costs.name.clone(),
+        seed: opt.seed,
+        schedule,
+        makespan_ns: now,
+        times_ns: times,
+        enabled_by,
+        host_op,
+        spans: rec.spans,
+        flows: rec.flows,
+        races: rec.races,
+        race_marks: rec.race_marks,
+        outcome,
+    }
+}
+
+/// Busy and idle time of one stream over `[0, makespan]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamStats {
+    pub stream: StreamRef,
+    /// Time some item (kernel, copy, NCCL launch) runs on it, ns (union of its spans).
+    pub busy_ns: u64,
+    /// `makespan − busy`, ns.
+    pub idle_ns: u64,
+    /// Maximal idle intervals between its first start and last end.
+    pub gaps: u32,
+    pub longest_gap_ns: u64,
+}
+
+/// One rank's compute: the time some kernel runs on any of its streams (union), and the bubble fraction
+/// `1 − compute / makespan` (the pipeline bubble: the share of the run in which the rank computes nothing).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankStats {
+    pub rank: RankId,
+    pub compute_ns: u64,
+    pub bubble_fraction: f64,
+}
+
+/// One step of the critical path: the step, when it became enabled and when it fired.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CriticalStep {
+    pub step: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// What a timed run says about time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub makespan_ns: u64,
+    pub streams: Vec<StreamStats>,
+    pub ranks: Vec<RankStats>,
+    /// The chain of steps, each made enabled by the one before, that ends in the last step: shortening any step
+    /// not on it does not shorten the run. In execution order.
+    pub critical_path: Vec<CriticalStep>,
+}
+
+/// The union of intervals (sorted by start in place) as disjoint sorted intervals.
+fn union(iv: &mut [(u64, u64)]) -> Vec<(u64, u64)> {
+    iv.sort_unstable();
+    let mut out: Vec<(u64, u64)> = vec![];
+    for &(a, b) in iv.iter() {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// Makespan, per-stream busy/idle time, per-rank bubbles and the critical path of a timed run.
+pub fn summarize(sem: &Semantics, run: &TimedRun) -> Summary {
+    let mk = run.makespan_ns;
+    let mut per_stream: std::collections::BTreeMap<StreamRef, Vec<(u64, u64)>> = Default::default();
+    let mut per_rank: Vec<Vec<(u64, u64)>> = vec![vec![]; sem.program.ranks.len()];
+    for sp in &run.spans {
+        if let Lane::Stream(s) = sp.lane {
+            per_stream.entry(s).or_default().push((sp.start_ns, sp.end_ns));
+            if sp.kind == SpanKind::Kernel {
+                per_rank[sp.rank as usize].push((sp.start_ns, sp.end_ns));
+            }
+        }
+    }
+    let streams = per_stream
+        .into_iter()
+        .map(|(stream, mut iv)| {
+            let u = union(&mut iv);
+            let busy: u64 = u.iter().map(|(a, b)| b - a).sum();
+            let gaps: Vec<u64> = u.windows(2).map(|w| w[1].0 - w[0].1).filter(|g| *g > 0).collect();
+            StreamStats {
+                stream,
+                busy_ns: busy,
+                idle_ns: mk.saturating_sub(busy),
+                gaps: gaps.len() as u32,
+                longest_gap_ns: gaps.iter().copied().max().unwrap_or(0),
+            }
+        })
+        .collect();
+    let ranks = per_rank
+        .iter_mut()
+        .enumerate()
+        .map(|(r, iv)| {
+            let compute: u64 = union(iv).iter().map(|(a, b)| b - a).sum();
+            let bubble_fraction = if mk == 0 { 0.0 } else { 1.0 - compute as f64 / mk as f64 };
+            RankStats { rank: r as RankId, compute_ns: compute, bubble_fraction }
+        })
+        .collect();
+    let mut critical_path = vec![];
+    let mut at = run.schedule.len().checked_sub(1);
+    while let Some(i) = at {
+        let by = run.enabled_by[i];
+        let start = by.map_or(0, |b| run.times_ns[b as usize]);
+        critical_path.push(CriticalStep { step: i as u32, start_ns: start, end_ns: run.times_ns[i] });
+        at = by.map(|b| b as usize);
+    }
+    critical_path.reverse();
+    Summary { makespan_ns: mk, streams, ranks, critical_path }
+}
+
+/// The lane a step of a schedule acts on, and what it does, in words ("r0 main", "launch fwd m0 on compute").
+pub fn describe(sem: &Semantics, step: &Step, pc: Option<u32>) -> (String, String) {
+    let op_label = |loc: OpLoc| {
+        let rank = sem.rank_of(loc.thread);
+        format!("#{} {}", loc.op, sem.program.op_label(rank, &sem.op(loc).kind))
+    };
+    let stream_lane = |loc: OpLoc| match sem.info(loc).stream {
+        Some(s) => format!("r{} {}", s.rank, sem.program.stream(s).name),
+        None => sem.thread_label(loc.thread),
+    };
+    match step {
+        Step::Host { thread, .. } => {
+            let what = pc.map(|pc| op_label(OpLoc { thread: *thread, op: pc })).unwrap_or_else(|| "host step".into());
+            (sem.thread_label(*thread), what)
+        }
+        Step::Item(k) => (stream_lane(k.loc()), op_label(k.loc())),
+        Step::Transfer { send, recv } => {
+            (stream_lane(*send), format!("{} → {} {} (rendezvous)", op_label(*send), sem.thread_label(recv.thread), op_label(*recv)))
+        }
+        Step::Eager { send } => (stream_lane(*send), format!("{} delivers eagerly", op_label(*send))),
+        Step::Drain { recv } => (stream_lane(*recv), format!("{} takes its data", op_label(*recv))),
+        Step::Collective { comm, seq } => (sem.comm_name(*comm).to_string(), format!("collective #{seq} completes")),
+        Step::RootEarly { comm, seq } => (sem.comm_name(*comm).to_string(), format!("root of collective #{seq} finishes early")),
+        Step::Connect { a, b, comm, .. } => {
+            (sem.thread_label(*a), format!("connection set-up on {} with {}", sem.comm_name(*comm), sem.thread_label(*b)))
+        }
+    }
+}
