@@ -295,6 +295,11 @@ enum Command {
         /// A built-in profile (portable, eager) or a profile file (RON).
         name: Option<String>,
     },
+    /// List the built-in cost models of `cuorder time`, or print one as RON (a starting point for your own file).
+    Costs {
+        /// A built-in cost model (h200-nvlink, ideal, logical) or a cost model file (RON).
+        name: Option<String>,
+    },
     /// Print a rule of the model (docs/semantics.md): its statement, sources, how the model enforces it, the
     /// profile knobs, an example. Without RULE, list every rule id with its title.
     Explain {
@@ -787,6 +792,26 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(e),
+            },
+        },
+        Command::Costs { name } => match name {
+            None => {
+                for n in cuorder_sim::cost::CostModel::BUILTIN {
+                    if let Some(m) = cuorder_sim::cost::CostModel::builtin(n) {
+                        say(&format!("{n}: {}\n", m.source));
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Some(n) => match cuorder::timing::load_costs(&n) {
+                Ok(m) => {
+                    say(&format!("{}\n", ron::ser::to_string_pretty(&m, ron::ser::PrettyConfig::default()).unwrap_or_default()));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    err(&format!("error: {e}\n"));
+                    ExitCode::from(2)
+                }
             },
         },
         Command::Explain { rule } => {

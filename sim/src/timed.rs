@@ -454,7 +454,8 @@ fn drive(sem: &Semantics, costs: &CostModel, opt: &TimedOptions, fixed: Option<&
         };
         let step = enabled.swap_remove(i);
         let p = pending.remove(&step).expect("the step is pending");
-        let t = p.fire.max(now);
+        // Logical time counts steps: the i-th step happens at time i + 1, whenever it became enabled.
+        let t = if costs.logical { now + 1 } else { p.fire.max(now) };
         let cost = p.cost.min(t);
         let before = match &step {
             Step::Host { thread, .. } => {
