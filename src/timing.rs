@@ -43,9 +43,14 @@ pub fn lane_name(sem: &Semantics, lane: Lane) -> String {
 
 /// A span's name: the kernel's name, or the op's label.
 fn span_name(sem: &Semantics, sp: &cuorder_sim::timed::Span) -> String {
-    match &sem.op(sp.op).kind {
+    let name = match &sem.op(sp.op).kind {
         cuorder_model::program::OpKind::Kernel { name, .. } => name.clone(),
         k => sem.program.op_label(sp.rank, k),
+    };
+    match sp.answer {
+        Some(true) => format!("{name}: ready"),
+        Some(false) => format!("{name}: not ready"),
+        None => name,
     }
 }
 
@@ -124,8 +129,8 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
 }
 
 /// A compact text timeline: one row per lane (host threads and streams, by rank), `width` columns spanning
-/// `[0, makespan]`; a column shows what runs at its middle: a kernel's first letter, `c` a copy, `n` an NCCL launch,
-/// `|` a host call, `=` a blocked host call, `!` a race found there, ` ` nothing.
+/// `[0, makespan]`; a column shows what runs in it: a kernel's first letter, `c` a copy, `n` an NCCL launch, `|` a
+/// host call, `=` a blocked host call, `!` the start of an access that raced, ` ` nothing; then a legend.
 pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
     let width = width.max(10);
     let mk = run.makespan_ns.max(1);
@@ -149,6 +154,27 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
             }
         }
     }
+    for m in &run.race_marks {
+        let loc = run.races[m.race].second.who.loc();
+        let lane = match sem.info(loc).stream {
+            Some(s) => Lane::Stream(s),
+            None => Lane::Thread(loc.thread),
+        };
+        let rank = match lane {
+            Lane::Stream(s) => s.rank,
+            Lane::Thread(t) => sem.rank_of(t),
+        };
+        let row = lanes.entry((rank, matches!(lane, Lane::Stream(_)) as u8, lane)).or_insert_with(|| vec![b' '; width]);
+        row[col(m.at_ns)] = b'!';
+    }
+    // The legend: which kernels each letter stands for.
+    let mut letters: BTreeMap<u8, (String, usize)> = BTreeMap::new();
+    for sp in run.spans.iter().filter(|sp| sp.kind == SpanKind::Kernel) {
+        let name = span_name(sem, sp);
+        let ch = name.bytes().find(|b| b.is_ascii_alphanumeric()).unwrap_or(b'k');
+        let e = letters.entry(ch).or_insert_with(|| (name.clone(), 0));
+        e.1 += 1;
+    }
     let names: Vec<String> = lanes.keys().take(MAX_LANES).map(|k| lane_name(sem, k.2)).collect();
     let w = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).max(4);
     let mut s = String::new();
@@ -159,6 +185,11 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
     if lanes.len() > MAX_LANES {
         let _ = writeln!(s, "… {} more lanes (the Chrome trace of --timeline has all)", lanes.len() - MAX_LANES);
     }
+    let kernels: Vec<String> = letters
+        .iter()
+        .map(|(c, (first, n))| if *n == 1 { format!("{} {first}", *c as char) } else { format!("{} {first} (and {} more kernels)", *c as char, n - 1) })
+        .collect();
+    let _ = writeln!(s, "legend: kernels by first letter: {}; c copy or memset, n NCCL, | host call, = host blocked, ! race", kernels.join(", "));
     s
 }
 

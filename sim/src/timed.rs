@@ -54,6 +54,8 @@ pub struct Span {
     pub kind: SpanKind,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The answer of an event or stream query (`true` = ready; S4).
+    pub answer: Option<bool>,
 }
 
 /// Why a flow arrow is drawn.
@@ -77,7 +79,7 @@ pub struct Flow {
     pub to_ns: u64,
 }
 
-/// A finding placed in time: the race found at `at_ns` (index into [`TimedRun::races`]).
+/// A finding placed in time: the race (index into [`TimedRun::races`]) whose later access started at `at_ns`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RaceMark {
     pub race: usize,
@@ -97,8 +99,9 @@ pub struct TimedRun {
     pub times_ns: Vec<u64>,
     /// For each step, the step after which it became enabled (`None`: enabled from the start).
     pub enabled_by: Vec<Option<u32>>,
-    /// For each host step, the index of the op the thread was at (`None` for other steps).
-    pub host_op: Vec<Option<u32>>,
+    /// For each host step, the index of the op the thread was at and whether the step returned from a blocking
+    /// call (`None` for other steps).
+    pub host_op: Vec<Option<(u32, bool)>>,
     pub spans: Vec<Span>,
     pub flows: Vec<Flow>,
     pub races: Vec<Race>,
@@ -282,18 +285,21 @@ impl Recorder {
             if waiting {
                 if let Some((since, pc0)) = self.blocked_since[th].take() {
                     let op = OpLoc { thread: *thread, op: pc0 };
-                    self.spans.push(Span { lane, rank, op, kind: SpanKind::HostBlocked, start_ns: since, end_ns: t });
+                    self.spans.push(Span { lane, rank, op, kind: SpanKind::HostBlocked, start_ns: since, end_ns: t, answer: None });
                 }
             } else if st.host.threads[th].wait.is_some() {
                 self.blocked_since[th] = Some((t - cost, pc));
             } else {
-                self.spans.push(Span { lane, rank, op, kind: SpanKind::HostCall, start_ns: t - cost, end_ns: t });
+                self.spans.push(Span { lane, rank, op, kind: SpanKind::HostCall, start_ns: t - cost, end_ns: t, answer: fx.answer });
             }
         }
+        // Where a race found by this step is placed: the start of the access that found it.
+        let mut found_at = t - cost;
         for k in &fx.started {
             let item = st.item(*k);
             let finite = !matches!(item.kind, ItemKind::Launch { .. });
             let start = if finite { (t - cost + overhead.min(cost)).min(t) } else { t };
+            found_at = start;
             self.item_start.insert(*k, start);
             if item.kind == ItemKind::WaitMarker {
                 let (to, to_rank) = Self::item_lane(st, *k);
@@ -320,7 +326,7 @@ impl Recorder {
             };
             if let Some(kind) = kind {
                 for s in &item.streams {
-                    self.spans.push(Span { lane: Lane::Stream(*s), rank: s.rank, op: k.loc(), kind, start_ns: start, end_ns: t });
+                    self.spans.push(Span { lane: Lane::Stream(*s), rank: s.rank, op: k.loc(), kind, start_ns: start, end_ns: t, answer: None });
                 }
             }
         }
@@ -356,7 +362,7 @@ impl Recorder {
         if fx.races > 0 {
             for r in &st.memory.races {
                 if self.races_seen.insert(r.clone()) {
-                    self.race_marks.push(RaceMark { race: self.races.len(), at_ns: t });
+                    self.race_marks.push(RaceMark { race: self.races.len(), at_ns: found_at });
                     self.races.push(r.clone());
                 }
             }
@@ -403,7 +409,7 @@ fn drive(sem: &Semantics, costs: &CostModel, opt: &TimedOptions, fixed: Option<&
     let mut schedule: Vec<Step> = vec![];
     let mut times: Vec<u64> = vec![];
     let mut enabled_by: Vec<Option<u32>> = vec![];
-    let mut host_op: Vec<Option<u32>> = vec![];
+    let mut host_op: Vec<Option<(u32, bool)>> = vec![];
     let mut now = 0u64;
     let every = crate::strategy::forget_every(sem);
     let outcome = loop {
@@ -474,7 +480,7 @@ fn drive(sem: &Semantics, costs: &CostModel, opt: &TimedOptions, fixed: Option<&
         schedule.push(step);
         times.push(t);
         enabled_by.push(p.by);
-        host_op.push(before.map(|b| b.0));
+        host_op.push(before);
         if schedule.len() % every == 0 {
             sem.forget(&mut st);
         }
@@ -601,7 +607,7 @@ pub fn summarize(sem: &Semantics, run: &TimedRun) -> Summary {
 }
 
 /// The lane a step of a schedule acts on, and what it does, in words ("r0 main", "launch fwd m0 on compute").
-pub fn describe(sem: &Semantics, step: &Step, pc: Option<u32>) -> (String, String) {
+pub fn describe(sem: &Semantics, step: &Step, host: Option<(u32, bool)>) -> (String, String) {
     let op_label = |loc: OpLoc| {
         let rank = sem.rank_of(loc.thread);
         format!("#{} {}", loc.op, sem.program.op_label(rank, &sem.op(loc).kind))
@@ -612,7 +618,11 @@ pub fn describe(sem: &Semantics, step: &Step, pc: Option<u32>) -> (String, Strin
     };
     match step {
         Step::Host { thread, .. } => {
-            let what = pc.map(|pc| op_label(OpLoc { thread: *thread, op: pc })).unwrap_or_else(|| "host step".into());
+            let what = match host {
+                Some((pc, false)) => op_label(OpLoc { thread: *thread, op: pc }),
+                Some((pc, true)) => format!("returns from {}", op_label(OpLoc { thread: *thread, op: pc })),
+                None => "host step".into(),
+            };
             (sem.thread_label(*thread), what)
         }
         Step::Item(k) => (stream_lane(k.loc()), op_label(k.loc())),
