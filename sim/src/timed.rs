@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use cuorder_model::program::{MemSpace, OpKind, RankId, StreamRef};
-use cuorder_model::semantics::{ItemKey, ItemKind, OpLoc, Race, Semantics, State, Step};
+use cuorder_model::semantics::{CommOpKind, ItemKey, ItemKind, OpLoc, P2pKey, Race, Semantics, State, Step};
 
 use crate::cost::{transfer_ns, CostModel};
 use crate::rng::Rng;
@@ -348,9 +348,14 @@ impl Recorder {
                 self.eager.insert(*send, (from, from_rank, t - cost));
             }
             Step::Drain { recv } => {
-                let peer_send = st.nccl.p2p.iter().find_map(|(k, at)| {
-                    (k.recv && st.comm_op(*at).1.loc == *recv).then(|| st.nccl.p2p.get(&k.other())).flatten()
-                });
+                // The send this recv drained: the P2P table entry with the recv's key, sender's side (N3).
+                let (launch, idx) = sem.find_comm_op(st, *recv);
+                let peer_send = match (&st.item(launch).kind, st.comm_op((launch, idx)).1.kind) {
+                    (ItemKind::Launch { comm, .. }, CommOpKind::Recv { peer, seq }) => {
+                        st.nccl.p2p.get(&P2pKey { comm: *comm, src: peer, dst: sem.acting_rank(*recv), seq, recv: false })
+                    }
+                    _ => None,
+                };
                 let (to, to_rank) = lane_of_op(*recv);
                 let from = peer_send.map(|at| st.comm_op(*at).1.loc).and_then(|s| self.eager.remove(&s));
                 if let Some((from, from_rank, from_ns)) = from {
@@ -371,8 +376,127 @@ impl Recorder {
 }
 
 /// Runs `sem`'s program once, timed by `costs` (module docs).
+///
+/// The engine keeps the enabled steps by rank ([`Semantics::enabled_for_rank`]) and recomputes, after each step,
+/// only the ranks near the ones it wrote ([`Semantics::step_ranks`], [`cuorder_model::semantics::incremental`]);
+/// pending steps wait in a heap ordered by (fire time, a tie-breaking draw made from the seed when the step became
+/// enabled). A step costs O(work of the ranks it touches), not O(ranks).
 pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> TimedRun {
-    drive(sem, costs, opt, None)
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut rng = Rng::new(opt.seed);
+    let mut st = sem.initial();
+    let mut rec = Recorder::new(sem);
+    let groups = sem.rank_groups();
+    let nranks = sem.program.ranks.len();
+    let mut mark = vec![false; nranks];
+    let mut affected: Vec<RankId> = vec![];
+    // Per rank: the enabled steps it owns (first outcome of every nondeterministic host call; module docs).
+    let owned = |st: &State, r: RankId| -> Vec<Step> {
+        let mut v = vec![];
+        sem.enabled_for_rank(st, r, &mut v);
+        v.retain(|s| !matches!(s, Step::Host { choice, .. } if *choice != 0));
+        v
+    };
+    let mut cache: Vec<Vec<Step>> = (0..nranks as RankId).map(|r| owned(&st, r)).collect();
+    let mut pending: HashMap<Step, (Pending, u64)> = HashMap::new();
+    let mut heap: BinaryHeap<Reverse<(u64, u64, Step)>> = BinaryHeap::new();
+    let mut schedule: Vec<Step> = vec![];
+    let mut times: Vec<u64> = vec![];
+    let mut enabled_by: Vec<Option<u32>> = vec![];
+    let mut host_op: Vec<Option<(u32, bool)>> = vec![];
+    let mut now = 0u64;
+    let every = crate::strategy::forget_every(sem);
+    let add = |st: &State, s: &Step, now: u64, last: Option<u32>, rng: &mut Rng, pending: &mut HashMap<Step, (Pending, u64)>, heap: &mut BinaryHeap<Reverse<(u64, u64, Step)>>| {
+        let mut c = step_cost(sem, costs, st, s);
+        if opt.jitter_ns > 0 {
+            c += rng.below(opt.jitter_ns + 1);
+        }
+        let tie = rng.below(u64::MAX);
+        let p = Pending { fire: now + c, cost: c, by: last };
+        pending.insert(s.clone(), (p, tie));
+        heap.push(Reverse((p.fire, tie, s.clone())));
+    };
+    for r in &cache {
+        for s in r {
+            add(&st, s, 0, None, &mut rng, &mut pending, &mut heap);
+        }
+    }
+    let outcome = loop {
+        if let Some(u) = &st.undefined {
+            break Outcome::Undefined(u.clone());
+        }
+        // The earliest pending step (heap entries of steps disabled or re-enabled since are stale).
+        let next = loop {
+            match heap.pop() {
+                None => break None,
+                Some(Reverse((fire, tie, s))) => {
+                    if pending.get(&s).is_some_and(|(p, t)| p.fire == fire && *t == tie) {
+                        break Some(s);
+                    }
+                }
+            }
+        };
+        let Some(step) = next else {
+            break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) };
+        };
+        if schedule.len() >= opt.max_steps {
+            break Outcome::StepLimit(opt.max_steps);
+        }
+        let (p, _) = pending.remove(&step).expect("a popped step is pending");
+        let t = p.fire.max(now);
+        let before = match &step {
+            Step::Host { thread, .. } => {
+                let th = &st.host.threads[*thread as usize];
+                Some((th.pc, th.wait.is_some()))
+            }
+            _ => None,
+        };
+        let overhead = if matches!(step, Step::Item(_)) { costs.item_overhead_ns } else { 0 };
+        let written = sem.step_ranks(&st, &step);
+        let fx = sem.apply(&mut st, &step);
+        rec.record(sem, before, &step, &fx, &st, t, p.cost.min(t), overhead);
+        now = t;
+        schedule.push(step);
+        times.push(t);
+        enabled_by.push(p.by);
+        host_op.push(before);
+        let last = Some(schedule.len() as u32 - 1);
+        groups.affected(&written, &mut mark, &mut affected);
+        for &r in &affected {
+            let new = owned(&st, r);
+            for s in &cache[r as usize] {
+                if !new.contains(s) {
+                    pending.remove(s);
+                }
+            }
+            for s in &new {
+                if !pending.contains_key(s) {
+                    add(&st, s, now, last, &mut rng, &mut pending, &mut heap);
+                }
+            }
+            cache[r as usize] = new;
+        }
+        if schedule.len() % every == 0 {
+            sem.forget(&mut st);
+        }
+    };
+    TimedRun {
+        program: sem.program.name.clone(),
+        profile: sem.profile.name.clone(),
+        costs: costs.name.clone(),
+        seed: opt.seed,
+        schedule,
+        makespan_ns: now,
+        times_ns: times,
+        enabled_by,
+        host_op,
+        spans: rec.spans,
+        flows: rec.flows,
+        races: rec.races,
+        race_marks: rec.race_marks,
+        outcome,
+    }
 }
 
 /// Times a given schedule (an explored execution, a witness): each step fires at the later of its discrete-event
@@ -381,8 +505,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
 ///
 /// Errors: [`crate::run::Diverged`] when a step of the schedule is not enabled where it is replayed.
 pub fn timed_replay(sem: &Semantics, costs: &CostModel, schedule: &[Step]) -> Result<TimedRun, crate::run::Diverged> {
-    let opt = TimedOptions { seed: 0, jitter_ns: 0, max_steps: schedule.len() };
-    let r = drive(sem, costs, &opt, Some(schedule));
+    let r = drive_fixed(sem, costs, schedule);
     if let Some(at) = r.schedule.iter().zip(schedule).position(|(a, b)| a != b) {
         return Err(crate::run::Diverged { at, step: schedule[at].clone() });
     }
@@ -401,8 +524,8 @@ struct Pending {
     by: Option<u32>,
 }
 
-fn drive(sem: &Semantics, costs: &CostModel, opt: &TimedOptions, fixed: Option<&[Step]>) -> TimedRun {
-    let mut rng = Rng::new(opt.seed);
+/// Times a fixed schedule by full enabled sets (one per step): [`timed_replay`].
+fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
     let mut st = sem.initial();
     let mut rec = Recorder::new(sem);
     let mut pending: HashMap<Step, Pending> = HashMap::new();
@@ -417,15 +540,11 @@ fn drive(sem: &Semantics, costs: &CostModel, opt: &TimedOptions, fixed: Option<&
         if let Some(u) = &st.undefined {
             break Outcome::Undefined(u.clone());
         }
-        if fixed.is_none() {
-            // The first outcome of every nondeterministic host call (module docs).
-            enabled.retain(|s| !matches!(s, Step::Host { choice, .. } if *choice != 0));
-        }
         if enabled.is_empty() {
             break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) };
         }
-        if schedule.len() >= opt.max_steps {
-            break Outcome::StepLimit(opt.max_steps);
+        if schedule.len() >= sched.len() {
+            break Outcome::StepLimit(sched.len());
         }
         let last = schedule.len().checked_sub(1).map(|i| i as u32);
         let mut next: HashMap<Step, Pending> = HashMap::with_capacity(enabled.len());
@@ -433,30 +552,15 @@ fn drive(sem: &Semantics, costs: &CostModel, opt: &TimedOptions, fixed: Option<&
             let p = match pending.remove(s) {
                 Some(p) => p,
                 None => {
-                    let mut c = step_cost(sem, costs, &st, s);
-                    if opt.jitter_ns > 0 {
-                        c += rng.below(opt.jitter_ns + 1);
-                    }
+                    let c = step_cost(sem, costs, &st, s);
                     Pending { fire: now + c, cost: c, by: last }
                 }
             };
             next.insert(s.clone(), p);
         }
         pending = next;
-        let i = match fixed {
-            Some(sched) => match enabled.iter().position(|s| *s == sched[schedule.len()]) {
-                Some(i) => i,
-                None => break Outcome::StepLimit(schedule.len()),
-            },
-            None => {
-                let min = enabled.iter().map(|s| pending[s].fire).min().expect("enabled is not empty");
-                let ties: Vec<usize> = (0..enabled.len()).filter(|i| pending[&enabled[*i]].fire == min).collect();
-                if ties.len() == 1 {
-                    ties[0]
-                } else {
-                    ties[rng.below(ties.len() as u64) as usize]
-                }
-            }
+        let Some(i) = enabled.iter().position(|s| *s == sched[schedule.len()]) else {
+            break Outcome::StepLimit(schedule.len());
         };
         let step = enabled.swap_remove(i);
         let p = pending.remove(&step).expect("the step is pending");
@@ -489,7 +593,7 @@ fn drive(sem: &Semantics, costs: &CostModel, opt: &TimedOptions, fixed: Option<&
         program: sem.program.name.clone(),
         profile: sem.profile.name.clone(),
         costs: costs.name.clone(),
-        seed: opt.seed,
+        seed: 0,
         schedule,
         makespan_ns: now,
         times_ns: times,

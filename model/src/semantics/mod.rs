@@ -18,6 +18,7 @@ pub mod explain;
 mod forget;
 mod host;
 pub mod ids;
+pub mod incremental;
 mod memory;
 mod nccl;
 pub mod reduction;

@@ -154,6 +154,7 @@ impl<'p> Semantics<'p> {
         let item = st.streams.items.get_mut(&k).expect("finished item exists");
         item.status = ItemStatus::Done;
         let streams = item.streams.clone();
+        let blocks = item.blocks.clone();
         let agent = self.stream_agent(streams[0]);
         let epoch = Epoch { agent: agent as u32, time: end.get(agent) };
         item.end = Some(end.clone());
@@ -162,7 +163,7 @@ impl<'p> Semantics<'p> {
             st.streams.queues[i].1 += 1;
             st.streams.stream_clock[i] = end.clone();
         }
-        self.end_accesses(st, k, epoch);
+        self.end_accesses(st, k, &blocks, epoch);
         fx.ended.push(k);
     }
 
