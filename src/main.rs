@@ -215,6 +215,10 @@ enum Command {
         /// Also print a compact text timeline (one row per host thread and stream) this many columns wide.
         #[arg(long)]
         lanes: Option<usize>,
+        /// Compare the prediction with a hardware run of the program (an observation from `cuorder-hw run`):
+        /// makespan and kernel end times (text output).
+        #[arg(long)]
+        compare: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
         /// Stop after this many steps.
@@ -488,7 +492,7 @@ fn main() -> ExitCode {
             }
             ExitCode::from(if timed_out { 3 } else { 0 })
         }
-        Command::Time { program, profile, costs, seed, jitter, timeline, lanes, format, max_steps } => {
+        Command::Time { program, profile, costs, seed, jitter, timeline, lanes, compare, format, max_steps } => {
             let (prof, prog) = match load_both(&profile, &program, color) {
                 Ok(x) => x,
                 Err(e) => return fail(e),
@@ -522,6 +526,19 @@ fn main() -> ExitCode {
                     if let Some(w) = lanes {
                         text.push('\n');
                         text.push_str(&cuorder::timing::lanes_text(&sem, &run, w));
+                    }
+                    if let Some(obs) = &compare {
+                        let obs = match cuorder::traces::load_trace(obs, &prog) {
+                            Ok(o) => o,
+                            Err(e) => return fail(e),
+                        };
+                        match cuorder::timing::accuracy(&sem, &run, &obs) {
+                            Ok(a) => text.push_str(&format!("\n{}\n", a.to_text())),
+                            Err(e) => {
+                                err(&format!("error: --compare: {e}\n"));
+                                return ExitCode::from(2);
+                            }
+                        }
                     }
                     say(&text);
                 }

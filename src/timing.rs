@@ -386,3 +386,85 @@ pub fn write_chrome_trace(sem: &Semantics, run: &TimedRun, path: &std::path::Pat
     let text = serde_json::to_string(&chrome_trace(sem, run)).unwrap_or_default() + "\n";
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
+
+/// A timed prediction against a hardware run of the same program (issue 9, "Accuracy"). Times are ns from the
+/// run's first host call (hardware) or from 0 (prediction); device times are moved to the host clock with the
+/// rank's clock anchor (one pairing per rank, no drift correction).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accuracy {
+    /// From the first host call entered to the last one returned.
+    pub measured_makespan_ns: u64,
+    pub predicted_makespan_ns: u64,
+    /// Kernels with a measured device end and a predicted span.
+    pub kernels: usize,
+    /// Median and largest |predicted end − measured end| over those kernels.
+    pub kernel_end_median_abs_err_ns: u64,
+    pub kernel_end_max_abs_err_ns: u64,
+    /// Median |predicted duration − measured duration| / measured duration over those kernels.
+    pub kernel_duration_median_rel_err: f64,
+}
+
+impl Accuracy {
+    /// `(predicted − measured) / measured` of the makespan.
+    pub fn makespan_rel_err(&self) -> f64 {
+        (self.predicted_makespan_ns as f64 - self.measured_makespan_ns as f64) / self.measured_makespan_ns.max(1) as f64
+    }
+
+    /// One line for people.
+    pub fn to_text(&self) -> String {
+        format!(
+            "against the hardware run: makespan measured {}, predicted {} ({:+.1}%); kernel ends over {} kernels: median |error| {}, max {}; kernel durations: median relative error {:.1}%",
+            fmt_ns(self.measured_makespan_ns),
+            fmt_ns(self.predicted_makespan_ns),
+            self.makespan_rel_err() * 100.0,
+            self.kernels,
+            fmt_ns(self.kernel_end_median_abs_err_ns),
+            fmt_ns(self.kernel_end_max_abs_err_ns),
+            self.kernel_duration_median_rel_err * 100.0
+        )
+    }
+}
+
+/// Compares a timed run with a hardware observation of the same program.
+///
+/// Errors: the hardware run did not complete, or the observation has no host times (nothing to compare), said in
+/// words.
+pub fn accuracy(sem: &Semantics, run: &TimedRun, obs: &cuorder_model::observation::Observation) -> Result<Accuracy, String> {
+    if !matches!(obs.outcome, cuorder_model::observation::Outcome::Completed) {
+        return Err("the hardware run did not complete (the watchdog fired): it has no makespan to compare".into());
+    }
+    let origin = obs.ops.iter().filter_map(|o| o.host_enter_ns).min().ok_or("the observation has no host call times")?;
+    let end = obs.ops.iter().filter_map(|o| o.host_return_ns).max().ok_or("no host call of the observation returned")?;
+    let anchor: BTreeMap<u32, i128> = obs
+        .clock_anchors
+        .iter()
+        .map(|a| (a.rank, (i128::from(a.host_before_ns) + i128::from(a.host_after_ns)) / 2 - i128::from(a.gpu_ns)))
+        .collect();
+    let mut predicted: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
+    for sp in run.spans.iter().filter(|s| s.kind == SpanKind::Kernel) {
+        predicted.insert((sp.op.thread, sp.op.op), (sp.start_ns, sp.end_ns));
+    }
+    let mut end_err: Vec<u64> = vec![];
+    let mut dur_err: Vec<f64> = vec![];
+    for o in obs.ops.iter().filter(|o| o.kind == "Kernel") {
+        let Some(&off) = anchor.get(&o.op.rank) else { continue };
+        let Some(dev) = o.device else { continue };
+        let (Some(ds), Some(de)) = (dev.start_ns, dev.end_ns) else { continue };
+        let Some(&base) = sem.thread_base.get(o.op.rank as usize) else { continue };
+        let Some(&(ps, pe)) = predicted.get(&(base + o.op.thread, o.op.index)) else { continue };
+        let measured_end = i128::from(de) + off - i128::from(origin);
+        end_err.push((i128::from(pe) - measured_end).unsigned_abs() as u64);
+        let md = de.saturating_sub(ds).max(1) as f64;
+        dur_err.push(((pe - ps) as f64 - md).abs() / md);
+    }
+    end_err.sort_unstable();
+    dur_err.sort_by(|a, b| a.total_cmp(b));
+    Ok(Accuracy {
+        measured_makespan_ns: end - origin,
+        predicted_makespan_ns: run.makespan_ns,
+        kernels: end_err.len(),
+        kernel_end_median_abs_err_ns: end_err.get(end_err.len() / 2).copied().unwrap_or(0),
+        kernel_end_max_abs_err_ns: end_err.last().copied().unwrap_or(0),
+        kernel_duration_median_rel_err: dur_err.get(dur_err.len() / 2).copied().unwrap_or(0.0),
+    })
+}

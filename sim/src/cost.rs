@@ -66,7 +66,8 @@ pub struct CostModel {
     pub wakeup_ns: u64,
     /// Time from an NCCL launch reaching the head of its stream to its kernel running, ns.
     pub nccl_launch_ns: u64,
-    /// One-time connection set-up between two ranks (N7), ns.
+    /// One-time connection set-up of one direction between two ranks (N7; a grouped send/recv pair sets up two
+    /// directions in one set-up and pays twice), ns.
     pub connect_ns: u64,
     /// P2P and collective transport between GPUs of one node.
     pub nvlink: Link,
@@ -74,6 +75,11 @@ pub struct CostModel {
     pub network: Link,
     /// The collective algorithm.
     pub collective_algorithm: CollectiveAlgorithm,
+    /// A kernel runs at least as long as reading its read ranges at this rate and writing its write ranges at
+    /// [`CostModel::kernel_write_bytes_per_s`] take, whatever its `duration:` says, bytes/s.
+    pub kernel_read_bytes_per_s: u64,
+    /// See [`CostModel::kernel_read_bytes_per_s`], bytes/s.
+    pub kernel_write_bytes_per_s: u64,
     /// Copy bandwidth device→device on one GPU (memcpy; memset writes at this rate too), bytes/s.
     pub copy_device_bytes_per_s: u64,
     /// Copy bandwidth between pinned host memory and the device (either direction), bytes/s.
@@ -94,18 +100,21 @@ impl CostModel {
     /// host launch 4,425 ns (`host_launch_ns_median`); back-to-back kernel gap 5,280 ns
     /// (`device_queued_gap_ns_median`); event record 950 ns, stream wait 923 ns; idle `cudaStreamSynchronize`
     /// 2,277 ns (`idle_sync_host_ns_median`); P2P α 14,032 ns, β 373.9 GB/s (`p2p_latency_ns`,
-    /// `p2p_bandwidth_bytes_per_s`, fitted over 4 KiB–1 GiB). Not measured directly: connection set-up 90 ms is
-    /// the 590 ms the first send to a late peer spent in the call in the same calibration, less the peer's 500 ms
-    /// lateness (`late_peer_sleep`): an upper bound;
-    /// network α 5 µs and 50 GB/s (one 400 Gb/s InfiniBand NDR port per GPU, NVIDIA ConnectX-7 datasheet);
-    /// device copy 4.8 TB/s HBM3e ÷ 2 (read + write; NVIDIA H200 datasheet); pinned 55 GB/s and pageable 20 GB/s
+    /// `p2p_bandwidth_bytes_per_s`, fitted over 4 KiB–1 GiB). Measured in the hardware runs of the seed example
+    /// (`traces/hw/seed-2026-11-29/nccl-1456-grouped.ron`, 2 GiB grouped send/recv): connection set-up 100 ms per direction
+    /// (the first grouped send+recv blocked `ncclGroupEnd` 186.6 ms for two directions; `nccl-1456-parity.ron`'s
+    /// first send blocked 98.0 ms and the reverse direction 111.1 ms; N7), a kernel writing 2 GiB 0.5245 ms and one
+    /// reading 2 GiB 1.679 ms (the executor's version-stamping kernels: 4.094 TB/s written, 1.279 TB/s read; a
+    /// lower bound on every kernel's duration). Not measured, nominal: network α 5 µs and 50 GB/s (one
+    /// 400 Gb/s InfiniBand NDR port per GPU, NVIDIA ConnectX-7 datasheet); device copy 4.8 TB/s HBM3e ÷ 2 (read + write; NVIDIA H200 datasheet); pinned 55 GB/s and pageable 20 GB/s
     /// (PCIe Gen5 x16 as commonly measured); host copy 10 GB/s; NCCL launch 6 µs (launch + the kernel's start,
     /// `device_queued_interval_ns_median` 7,072 ns minus the empty kernel's 1,760 ns, rounded).
     pub fn h200_nvlink() -> CostModel {
         CostModel {
             name: "h200-nvlink".into(),
-            source: "traces/hw/calibration/h200x2-nvlink-nccl2.28.3.measurements.ron (timing medians); nominal \
-                     datasheet figures where not measured (sim/src/cost.rs)"
+            source: "traces/hw/calibration/h200x2-nvlink-nccl2.28.3.measurements.ron (timing medians) and \
+                     traces/hw/seed-2026-11-29 (connection set-up, kernel bandwidth); nominal datasheet figures where \
+                     not measured (sim/src/cost.rs)"
                 .into(),
             gpus_per_node: 8,
             launch_ns: 4_425,
@@ -115,10 +124,12 @@ impl CostModel {
             host_call_ns: 1_000,
             wakeup_ns: 2_277,
             nccl_launch_ns: 6_000,
-            connect_ns: 90_000_000,
+            connect_ns: 100_000_000,
             nvlink: Link { latency_ns: 14_032, bandwidth_bytes_per_s: 373_946_090_522 },
             network: Link { latency_ns: 5_000, bandwidth_bytes_per_s: 50_000_000_000 },
             collective_algorithm: CollectiveAlgorithm::Auto,
+            kernel_read_bytes_per_s: 1_279_000_000_000,
+            kernel_write_bytes_per_s: 4_094_000_000_000,
             copy_device_bytes_per_s: 2_400_000_000_000,
             copy_pinned_bytes_per_s: 55_000_000_000,
             copy_pageable_bytes_per_s: 20_000_000_000,
@@ -156,6 +167,8 @@ impl CostModel {
             nvlink: fast.clone(),
             network: fast,
             collective_algorithm: CollectiveAlgorithm::Ring,
+            kernel_read_bytes_per_s: u64::MAX,
+            kernel_write_bytes_per_s: u64::MAX,
             copy_device_bytes_per_s: u64::MAX,
             copy_pinned_bytes_per_s: u64::MAX,
             copy_pageable_bytes_per_s: u64::MAX,
@@ -187,6 +200,8 @@ impl CostModel {
         for (name, v) in [
             ("nvlink.bandwidth_bytes_per_s", m.nvlink.bandwidth_bytes_per_s),
             ("network.bandwidth_bytes_per_s", m.network.bandwidth_bytes_per_s),
+            ("kernel_read_bytes_per_s", m.kernel_read_bytes_per_s),
+            ("kernel_write_bytes_per_s", m.kernel_write_bytes_per_s),
             ("copy_device_bytes_per_s", m.copy_device_bytes_per_s),
             ("copy_pinned_bytes_per_s", m.copy_pinned_bytes_per_s),
             ("copy_pageable_bytes_per_s", m.copy_pageable_bytes_per_s),

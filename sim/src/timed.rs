@@ -181,7 +181,15 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
             let item = st.item(*k);
             let op = &sem.op(k.loc()).kind;
             match (&item.kind, op) {
-                (ItemKind::Work, OpKind::Kernel { duration_ns, .. }) => costs.item_overhead_ns + duration_ns,
+                (ItemKind::Work, OpKind::Kernel { duration_ns, reads, writes, .. }) => {
+                    // A kernel takes its duration, but never less than touching its ranges takes at the cost model's
+                    // kernel bandwidths (the format's default duration, 10 us, is far too short for GiB buffers).
+                    let r: u64 = reads.iter().map(|x| x.len).sum();
+                    let w: u64 = writes.iter().map(|x| x.len).sum();
+                    let d = (*duration_ns)
+                        .max(transfer_ns(r, costs.kernel_read_bytes_per_s) + transfer_ns(w, costs.kernel_write_bytes_per_s));
+                    costs.item_overhead_ns + d
+                }
                 (ItemKind::Work, OpKind::Memset { dst, .. }) => {
                     costs.item_overhead_ns + transfer_ns(dst.len, costs.copy_device_bytes_per_s)
                 }
@@ -221,7 +229,14 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
             members.sort_unstable();
             costs.collective_ns(*kind, &members, bytes)
         }
-        Step::Connect { .. } => costs.connect_ns,
+        Step::Connect { a, comm, ra, rb, .. } => {
+            // Per direction set up (a grouped send/recv pair sets up two at once).
+            let dirs = match &st.host.threads[*a as usize].wait {
+                Some(cuorder_model::semantics::Wait::Connect { need, .. }) => need.get(&(*comm, *ra, *rb)).map_or(1, |d| d.len()),
+                _ => 1,
+            };
+            costs.connect_ns * dirs.max(1) as u64
+        }
     }
 }
 
