@@ -5,6 +5,7 @@ pub mod artifact;
 pub mod diagnostics;
 pub mod json;
 pub mod report;
+pub mod shrink;
 pub mod timeline;
 pub mod timing;
 pub mod traces;

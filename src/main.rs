@@ -278,6 +278,25 @@ enum Command {
         #[arg(long)]
         program: Option<PathBuf>,
     },
+    /// Shrink a saved finding (from `explore --save`): remove ops (as written) and ranks while a problem of the same
+    /// kind (and rule) persists; write the minimal program and its finding artifact. Exit 0 shrunk, 1 the problem
+    /// was not found in the program to begin with, 2 bad input.
+    Shrink {
+        artifact: PathBuf,
+        /// The program (default: the path recorded in the artifact).
+        #[arg(long)]
+        program: Option<PathBuf>,
+        /// Where to write the minimal program (default: next to the artifact, `NAME-min.ron`); its finding artifact
+        /// goes beside it as `NAME-min.finding.ron`.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+        /// States the exhaustive search of one candidate may visit (after 20 random walks found nothing).
+        #[arg(long, default_value_t = 5_000)]
+        max_states: usize,
+        /// Candidate programs tried at most.
+        #[arg(long, default_value_t = 2_000)]
+        max_candidates: usize,
+    },
     /// Write random well-formed programs (the agreement-test generator) as RON files `gen-SEED.ron`, or, with
     /// `gen pipeline`, a pipeline-parallel training schedule as Megatron-LM runs it.
     #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -697,6 +716,82 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
             }
+        }
+        Command::Shrink { artifact, program, out, max_states, max_candidates } => {
+            let a = match cuorder::artifact::load(&artifact) {
+                Ok(a) => a,
+                Err(e) => {
+                    err(&format!("error: {e}\n"));
+                    return ExitCode::from(2);
+                }
+            };
+            let path = program.unwrap_or_else(|| a.program.clone());
+            // Load once through the normal path for its diagnostics.
+            let (_, text) = match load_program(&path, color) {
+                Ok(x) => x,
+                Err(e) => return fail(e),
+            };
+            let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
+            let opt = cuorder::shrink::ShrinkOptions { max_states, max_candidates, ..Default::default() };
+            let shrunk = match cuorder::shrink::shrink(&name, &text, &a.profile, &a.kind, &opt) {
+                Ok(s) => s,
+                Err(e) => {
+                    err(&format!("error: {e}\n"));
+                    return ExitCode::from(1);
+                }
+            };
+            let out = out.unwrap_or_else(|| artifact.with_file_name(format!("{name}-min.ron")));
+            let art_path = out.with_extension("finding.ron");
+            let header = format!(
+                "// Shrunk by `cuorder shrink {}` from {} ({} ops on {} ranks -> {} ops on {} ranks, {} candidates):\n// {}: {}\n",
+                artifact.display(),
+                path.display(),
+                shrunk.ops_before,
+                shrunk.ranks_before,
+                shrunk.ops_after,
+                shrunk.ranks_after,
+                shrunk.candidates,
+                a.kind,
+                shrunk.finding.text.lines().next().unwrap_or("")
+            );
+            let text = header + &shrunk.text;
+            if let Err(e) = std::fs::write(&out, &text) {
+                err(&format!("error: cannot write {}: {e}\n", out.display()));
+                return ExitCode::from(2);
+            }
+            let new = cuorder::artifact::Artifact {
+                format_version: cuorder::artifact::ARTIFACT_FORMAT_VERSION,
+                cuorder_version: env!("CARGO_PKG_VERSION").to_string(),
+                program: out.clone(),
+                program_hash: cuorder::artifact::program_hash(text.as_bytes()),
+                profile: a.profile.clone(),
+                strategy: "shrink".into(),
+                seed: None,
+                kind: shrunk.finding.kind.clone(),
+                summary: shrunk.finding.text.lines().next().unwrap_or("").to_string(),
+                key: shrunk.key.clone(),
+                schedule: shrunk.finding.finding.witness.clone(),
+            };
+            let art_text = ron::ser::to_string_pretty(&new, ron::ser::PrettyConfig::default()).unwrap_or_default() + "\n";
+            if let Err(e) = std::fs::write(&art_path, art_text) {
+                err(&format!("error: cannot write {}: {e}\n", art_path.display()));
+                return ExitCode::from(2);
+            }
+            say(&format!(
+                "shrunk {} to {} ops on {} ranks (from {} ops on {} ranks; {} candidates checked)\n{}: {}\nwrote {} and {} (cuorder replay {})\n",
+                path.display(),
+                shrunk.ops_after,
+                shrunk.ranks_after,
+                shrunk.ops_before,
+                shrunk.ranks_before,
+                shrunk.candidates,
+                shrunk.finding.kind,
+                shrunk.finding.text.lines().next().unwrap_or(""),
+                out.display(),
+                art_path.display(),
+                art_path.display()
+            ));
+            ExitCode::SUCCESS
         }
         Command::Conform { dir: Some(dir), junit, budgets, .. } => conform_dir(&dir, junit.as_deref(), &budgets.limits()),
         Command::Conform { program: Some(program), trace: Some(trace), profile, budgets, dir: None, .. } => {

@@ -1,0 +1,334 @@
+//! `cuorder shrink` (issue 8, "replay and shrinking"): reduces the program of a saved finding to a minimal one that
+//! still shows the same kind of problem, by delta debugging (Zeller & Hildebrandt, "Simplifying and isolating
+//! failure-inducing input", TSE 2002) over the program's *text*: the candidates remove whole ops as written (a
+//! `Group`, a `Repeat`, one `Send` inside a group) and lower the rank count, so the result is a program in the
+//! user's own notation, comments and all, that loads with the same diagnostics as any other. A candidate counts when
+//! it loads and the oracle (seeded random walks, then exhaustive search under a state budget) finds a problem of the
+//! same kind (and, for undefined behaviour, the same rule).
+
+use cuorder_model::profile::Profile;
+use cuorder_model::program::Program;
+use std::collections::BTreeSet;
+
+use cuorder_model::rule::Rule;
+use cuorder_model::verdict::Problem;
+use cuorder_model::semantics::{Node, Semantics};
+use cuorder_sim::explore::Limits;
+use cuorder_sim::strategy::{sample, SampleOptions, Strategy};
+
+use crate::report::RenderedFinding;
+
+/// Budgets of the oracle.
+#[derive(Clone, Debug)]
+pub struct ShrinkOptions {
+    /// States the exhaustive search of one candidate may visit.
+    pub max_states: usize,
+    /// Seeded random walks tried on a candidate before the exhaustive search.
+    pub walks: u64,
+    /// Candidates tried at most (each costs one oracle call).
+    pub max_candidates: usize,
+}
+
+impl Default for ShrinkOptions {
+    fn default() -> Self {
+        ShrinkOptions { max_states: 5_000, walks: 20, max_candidates: 2_000 }
+    }
+}
+
+/// The outcome of a shrink.
+#[derive(Debug)]
+pub struct Shrunk {
+    /// The minimal program text.
+    pub text: String,
+    pub program: Program,
+    /// The finding in the minimal program (its witness is the new schedule).
+    pub finding: RenderedFinding,
+    pub key: cuorder_model::verdict::ProblemKey,
+    /// Expanded ops (all ranks and threads) before and after.
+    pub ops_before: usize,
+    pub ops_after: usize,
+    pub ranks_before: u32,
+    pub ranks_after: u32,
+    /// Candidates loaded and checked.
+    pub candidates: usize,
+}
+
+/// Expanded ops of a program, over all ranks and threads.
+fn op_count(p: &Program) -> usize {
+    p.ranks.iter().flat_map(|r| &r.threads).map(|t| t.ops.len()).sum()
+}
+
+/// The byte range of the RON value starting at `start` in `text`, with the comma and blanks after it: up to the
+/// first `,`, `]` or `)` at depth 0 outside strings and comments.
+fn value_extent(text: &str, start: usize) -> (usize, usize) {
+    let b = text.as_bytes();
+    let (mut i, mut depth, mut in_str) = (start, 0i32, false);
+    while i < b.len() {
+        let c = b[i];
+        if in_str {
+            if c == b'\\' {
+                i += 1;
+            } else if c == b'"' {
+                in_str = false;
+            }
+        } else if c == b'"' {
+            in_str = true;
+        } else if c == b'/' && b.get(i + 1) == Some(&b'/') {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+            continue;
+        } else if matches!(c, b'(' | b'[' | b'{') {
+            depth += 1;
+        } else if matches!(c, b')' | b']' | b'}') {
+            if depth == 0 {
+                break;
+            }
+            depth -= 1;
+        } else if c == b',' && depth == 0 {
+            // Take the comma and the blanks after it.
+            i += 1;
+            while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
+                i += 1;
+            }
+            break;
+        }
+        i += 1;
+    }
+    (start, i)
+}
+
+/// The ops as written: the byte ranges of every op's text, outermost first where they nest.
+fn op_spans(text: &str, p: &Program) -> Vec<(usize, usize)> {
+    let mut starts: Vec<usize> =
+        p.ranks.iter().flat_map(|r| &r.threads).flat_map(|t| &t.ops).filter_map(|o| o.origin.offset).collect();
+    starts.sort_unstable();
+    starts.dedup();
+    // Whole threads too (`Thread(` written at the start of a value), so that a rank's last thread can go.
+    starts.extend(text.match_indices("Thread(").map(|(i, _)| i).filter(|&i| {
+        text[..i].trim_end().ends_with(['[', ','])
+    }));
+    starts.sort_unstable();
+    starts.dedup();
+    let mut spans: Vec<(usize, usize)> = starts.into_iter().map(|s| value_extent(text, s)).filter(|(a, b)| b > a).collect();
+    // Outermost first: by start, longest first.
+    spans.sort_by_key(|(a, b)| (*a, std::cmp::Reverse(*b)));
+    spans
+}
+
+/// `text` without the given byte ranges (nested ranges inside a removed one are ignored).
+fn without(text: &str, remove: &[(usize, usize)]) -> String {
+    let mut r: Vec<(usize, usize)> = remove.to_vec();
+    r.sort_unstable();
+    let (mut out, mut at) = (String::with_capacity(text.len()), 0usize);
+    for (a, b) in r {
+        if a < at {
+            continue;
+        }
+        // A removal that leaves its line blank takes the whole line.
+        let line_start = text[..a].rfind('\n').map_or(0, |i| i + 1);
+        let rest = &text[b..];
+        let line_end = rest.find('\n').map_or(text.len(), |i| b + i + 1);
+        let (a, b) = if text[line_start..a].trim().is_empty() && text[b..line_end].trim().is_empty() && line_start >= at {
+            (line_start, line_end)
+        } else {
+            (a, b)
+        };
+        out.push_str(&text[at..a]);
+        at = b;
+    }
+    out.push_str(&text[at..]);
+    // Lines that removals left holding only indentation go (an empty line the author wrote stays).
+    let mut kept = String::with_capacity(out.len());
+    for line in out.split_inclusive('\n') {
+        let body = line.trim_end_matches(['\n', '\r']);
+        if body.is_empty() || !body.trim().is_empty() {
+            kept.push_str(line);
+        }
+    }
+    kept
+}
+
+/// What makes two findings "the same kind of problem": the kind; for a deadlock, whether the wait-for graph closes
+/// a cycle and the rules its edges cite (a send-before-recv cycle stays one, instead of shrinking to a lone recv that
+/// waits forever); for undefined behaviour, the rule broken; for a race, the kinds of the two ops (a send against a
+/// kernel stays one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signature {
+    pub kind: String,
+    pub cycle: Option<bool>,
+    /// For a deadlock: whether its wait-for graph spans two ranks or more (a cross-rank deadlock does not shrink to
+    /// one rank waiting alone).
+    pub cross_rank: Option<bool>,
+    pub rules: BTreeSet<Rule>,
+    pub ops: Vec<&'static str>,
+}
+
+/// The signature of a finding of `sem`'s program.
+pub fn signature(sem: &Semantics, f: &RenderedFinding) -> Signature {
+    let mut sig = Signature { kind: f.kind.clone(), cycle: None, cross_rank: None, rules: BTreeSet::new(), ops: vec![] };
+    match &f.finding.problem {
+        Problem::Deadlock(d) => {
+            sig.cycle = Some(d.is_cycle);
+            let ranks: BTreeSet<u32> = d
+                .cycle
+                .iter()
+                .flat_map(|e| [e.from, e.to])
+                .map(|n| match n {
+                    Node::Thread(t) | Node::Never(t) => sem.rank_of(t),
+                    Node::Item(k) => sem.rank_of(k.thread),
+                })
+                .collect();
+            sig.cross_rank = Some(ranks.len() >= 2);
+            sig.rules.extend(d.cycle.iter().map(|e| e.reason.rule()));
+        }
+        Problem::Undefined(u) => {
+            sig.rules.insert(u.rule);
+        }
+        Problem::DataRace(r) => {
+            sig.ops = vec![sem.info(r.first.who.loc()).name, sem.info(r.second.who.loc()).name];
+            sig.ops.sort_unstable();
+        }
+    }
+    sig
+}
+
+/// The first finding with signature `want` in `text`, if it loads: the exhaustive search under the budget, then
+/// random walks.
+fn oracle(name: &str, text: &str, profile: &Profile, want: &Signature, opt: &ShrinkOptions) -> Option<(Program, RenderedFinding, cuorder_model::verdict::ProblemKey)> {
+    let prog = cuorder_model::format::load(name, text).ok()?;
+    let sem = Semantics::new(&prog, profile);
+    let wanted = |f: &RenderedFinding| signature(&sem, f) == *want;
+    // Seeded random walks first (cheap, and they find send-before-recv deadlocks and races at once), then the
+    // exhaustive search under the state budget.
+    let s = sample(&sem, &SampleOptions { strategy: Strategy::Random, seed: 0, executions: opt.walks, time_limit: None, first: false, jobs: 1, max_steps: 1_000_000 });
+    let rep = crate::report::build_report(&sem, &s.exploration);
+    if let Some(i) = rep.findings.iter().position(wanted) {
+        let key = s.exploration.keys[i].clone();
+        let f = rep.findings.into_iter().nth(i)?;
+        return Some((prog, f, key));
+    }
+    let limits = Limits { max_states: opt.max_states, ..Limits::default() };
+    let ex = cuorder_sim::explore::explore(&sem, &limits);
+    let rep = crate::report::build_report(&sem, &ex);
+    let i = rep.findings.iter().position(wanted)?;
+    let key = ex.keys[i].clone();
+    let f = rep.findings.into_iter().nth(i)?;
+    Some((prog, f, key))
+}
+
+/// The `ranks: N` field of the program text, if written: (byte range of N, N).
+fn ranks_field(text: &str) -> Option<(usize, usize, u32)> {
+    let i = text.find("ranks:")?;
+    let digits_start = i + 6 + text[i + 6..].len() - text[i + 6..].trim_start().len();
+    let n: String = text[digits_start..].chars().take_while(|c| c.is_ascii_digit()).collect();
+    Some((digits_start, digits_start + n.len(), n.parse().ok()?))
+}
+
+/// Shrinks `text` (the program `name`) while a problem of `kind` persists under `profile`.
+///
+/// Errors: the program does not load, or the problem is not found in it to begin with (within the budgets).
+pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &ShrinkOptions) -> Result<Shrunk, String> {
+    let none = || format!("no {kind} found in {name} under profile {} within the budgets (nothing to shrink)", profile.name);
+    let want = {
+        let prog = cuorder_model::format::load(name, text).map_err(|_| format!("{name} does not load"))?;
+        let sem = Semantics::new(&prog, profile);
+        let limits = Limits { max_states: opt.max_states, ..Limits::default() };
+        let ex = cuorder_sim::explore::explore(&sem, &limits);
+        let mut rep = crate::report::build_report(&sem, &ex);
+        if !rep.findings.iter().any(|f| f.kind == kind) {
+            let s = sample(&sem, &SampleOptions { strategy: Strategy::Random, seed: 0, executions: opt.walks, time_limit: None, first: false, jobs: 1, max_steps: 1_000_000 });
+            rep = crate::report::build_report(&sem, &s.exploration);
+        }
+        let f = rep.findings.iter().find(|f| f.kind == kind).ok_or_else(none)?;
+        signature(&sem, f)
+    };
+    let (prog0, f0, key0) = oracle(name, text, profile, &want, opt).ok_or_else(none)?;
+    let (ops_before, ranks_before) = (op_count(&prog0), prog0.ranks.len() as u32);
+    let mut best = (text.to_string(), prog0, f0, key0);
+    let mut candidates = 0usize;
+    // Fewer ranks first: every later candidate is then smaller.
+    while let Some((a, b, n)) = ranks_field(&best.0) {
+        if n <= 1 || candidates >= opt.max_candidates {
+            break;
+        }
+        let cand = format!("{}{}{}", &best.0[..a], n - 1, &best.0[b..]);
+        candidates += 1;
+        match oracle(name, &cand, profile, &want, opt) {
+            Some((p, f, k)) => best = (cand, p, f, k),
+            None => break,
+        }
+    }
+    // ddmin over the ops and threads as written, then fewer ranks again, until neither helps.
+    loop {
+        let before = best.0.len();
+        let mut chunks = 2usize;
+        loop {
+        let spans = op_spans(&best.0, &best.1);
+        if spans.is_empty() || candidates >= opt.max_candidates {
+            break;
+        }
+        let n = chunks.min(spans.len());
+        let size = spans.len().div_ceil(n);
+        let mut reduced = false;
+        for c in spans.chunks(size) {
+            if candidates >= opt.max_candidates {
+                break;
+            }
+            let cand = without(&best.0, c);
+            candidates += 1;
+            if let Some((p, f, k)) = oracle(name, &cand, profile, &want, opt) {
+                best = (cand, p, f, k);
+                reduced = true;
+                break;
+            }
+        }
+        if reduced {
+            chunks = (chunks - 1).max(2);
+        } else if n >= spans.len() {
+            break;
+        } else {
+            chunks = (chunks * 2).min(spans.len());
+        }
+        }
+        while let Some((a, b, n)) = ranks_field(&best.0) {
+            if n <= 1 || candidates >= opt.max_candidates {
+                break;
+            }
+            let cand = format!("{}{}{}", &best.0[..a], n - 1, &best.0[b..]);
+            candidates += 1;
+            match oracle(name, &cand, profile, &want, opt) {
+                Some((p, f, k)) => best = (cand, p, f, k),
+                None => break,
+            }
+        }
+        if best.0.len() == before || candidates >= opt.max_candidates {
+            break;
+        }
+    }
+    let (text, program, finding, key) = best;
+    Ok(Shrunk { ops_after: op_count(&program), ranks_after: program.ranks.len() as u32, text, program, finding, key, ops_before, ranks_before, candidates })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_extent_stops_at_the_comma_at_depth_zero_and_skips_strings_and_comments() {
+        let t = r#"[Kernel("a,b", writes: ["x"]), // c)
+ Send(to: Next, buf: "y")]"#;
+        let (a, b) = value_extent(t, 1);
+        assert_eq!(&t[a..b], r#"Kernel("a,b", writes: ["x"]), "#);
+        let s = t.find("Send").unwrap();
+        let (a, b) = value_extent(t, s);
+        assert_eq!(&t[a..b], r#"Send(to: Next, buf: "y")"#);
+    }
+
+    #[test]
+    fn without_drops_nested_ranges_inside_removed_ones() {
+        assert_eq!(without("0123456789", &[(2, 6), (3, 4), (8, 9)]), "01679");
+        // A removed op alone on its line takes the line with it.
+        assert_eq!(without("[\n    A,\n    B,\n]", &[(6, 9)]), "[\n    B,\n]");
+    }
+}

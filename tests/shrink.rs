@@ -1,0 +1,74 @@
+//! `cuorder shrink` (issue 8): a saved finding's program shrinks to a handful of ops that show the same kind of
+//! problem (same signature: a cross-rank deadlock stays cross-rank, a race keeps its op kinds), the result loads, and
+//! its artifact replays to the same problem.
+
+use std::process::Command;
+
+use cuorder_model::profile::Profile;
+use cuorder_model::semantics::Semantics;
+use cuorder_sim::pipeline::{pipeline, PipelineOptions, Schedule, Variant};
+
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cuorder")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn shrink_variant(schedule: Schedule, stages: u32, mb: u32, variant: Variant, kind: &str) {
+    let dir = std::env::temp_dir().join(format!("cuorder-shrink-{}-{variant:?}-{stages}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let chunks = if schedule == Schedule::Interleaved { 2 } else { 1 };
+    let o = PipelineOptions { schedule, stages, microbatches: mb, chunks, variant, ..PipelineOptions::default() };
+    let prog_path = dir.join("p.ron");
+    std::fs::write(&prog_path, pipeline(&o).unwrap()).unwrap();
+    let p = prog_path.to_str().unwrap();
+    let (code, out, err) = cli(&["explore", p, "--strategy", "random", "--first", "--executions", "200", "--save", dir.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    let artifact = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).find(|f| f.to_string_lossy().contains("finding-1")).unwrap();
+    let (code, out, err) = cli(&["shrink", artifact.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("\n{kind}: ")), "{out}");
+    let min = dir.join("p-min.ron");
+    let text = std::fs::read_to_string(&min).unwrap();
+    let prog = cuorder_model::format::load("p-min", &text).unwrap_or_else(|_| panic!("the shrunk program loads:\n{text}"));
+    let ops: usize = prog.ranks.iter().flat_map(|r| &r.threads).map(|t| t.ops.len()).sum();
+    let before: usize = cuorder_model::format::load("p", &pipeline(&o).unwrap()).unwrap().ranks.iter().flat_map(|r| &r.threads).map(|t| t.ops.len()).sum();
+    assert!(ops <= 12 && ops < before, "{before} ops shrank only to {ops}:\n{text}");
+    // The same signature as the original finding.
+    let rep = cuorder::report::check(&prog, &Profile::builtin("portable").unwrap(), &Default::default());
+    assert!(rep.findings.iter().any(|f| f.kind == kind), "{}", rep.to_text());
+    if kind == "deadlock" {
+        let portable = Profile::builtin("portable").unwrap();
+        let sem = Semantics::new(&prog, &portable);
+        let f = rep.findings.iter().find(|f| f.kind == kind).unwrap();
+        assert_eq!(cuorder::shrink::signature(&sem, f).cross_rank, Some(true), "the deadlock still spans ranks:\n{text}");
+    }
+    // Its artifact replays.
+    let (code, out, err) = cli(&["replay", min.with_extension("finding.ron").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("reproduced"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn send_before_recv_deadlock_of_a_pipeline_shrinks_to_a_few_ops() {
+    shrink_variant(Schedule::OneFOneB, 3, 3, Variant::Bug, "deadlock");
+}
+
+#[test]
+fn event_inside_the_group_race_shrinks_to_a_few_ops() {
+    shrink_variant(Schedule::OneFOneB, 2, 2, Variant::Race, "data race");
+}
+
+#[test]
+fn shrinking_a_finding_the_program_does_not_have_says_so() {
+    let dir = std::env::temp_dir().join(format!("cuorder-shrink-none-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (code, out, err) = cli(&["explore", "examples/megatron-batch-p2p-race.ron", "--strategy", "random", "--first", "--save", dir.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    let artifact = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).find(|f| f.to_string_lossy().contains("finding-1")).unwrap();
+    let (code, _, err) = cli(&["shrink", artifact.to_str().unwrap(), "--program", "examples/megatron-batch-p2p-fixed.ron"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no data race found in megatron-batch-p2p-fixed"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
