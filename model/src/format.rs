@@ -12,6 +12,8 @@ mod decls;
 mod desugar;
 pub mod diagnostic;
 mod expand;
+mod expr;
+mod instantiate;
 mod issues;
 mod resolve;
 mod ron_error;

@@ -4,10 +4,11 @@
 
 use super::decls::{size, Decls, LEGACY_STREAM, PER_THREAD_STREAM};
 use super::diagnostic::did_you_mean;
-use super::expand::{Item, Leaf};
+use super::expand::{Item, Leaf, Scope};
+use super::instantiate::instantiate;
 use super::issues::{Issue, Issues};
 use super::span_index::{field, index, SpanIndex};
-use super::surface::{BufArg, Duration, Peer, Root, SOp, SimplePeer};
+use super::surface::{BufArg, Duration, ExprArg, Peer, Root, SOp, SimplePeer};
 use super::units::{parse_duration, DURATION_HELP};
 use super::DEFAULT_KERNEL_NS;
 use crate::program::{
@@ -337,15 +338,15 @@ impl<'a, 'i> Resolver<'a, 'i> {
     }
 
     fn peer(&mut self, cx: &Ctx, comm: CommId, pos: usize, peer: &Peer, path: &str) -> Option<RankId> {
-        let simple = match *peer {
+        let simple = match peer {
             Peer::Next => SimplePeer::Next,
             Peer::Prev => SimplePeer::Prev,
-            Peer::Rank { rank } => SimplePeer::Rank { rank },
+            Peer::Rank { rank } => SimplePeer::Rank { rank: rank.clone() },
             Peer::Parity { even, odd } => {
                 if pos % 2 == 0 {
-                    even
+                    even.clone()
                 } else {
-                    odd
+                    odd.clone()
                 }
             }
         };
@@ -355,16 +356,8 @@ impl<'a, 'i> Resolver<'a, 'i> {
         let r = match simple {
             SimplePeer::Next => c.members[(pos + 1) % m],
             SimplePeer::Prev => c.members[(pos + m - 1) % m],
-            SimplePeer::Rank { rank: r } => {
-                if r >= self.d.ranks {
-                    let ranks = self.d.ranks;
-                    self.err(
-                        cx,
-                        Issue::new(path, format!("peer rank {r} does not exist"))
-                            .help(format!("the program has {}: 0 to {}", plural(ranks as usize, "rank"), ranks - 1)),
-                    );
-                    return None;
-                }
+            SimplePeer::Rank { rank: ref arg } => {
+                let r = self.rank_value(cx, arg, "peer rank", path)?;
                 if !c.members.contains(&r) {
                     self.err(cx, Issue::new(path, format!("peer rank {r} is not a member of `{name}` (members: {members})")));
                     return None;
@@ -382,6 +375,29 @@ impl<'a, 'i> Resolver<'a, 'i> {
             return None;
         }
         Some(r)
+    }
+
+    /// The global rank an evaluated rank expression names (`what`: "peer rank", "root rank"), or `None` (reported)
+    /// when no such rank exists. Pipelines are not rings: `Rank(stage + 1)` on the last stage names a rank past the
+    /// end, and the help says how to guard it.
+    fn rank_value(&mut self, cx: &Ctx, arg: &ExprArg, what: &str, path: &str) -> Option<RankId> {
+        let v = arg.literal()?;
+        let ranks = self.d.ranks;
+        match u32::try_from(v) {
+            Ok(r) if r < ranks => Some(r),
+            _ => {
+                let computed = if arg.written_plain() { String::new() } else { format!(" (`{}` = {v} on rank {})", arg.text, cx.rank) };
+                let mut help = format!("the program has {}: 0 to {}", plural(ranks as usize, "rank"), ranks - 1);
+                if !arg.written_plain() {
+                    help.push_str(&format!(
+                        "; neighbours do not wrap around: guard the op, e.g. `If({}, [...])`",
+                        if v < 0 { format!("{} >= 0", arg.text) } else { format!("{} < ranks", arg.text) }
+                    ));
+                }
+                self.err(cx, Issue::new(path, format!("{what} {v} does not exist{computed}")).help(help));
+                None
+            }
+        }
     }
 
     fn barrier(&mut self, cx: &Ctx, name: &str) -> u32 {
@@ -438,6 +454,9 @@ impl<'a, 'i> Resolver<'a, 'i> {
             Leaf::GroupEnd => return Some(OpKind::GroupEnd),
             Leaf::Op(op) => op,
         };
+        let scope = Scope { rank: cx.rank, ranks: self.d.ranks, env: item.env.as_deref() };
+        let instantiated = instantiate(op, &scope, p, self.issues)?;
+        let op = &instantiated;
         let f = |name: &str| field(p, name);
         match op {
             SOp::Kernel { name, stream, reads, writes, duration } => {
@@ -583,7 +602,12 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 self.collective(cx, p, CollectiveKind::AllReduce, None, buf, send, recv, stream, comm)
             }
             SOp::Broadcast { root, buf, send, recv, stream, comm } => {
-                let Root::Rank { rank: r } = *root;
+                let Root::Rank { rank: arg } = root;
+                // A root of a rank that exists is checked for membership by `collective` (as before expressions existed).
+                let r = match arg.literal().map(u32::try_from) {
+                    Some(Ok(r)) => r,
+                    _ => self.rank_value(cx, arg, "root rank", &f("root"))?,
+                };
                 let kind = CollectiveKind::Broadcast { root: r };
                 self.collective(cx, p, kind, Some(r), buf, send, recv, stream, comm)
             }
@@ -608,7 +632,9 @@ impl<'a, 'i> Resolver<'a, 'i> {
             }
             SOp::Free { buf } => Some(OpKind::Free { buf: self.pooled(cx, "Free", buf, &f("0"))? }),
             // Control forms never reach here: expansion removed them.
-            SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } => None,
+            SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {
+                None
+            }
         }
     }
 

@@ -2,6 +2,7 @@
 //! resolution. Sizes, durations and buffer arguments are kept as written so that their errors are reported by
 //! validation (all at once, with spans) rather than by the deserializer (one at a time).
 
+use super::expr::{self, Expr};
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
@@ -33,9 +34,27 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
     ("RecordStream", &["buf"]),
     ("OnRanks", &["ranks", "ops"]),
     ("Repeat", &["count", "ops"]),
+    ("For", &["var", "range", "ops"]),
+    ("If", &["cond", "then", "else"]),
     ("Slice", &["buf", "offset", "len"]),
     ("Rank", &["rank"]),
 ];
+
+/// The parameters that hold an expression (by form and parameter name): a value written there that is not a string,
+/// a list or a plain integer (`stage + 1`, `i`, `0..M`) is put in double quotes before RON parses it, so that
+/// `Rank(stage + 1)` reads as `Rank("stage + 1")`.
+pub const EXPR_SLOTS: &[(&str, &[&str])] = &[("For", &["var", "range"]), ("If", &["cond"]), ("Rank", &["rank"])];
+
+/// Whether parameter `field` (a name, or `_i` / `i` for a positional one) of `form` holds an expression.
+pub fn is_expr_slot(form: &str, field: &str) -> bool {
+    let name = field
+        .trim_start_matches('_')
+        .parse::<usize>()
+        .ok()
+        .and_then(|i| POSITIONAL.iter().find(|(f, _)| *f == form).and_then(|(_, names)| names.get(i).copied()))
+        .unwrap_or(field);
+    EXPR_SLOTS.iter().any(|(f, params)| *f == form && params.contains(&name))
+}
 
 /// The name of positional parameter `field` (`_0`, `_1`, ..) of `form`, if it has one.
 pub fn positional_name(form: &str, field: &str) -> Option<&'static str> {
@@ -309,45 +328,153 @@ pub enum SOp {
         #[serde(rename = "_1", alias = "ops")]
         ops: Vec<SOp>,
     },
+    /// `For(i, 0..M, [ops])`: the ops once for every value of `i` from `start` to `end - 1`.
+    For {
+        #[serde(rename = "_0", alias = "var")]
+        var: String,
+        #[serde(rename = "_1", alias = "range")]
+        range: RangeArg,
+        #[serde(rename = "_2", alias = "ops")]
+        ops: Vec<SOp>,
+    },
+    /// `If(stage > 0, [ops])` or `If(cond, then: [..], else: [..])`.
+    If {
+        #[serde(rename = "_0", alias = "cond")]
+        cond: ExprArg,
+        #[serde(rename = "_1", alias = "then")]
+        then: Vec<SOp>,
+        #[serde(rename = "_2", alias = "else", default)]
+        otherwise: Vec<SOp>,
+    },
 }
 
 /// The peer of a send or recv.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename = "peer", deny_unknown_fields)]
 pub enum Peer {
     /// The next member of the communicator (wrapping).
     Next,
     /// The previous member of the communicator (wrapping).
     Prev,
-    /// The member with this global rank.
+    /// The member with this global rank (an expression: `Rank(1)`, `Rank(stage + 1)`).
     Rank {
         #[serde(rename = "_0", alias = "rank")]
-        rank: u32,
+        rank: ExprArg,
     },
     /// `even` when the caller's position in the communicator is even, else `odd`.
     Parity { even: SimplePeer, odd: SimplePeer },
 }
 
 /// A peer without the parity form.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename = "peer", deny_unknown_fields)]
 pub enum SimplePeer {
     Next,
     Prev,
     Rank {
         #[serde(rename = "_0", alias = "rank")]
-        rank: u32,
+        rank: ExprArg,
     },
 }
 
-/// The root of a broadcast: `Rank(0)` (a global rank).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+/// The root of a broadcast: `Rank(0)` (a global rank, an expression).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename = "root", deny_unknown_fields)]
 pub enum Root {
     Rank {
         #[serde(rename = "_0", alias = "rank")]
-        rank: u32,
+        rank: ExprArg,
     },
+}
+
+/// An expression as written (`1`, `"stage + 1"`, or `stage + 1`, which desugaring quotes), parsed at once; a parse
+/// error is kept and reported by validation with the expression's position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExprArg {
+    /// The text as written (the integer's digits for a plain integer).
+    pub text: String,
+    pub expr: Result<Expr, String>,
+}
+
+impl ExprArg {
+    /// An integer literal (what resolution leaves after evaluating an expression).
+    pub fn int(text: String, v: i64) -> ExprArg {
+        ExprArg { text, expr: Ok(Expr::Int(v)) }
+    }
+
+    /// The value when the expression is an integer literal.
+    pub fn literal(&self) -> Option<i64> {
+        match self.expr {
+            Ok(Expr::Int(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Whether it was written as a plain integer (no variables, no arithmetic).
+    pub fn written_plain(&self) -> bool {
+        self.text.trim().bytes().all(|b| b.is_ascii_digit())
+    }
+}
+
+/// A loop range `start..end` as written, parsed at once (errors kept for validation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeArg {
+    pub text: String,
+    pub bounds: Result<(Expr, Expr), String>,
+}
+
+struct ExprVisitor {
+    range: bool,
+}
+
+impl<'de> Visitor<'de> for ExprVisitor {
+    type Value = (String, Result<Expr, String>, Option<Result<(Expr, Expr), String>>);
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(if self.range { "a range `start..end`" } else { "an integer or an expression" })
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        let e = i64::try_from(v).map(Expr::Int).map_err(|_| format!("{v} is too large"));
+        Ok((v.to_string(), e, None))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok((v.to_string(), Ok(Expr::Int(v)), None))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok((v.to_string(), Ok(Expr::Bool(v)), None))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        if self.range {
+            return Ok((v.to_string(), Err(String::new()), Some(expr::parse_range(v))));
+        }
+        Ok((v.to_string(), expr::parse(v), None))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok((v.to_string(), Err(format!("expected an integer expression, found {v}")), None))
+    }
+}
+
+impl<'de> Deserialize<'de> for ExprArg {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ExprArg, D::Error> {
+        let (text, expr, _) = d.deserialize_any(ExprVisitor { range: false })?;
+        Ok(ExprArg { text, expr })
+    }
+}
+
+impl<'de> Deserialize<'de> for RangeArg {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RangeArg, D::Error> {
+        let (text, expr, range) = d.deserialize_any(ExprVisitor { range: true })?;
+        let bounds = range.unwrap_or_else(|| match expr {
+            Ok(_) => Err(format!("`{text}` is not a range: write `start..end`, e.g. `0..{text}` (end excluded)")),
+            Err(m) => Err(m),
+        });
+        Ok(RangeArg { text, bounds })
+    }
 }
 
 /// A size as written: an integer (bytes) or a string with a unit, parsed during validation.
