@@ -138,3 +138,24 @@ fn first_line_of_each_diagnostic_is_file_line_column_message() {
     let colored = render("zero.ron", text, &load("zero.ron", text).unwrap_err(), true);
     assert!(colored.contains('\u{1b}'), "color output uses ANSI escapes");
 }
+
+#[test]
+fn pipeline_neighbour_past_the_last_stage() {
+    let text = r#"// A pipeline is not a ring: the last stage has no next stage, so its send needs a guard.
+Program(
+    ranks: 4,
+    streams: [Stream("s0", NonBlocking)],
+    buffers: [Buffer("act", "4 MiB")],
+    comms: [Comm("world")],
+    threads: [Thread("main", [
+        For(i, 0..4, [
+            If(stage > 0, [Recv(from: Rank(stage - 1), buf: Slice("act", "{i} MiB", "1 MiB"), stream: "s0")]),
+            Kernel("fwd{i}", stream: "s0", writes: [Slice("act", "{i} MiB", "1 MiB")]),
+            Send(to: Rank(stage + 1), buf: Slice("act", "{i} MiB", "1 MiB"), stream: "s0"),
+        ]),
+        For(j, 0..n, []),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("pipeline.ron", text));
+}
