@@ -63,7 +63,7 @@ fn every_operation_has_an_example() {
         "DeviceSync", "Sleep(", "HostRead(", "HostWrite(", "Barrier(", "CommInit(", "Send(", "Recv(", "GroupStart",
         "GroupEnd", "Group([", "AllReduce(", "Broadcast(", "AllGather(", "ReduceScatter(", "Alloc(", "Free(",
         "RecordStream(", "OnRanks(", "Parity(even: [", "Repeat(", "Slice(", "to: Next", "from: Prev", "Rank(",
-        "Parity(even: Next", "For(", "If(stage", "then: [", "Rank(stage + 1)", "{i}",
+        "Parity(even: Next", "For(", "If(stage", "then: [", "Rank(stage + 1)", "{i}", "Expect(", "written_by: Kernel(",
     ] {
         assert!(examples.contains(op), "no example uses `{op}`");
     }

@@ -105,7 +105,7 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
         let mut ops = Vec::with_capacity(items.len());
         let mut tainted = false;
         for item in items {
-            match resolver.op(&cx, item) {
+            match resolver.op(&cx, item, &ops) {
                 Some(kind) => ops.push((kind, item.path.clone())),
                 None => tainted |= takes_part_in_matching(item),
             }

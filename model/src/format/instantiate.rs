@@ -7,7 +7,7 @@ use super::expand::Scope;
 use super::expr::{interpolate, Value};
 use super::issues::{Issue, Issues};
 use super::span_index::field;
-use super::surface::{BufArg, Duration, ExprArg, Peer, Root, SOp, SimplePeer, Size};
+use super::surface::{BufArg, Duration, ExprArg, Peer, Root, SOp, SWriter, SimplePeer, Size};
 
 /// Fills in `op` (written at `path`) for `scope`; `None` when a template failed (reported).
 pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> Option<SOp> {
@@ -80,6 +80,14 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         SOp::RecordStream { buf, stream } => {
             SOp::RecordStream { buf: t.text(buf, &f("0")), stream: t.text(stream, &f("stream")) }
         }
+        SOp::Expect { buf, written_by, stream } => SOp::Expect {
+            buf: t.buf(buf, &f("0")),
+            written_by: match written_by {
+                SWriter::Kernel { name } => SWriter::Kernel { name: t.text(name, &field(&f("written_by"), 0)) },
+                other => other.clone(),
+            },
+            stream: t.opt(stream, &f("stream")),
+        },
         SOp::DeviceSync | SOp::GroupStart | SOp::GroupEnd => op.clone(),
         // Control forms never reach here: expansion removed them.
         SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {

@@ -8,13 +8,14 @@ use super::expand::{Item, Leaf, Scope};
 use super::instantiate::instantiate;
 use super::issues::{Issue, Issues};
 use super::span_index::{field, index, SpanIndex};
-use super::surface::{BufArg, Duration, ExprArg, Peer, Root, SOp, SimplePeer};
+use super::surface::{BufArg, Duration, ExprArg, Peer, Root, SOp, SWriter, SimplePeer};
 use super::units::{parse_duration, DURATION_HELP};
 use super::DEFAULT_KERNEL_NS;
 use crate::program::{
     BarrierDecl, BufRange, BufRef, CollectiveKind, CommId, EventRef, MemSpace, OpKind, RankId, StreamRef,
 };
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// Where an op runs: the rank (process) and the thread's index within that rank.
 #[derive(Clone, Copy, Debug)]
@@ -446,8 +447,9 @@ impl<'a, 'i> Resolver<'a, 'i> {
         true
     }
 
-    /// Resolves one expanded op; `None` when it has errors (all reported).
-    pub fn op(&mut self, cx: &Ctx, item: &Item) -> Option<OpKind> {
+    /// Resolves one expanded op; `None` when it has errors (all reported). `earlier`: the thread's ops resolved so
+    /// far, in order (what an `Expect` names its writer among).
+    pub fn op(&mut self, cx: &Ctx, item: &Item, earlier: &[(OpKind, Rc<str>)]) -> Option<OpKind> {
         let p: &str = &item.path;
         let op = match item.leaf {
             Leaf::GroupStart => return Some(OpKind::GroupStart),
@@ -631,11 +633,67 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 Some(if alloc { OpKind::Alloc { buf: b, stream: s } } else { OpKind::RecordStream { buf: b, stream: s } })
             }
             SOp::Free { buf } => Some(OpKind::Free { buf: self.pooled(cx, "Free", buf, &f("0"))? }),
+            SOp::Expect { buf, written_by, stream } => self.expect(cx, p, buf, written_by, stream.as_deref(), earlier),
             // Control forms never reach here: expansion removed them.
             SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {
                 None
             }
         }
+    }
+
+    /// A value assertion (V1): the read it makes is checked like a kernel's (on a stream) or a host read's (without
+    /// one); its writer is the last earlier op of this thread of the kind `written_by` names that writes an
+    /// overlapping range, and no other op of this thread may write that range between the two.
+    fn expect(
+        &mut self,
+        cx: &Ctx,
+        p: &str,
+        buf: &BufArg,
+        written_by: &SWriter,
+        stream: Option<&str>,
+        earlier: &[(OpKind, Rc<str>)],
+    ) -> Option<OpKind> {
+        let f = |name: &str| field(p, name);
+        let s = match stream {
+            Some(name) => Some(self.stream(cx, name, &f("stream"))?),
+            None => None,
+        };
+        let r = self.range(cx, buf, &f("0"))?;
+        let ok = match s {
+            Some(s) => self.access(cx, r, s.rank, buf.name(), "an Expect on a stream", &f("0"), true, false),
+            None if r.space == MemSpace::Device => {
+                self.err(
+                    cx,
+                    Issue::new(f("0"), format!("an Expect without a stream reads `{}` on the host, but it is device memory", buf.name()))
+                        .help("give the stream that reads it: `Expect(\"y\", written_by: .., stream: \"s0\")`"),
+                );
+                false
+            }
+            None => self.host_of_caller(cx, r, buf.name(), &f("0")),
+        };
+        if !ok {
+            return None;
+        }
+        let range = r.range;
+        let overlaps = |w: &BufRange| w.buf == range.buf && w.offset < range.offset + range.len && range.offset < w.offset + w.len;
+        let writes = |k: &OpKind| k.written_ranges().iter().any(overlaps);
+        let Some(w) = earlier.iter().rposition(|(k, _)| written_by.matches(k) && writes(k)) else {
+            self.err(
+                cx,
+                Issue::new(f("written_by"), format!("no earlier op of this thread is a {} that writes `{}`", written_by.label(), buf.name()))
+                    .help("written_by names the kind (a kernel: by name) of the last op before the Expect, in this thread, that writes the range"),
+            );
+            return None;
+        };
+        if let Some(later) = earlier[w + 1..].iter().find(|(k, _)| writes(k)) {
+            self.err(
+                cx,
+                Issue::new(f("written_by"), format!("`{}` is written again after the {} it expects", buf.name(), written_by.label()))
+                    .related(later.1.to_string(), "written again here"),
+            );
+            return None;
+        }
+        Some(OpKind::Expect { range, stream: s, writer: w as u32 })
     }
 
     /// A collective: in place (`buf`) or `send` + `recv`, with the size rules of its kind.

@@ -32,6 +32,7 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
     ("Alloc", &["buf"]),
     ("Free", &["buf"]),
     ("RecordStream", &["buf"]),
+    ("Expect", &["buf"]),
     ("OnRanks", &["ranks", "ops"]),
     ("Repeat", &["count", "ops"]),
     ("For", &["var", "range", "ops"]),
@@ -328,6 +329,14 @@ pub enum SOp {
         #[serde(rename = "_1", alias = "ops")]
         ops: Vec<SOp>,
     },
+    /// `Expect("y", written_by: Recv, stream: "s0")`: a value assertion (V1).
+    Expect {
+        #[serde(rename = "_0", alias = "buf")]
+        buf: BufArg,
+        written_by: SWriter,
+        #[serde(default)]
+        stream: Option<String>,
+    },
     /// `For(i, 0..M, [ops])`: the ops once for every value of `i` from `start` to `end - 1`.
     For {
         #[serde(rename = "_0", alias = "var")]
@@ -346,6 +355,50 @@ pub enum SOp {
         #[serde(rename = "_2", alias = "else", default)]
         otherwise: Vec<SOp>,
     },
+}
+
+/// The op an `Expect` expects to have written what it reads: the last earlier op of the same thread of this kind
+/// (a kernel: of this name) that writes an overlapping range.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename = "writer", deny_unknown_fields)]
+pub enum SWriter {
+    Kernel {
+        #[serde(rename = "_0", alias = "name")]
+        name: String,
+    },
+    Memset,
+    Memcpy,
+    HostWrite,
+    Recv,
+    AllReduce,
+    Broadcast,
+    AllGather,
+    ReduceScatter,
+}
+
+impl SWriter {
+    /// Whether resolved op `k` is of this kind.
+    pub fn matches(&self, k: &crate::program::OpKind) -> bool {
+        use crate::program::{CollectiveKind as C, OpKind as O};
+        match (self, k) {
+            (SWriter::Kernel { name }, O::Kernel { name: n, .. }) => name == n,
+            (SWriter::Memset, O::Memset { .. }) | (SWriter::Memcpy, O::Memcpy { .. }) | (SWriter::Recv, O::Recv { .. }) => true,
+            (SWriter::HostWrite, O::HostAccess { write, .. }) => *write,
+            (SWriter::AllReduce, O::Collective { kind: C::AllReduce, .. })
+            | (SWriter::Broadcast, O::Collective { kind: C::Broadcast { .. }, .. })
+            | (SWriter::AllGather, O::Collective { kind: C::AllGather, .. })
+            | (SWriter::ReduceScatter, O::Collective { kind: C::ReduceScatter, .. }) => true,
+            _ => false,
+        }
+    }
+
+    /// As written: `Recv`, `Kernel("fwd")`.
+    pub fn label(&self) -> String {
+        match self {
+            SWriter::Kernel { name } => format!("Kernel(\"{name}\")"),
+            other => format!("{other:?}"),
+        }
+    }
 }
 
 /// The peer of a send or recv.

@@ -50,6 +50,11 @@ impl<'p> Semantics<'p> {
             }
         }
         st.memory.races.extend(races);
+        if a.write {
+            if let Some(e) = end {
+                self.note_write_end(st, who.loc(), e);
+            }
+        }
         // Sorted, so that commuting steps give equal states (the explorer merges them).
         let pos = st.memory.accesses.partition_point(|x| x < &new);
         st.memory.accesses.insert(pos, new);
@@ -58,14 +63,38 @@ impl<'p> Semantics<'p> {
     /// Fills in the end of every access of item `k` once it has ended.
     pub(crate) fn end_accesses(&self, st: &mut State, k: ItemKey, epoch: Epoch) {
         let mut changed = false;
+        let mut writers = vec![];
         for a in st.memory.accesses.iter_mut() {
             if matches!(a.who, Accessor::Item { item, .. } if item == k) {
                 a.end = Some(epoch);
                 changed = true;
+                if a.write {
+                    writers.push(a.who.loc());
+                }
             }
+        }
+        for w in writers {
+            self.note_write_end(st, w, epoch);
         }
         if changed {
             st.memory.accesses.sort();
+        }
+    }
+
+    /// V1: remembers when the write of `loc` ended, if a value assertion names it.
+    fn note_write_end(&self, st: &mut State, loc: OpLoc, end: Epoch) {
+        if self.expected_writers.contains(&loc) {
+            st.memory.write_ends.insert(loc, end);
+        }
+    }
+
+    /// V1: value assertion `check` (reading `range` at clock `at`) sees what `writer` wrote only if that write has
+    /// ended and its end happens before the read; otherwise the read is stale.
+    pub(crate) fn check_expect(&self, st: &mut State, check: OpLoc, range: BufRange, writer: u32, at: &VClock) {
+        let writer = OpLoc { thread: check.thread, op: writer };
+        let seen = st.memory.write_ends.get(&writer).is_some_and(|e| e.happens_before(at));
+        if !seen {
+            st.memory.stale.insert(StaleRead { check, writer, range });
         }
     }
 

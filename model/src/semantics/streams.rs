@@ -139,6 +139,9 @@ impl<'p> Semantics<'p> {
             let Some(&(_, block)) = blocks.iter().find(|(b, _)| *b == a.range.buf) else { continue };
             self.access(st, who, a, block, &c, if finite { Some(epoch) } else { None });
         }
+        if let OpKind::Expect { range, writer, .. } = self.op(k.loc()).kind {
+            self.check_expect(st, k.loc(), range, writer, &c);
+        }
         let item = st.streams.items.get_mut(&k).expect("started item exists");
         item.start = Some(c.clone());
         fx.started.push(k);
