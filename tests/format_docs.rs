@@ -64,6 +64,8 @@ fn every_operation_has_an_example() {
         "GroupEnd", "Group([", "AllReduce(", "Broadcast(", "AllGather(", "ReduceScatter(", "Alloc(", "Free(",
         "RecordStream(", "OnRanks(", "Parity(even: [", "Repeat(", "Slice(", "to: Next", "from: Prev", "Rank(",
         "Parity(even: Next", "For(", "If(stage", "then: [", "Rank(stage + 1)", "{i}", "Expect(", "written_by: Kernel(",
+        "InitProcessGroup", "DistSend(", "DistRecv(", "Isend(", "Irecv(", "BatchIsendIrecv(", "P2POp(", "WorkWait(",
+        "DistAllReduce(", "DistBroadcast(", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(",
     ] {
         assert!(examples.contains(op), "no example uses `{op}`");
     }

@@ -18,6 +18,7 @@ mod issues;
 mod resolve;
 mod ron_error;
 mod span_index;
+mod torch;
 mod surface;
 mod units;
 
@@ -70,7 +71,9 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
         })?;
     index.alias_positional(surface::POSITIONAL);
     let mut issues = Issues::default();
-    let decls = decls::check(&surface, &mut issues);
+    let mut decls = decls::check(&surface, &mut issues);
+    let torch_decls = torch::declare(&surface, &mut decls, &mut issues);
+    let decls = decls;
     let ranks = decls.ranks;
 
     // How many ranks run the thread a path belongs to (to say "rank 1: ..." only when an error is rank-specific).
@@ -90,7 +93,8 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
     for r in 0..ranks {
         for (ti, &t) in decls.rank_threads[r as usize].iter().enumerate() {
             let decl = &decls.threads[t];
-            let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut issues);
+            let mut tcx = torch::TorchCx::new(&torch_decls, &decls);
+            let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut tcx, &mut issues);
             expanded.push((r, ti as u32, decl.name, items));
         }
     }
@@ -164,10 +168,12 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
 /// thread's NCCL operations is no longer known, so the matching checks skip that thread.
 fn takes_part_in_matching(item: &expand::Item) -> bool {
     use surface::SOp::*;
-    matches!(
-        item.leaf,
-        expand::Leaf::Op(Send { .. } | Recv { .. } | AllReduce { .. } | Broadcast { .. } | AllGather { .. } | ReduceScatter { .. })
-    )
+    let op = match &item.leaf {
+        expand::Leaf::Op(op) => *op,
+        expand::Leaf::Owned(op) => op,
+        expand::Leaf::GroupStart | expand::Leaf::GroupEnd => return false,
+    };
+    matches!(op, Send { .. } | Recv { .. } | AllReduce { .. } | Broadcast { .. } | AllGather { .. } | ReduceScatter { .. })
 }
 
 #[cfg(test)]

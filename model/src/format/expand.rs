@@ -8,6 +8,7 @@ use super::issues::{Issue, Issues};
 use super::span_index::{field, index};
 use super::expr::{Value, BUILTIN_VARS};
 use super::surface::{ExprArg, SOp};
+use super::torch::TorchCx;
 use super::{MAX_EXPANDED_OPS, MAX_REPEAT_COUNT};
 use crate::program::RankId;
 use std::rc::Rc;
@@ -17,6 +18,8 @@ use std::rc::Rc;
 pub enum Leaf<'a> {
     /// An op as written (never a control form).
     Op(&'a SOp),
+    /// An op a PyTorch call was lowered to (`torch.rs`), at the call's path.
+    Owned(Rc<SOp>),
     /// The `ncclGroupStart` a `Group([..])` begins with.
     GroupStart,
     /// The `ncclGroupEnd` a `Group([..])` ends with.
@@ -138,10 +141,11 @@ pub fn expand<'a>(
     rank: RankId,
     ranks: u32,
     budget: &mut Budget,
+    torch: &mut TorchCx,
     issues: &mut Issues,
 ) -> Vec<Item<'a>> {
     let mut out = Vec::new();
-    expand_into(ops, base, rank, ranks, &None, budget, issues, &mut out);
+    expand_into(ops, base, rank, ranks, &None, budget, torch, issues, &mut out);
     out
 }
 
@@ -153,6 +157,7 @@ fn expand_into<'a>(
     ranks: u32,
     env: &Option<Rc<Env<'a>>>,
     budget: &mut Budget,
+    torch: &mut TorchCx,
     issues: &mut Issues,
     out: &mut Vec<Item<'a>>,
 ) {
@@ -169,7 +174,7 @@ fn expand_into<'a>(
                     return;
                 }
                 out.push(Item { leaf: Leaf::GroupStart, path: p.clone(), env: env.clone() });
-                expand_into(inner, &field(&path, 0), rank, ranks, env, budget, issues, out);
+                expand_into(inner, &field(&path, 0), rank, ranks, env, budget, torch, issues, out);
                 if !budget.take(1, &path, issues) {
                     return;
                 }
@@ -182,12 +187,12 @@ fn expand_into<'a>(
                     }
                 }
                 if on.contains(&rank) {
-                    expand_into(inner, &field(&path, 1), rank, ranks, env, budget, issues, out);
+                    expand_into(inner, &field(&path, 1), rank, ranks, env, budget, torch, issues, out);
                 }
             }
             SOp::Parity { even, odd } => {
                 let (branch, name) = if rank % 2 == 0 { (even, "even") } else { (odd, "odd") };
-                expand_into(branch, &field(&path, name), rank, ranks, env, budget, issues, out);
+                expand_into(branch, &field(&path, name), rank, ranks, env, budget, torch, issues, out);
             }
             SOp::Repeat { count: n, ops: inner } => {
                 if *n > MAX_REPEAT_COUNT {
@@ -199,7 +204,7 @@ fn expand_into<'a>(
                     return;
                 }
                 let start = out.len();
-                expand_into(inner, &field(&path, 1), rank, ranks, env, budget, issues, out);
+                expand_into(inner, &field(&path, 1), rank, ranks, env, budget, torch, issues, out);
                 let once = out.len() - start;
                 if *n == 0 {
                     out.truncate(start);
@@ -230,15 +235,15 @@ fn expand_into<'a>(
                 budget.iterations_left -= count as usize;
                 for value in start..end {
                     let bound = Some(Rc::new(Env { name: var, value, parent: env.clone() }));
-                    expand_into(inner, &field(&path, 2), rank, ranks, &bound, budget, issues, out);
+                    expand_into(inner, &field(&path, 2), rank, ranks, &bound, budget, torch, issues, out);
                     if budget.exhausted {
                         return;
                     }
                 }
             }
             SOp::If { cond, then, otherwise } => match scope.eval(cond) {
-                Ok(Value::Bool(true)) => expand_into(then, &field(&path, 1), rank, ranks, env, budget, issues, out),
-                Ok(Value::Bool(false)) => expand_into(otherwise, &field(&path, 2), rank, ranks, env, budget, issues, out),
+                Ok(Value::Bool(true)) => expand_into(then, &field(&path, 1), rank, ranks, env, budget, torch, issues, out),
+                Ok(Value::Bool(false)) => expand_into(otherwise, &field(&path, 2), rank, ranks, env, budget, torch, issues, out),
                 Ok(Value::Int(_)) => issues.push(
                     Issue::new(field(&path, 0), format!("`{}` is a number, where If needs a condition", cond.text))
                         .help(format!("compare it, e.g. `If({} > 0, [..])`", cond.text))
@@ -246,7 +251,18 @@ fn expand_into<'a>(
                 ),
                 Err(issue) => issues.push(Issue { path: field(&path, 0), ..issue }.on_rank(rank)),
             },
+            SOp::WithStream { stream, ops: inner } => {
+                torch.current.push(stream.clone());
+                expand_into(inner, &field(&path, 1), rank, ranks, env, budget, torch, issues, out);
+                torch.current.pop();
+            }
             _ => {
+                if let Some(n) = super::torch::lower(op, &path, rank, env, torch, issues, out) {
+                    if !budget.take(n, &path, issues) {
+                        return;
+                    }
+                    continue;
+                }
                 if !budget.take(1, &path, issues) {
                     return;
                 }

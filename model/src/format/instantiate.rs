@@ -93,6 +93,21 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {
             op.clone()
         }
+        // PyTorch calls never reach here either: expansion lowered them to the ops above (`torch.rs`).
+        SOp::InitProcessGroup
+        | SOp::DistSend { .. }
+        | SOp::DistRecv { .. }
+        | SOp::Isend { .. }
+        | SOp::Irecv { .. }
+        | SOp::BatchIsendIrecv { .. }
+        | SOp::WorkWait { .. }
+        | SOp::DistAllReduce { .. }
+        | SOp::DistBroadcast { .. }
+        | SOp::CudaSynchronize
+        | SOp::WithStream { .. }
+        | SOp::Compute { .. }
+        | SOp::RecordEvent { .. }
+        | SOp::WaitEvent { .. } => op.clone(),
     };
     t.ok.then_some(op)
 }

@@ -188,8 +188,10 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 known.then_some(Range { range: BufRange { buf, offset: 0, len: b.bytes }, space: b.space })
             }
             BufArg::Slice(name, offset, len) => {
-                let written = self.index.get(path).and_then(|n| n.name.clone());
-                if written.as_deref() != Some("Slice") {
+                // A tuple deserializes like a Slice: tell them apart by what is written there. An op lowered from
+                // a PyTorch call has no text of its own at `path` (its argument was checked where it is written).
+                let written = self.index.get(path).map(|n| n.name.clone());
+                if let Some(written) = written.filter(|w| w.as_deref() != Some("Slice")) {
                     let found = written.map_or("a tuple".to_string(), |w| format!("`{w}(..)`"));
                     self.err(
                         cx,
@@ -455,6 +457,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             Leaf::GroupStart => return Some(OpKind::GroupStart),
             Leaf::GroupEnd => return Some(OpKind::GroupEnd),
             Leaf::Op(op) => op,
+            Leaf::Owned(ref op) => op,
         };
         let scope = Scope { rank: cx.rank, ranks: self.d.ranks, env: item.env.as_deref() };
         let instantiated = instantiate(op, &scope, p, self.issues)?;
@@ -638,6 +641,21 @@ impl<'a, 'i> Resolver<'a, 'i> {
             SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {
                 None
             }
+            // PyTorch calls never reach here: expansion lowered them (`torch.rs`).
+            SOp::InitProcessGroup
+            | SOp::DistSend { .. }
+            | SOp::DistRecv { .. }
+            | SOp::Isend { .. }
+            | SOp::Irecv { .. }
+            | SOp::BatchIsendIrecv { .. }
+            | SOp::WorkWait { .. }
+            | SOp::DistAllReduce { .. }
+            | SOp::DistBroadcast { .. }
+            | SOp::CudaSynchronize
+            | SOp::WithStream { .. }
+            | SOp::Compute { .. }
+            | SOp::RecordEvent { .. }
+            | SOp::WaitEvent { .. } => None,
         }
     }
 

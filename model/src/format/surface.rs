@@ -33,6 +33,19 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
     ("Free", &["buf"]),
     ("RecordStream", &["buf"]),
     ("Expect", &["buf"]),
+    ("DistSend", &["tensor"]),
+    ("DistRecv", &["tensor"]),
+    ("Isend", &["tensor"]),
+    ("Irecv", &["tensor"]),
+    ("BatchIsendIrecv", &["ops"]),
+    ("P2POp", &["op", "tensor", "peer"]),
+    ("WorkWait", &["work"]),
+    ("DistAllReduce", &["tensor"]),
+    ("DistBroadcast", &["tensor"]),
+    ("WithStream", &["stream", "ops"]),
+    ("Compute", &["name"]),
+    ("RecordEvent", &["event"]),
+    ("WaitEvent", &["event"]),
     ("OnRanks", &["ranks", "ops"]),
     ("Repeat", &["count", "ops"]),
     ("For", &["var", "range", "ops"]),
@@ -78,6 +91,29 @@ pub struct SProgram {
     #[serde(default)]
     pub comms: Vec<SComm>,
     pub threads: Vec<SThread>,
+    /// The PyTorch dialect (`torch.rs`): present when the program calls `torch.distributed` / `torch.cuda`.
+    #[serde(default)]
+    pub torch: Option<STorch>,
+}
+
+/// `torch: Torch(version: Before82450)`: which ProcessGroupNCCL the PyTorch calls of the program are lowered as.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename = "Torch", deny_unknown_fields)]
+pub struct STorch {
+    #[serde(default)]
+    pub version: STorchVersion,
+}
+
+/// The ProcessGroupNCCL behaviours that differ between PyTorch versions (P3).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename = "PyTorch version")]
+pub enum STorchVersion {
+    /// Before pytorch/pytorch PR 82450 (2022): `batch_isend_irecv` records each work's end event inside the open
+    /// NCCL group.
+    Before82450,
+    /// Since PR 82450: the end events are recorded after the group end.
+    #[default]
+    Since82450,
 }
 
 /// `Stream("s0", NonBlocking)`: a stream every rank creates.
@@ -337,6 +373,90 @@ pub enum SOp {
         #[serde(default)]
         stream: Option<String>,
     },
+    /// `dist.init_process_group("nccl")` (torch.rs).
+    InitProcessGroup,
+    /// `dist.send(tensor, dst)`.
+    DistSend {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        dst: Peer,
+    },
+    /// `dist.recv(tensor, src)`.
+    DistRecv {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        src: Peer,
+    },
+    /// `work = dist.isend(tensor, dst)`.
+    Isend {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        dst: Peer,
+        work: String,
+    },
+    /// `work = dist.irecv(tensor, src)`.
+    Irecv {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        src: Peer,
+        work: String,
+    },
+    /// `works = dist.batch_isend_irecv([P2POp(..), ..])`.
+    BatchIsendIrecv {
+        #[serde(rename = "_0", alias = "ops")]
+        ops: Vec<SP2POp>,
+        works: String,
+    },
+    /// `work.wait()` (every work of a batch).
+    WorkWait {
+        #[serde(rename = "_0", alias = "work")]
+        work: String,
+    },
+    /// `dist.all_reduce(tensor)`, or with `async_op: "w"` `w = dist.all_reduce(tensor, async_op=True)`.
+    DistAllReduce {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        #[serde(default)]
+        async_op: Option<String>,
+    },
+    /// `dist.broadcast(tensor, src)` (sync or `async_op`).
+    DistBroadcast {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        src: Root,
+        #[serde(default)]
+        async_op: Option<String>,
+    },
+    /// `torch.cuda.synchronize()`.
+    CudaSynchronize,
+    /// `with torch.cuda.stream(s): ops`.
+    WithStream {
+        #[serde(rename = "_0", alias = "stream")]
+        stream: String,
+        #[serde(rename = "_1", alias = "ops")]
+        ops: Vec<SOp>,
+    },
+    /// A tensor operation on the current stream (a kernel).
+    Compute {
+        #[serde(rename = "_0", alias = "name")]
+        name: String,
+        #[serde(default)]
+        reads: Vec<BufArg>,
+        #[serde(default)]
+        writes: Vec<BufArg>,
+        #[serde(default)]
+        duration: Option<Duration>,
+    },
+    /// `event.record()` on the current stream.
+    RecordEvent {
+        #[serde(rename = "_0", alias = "event")]
+        event: String,
+    },
+    /// `event.wait()`: the current stream waits for the event.
+    WaitEvent {
+        #[serde(rename = "_0", alias = "event")]
+        event: String,
+    },
     /// `For(i, 0..M, [ops])`: the ops once for every value of `i` from `start` to `end - 1`.
     For {
         #[serde(rename = "_0", alias = "var")]
@@ -355,6 +475,26 @@ pub enum SOp {
         #[serde(rename = "_2", alias = "else", default)]
         otherwise: Vec<SOp>,
     },
+}
+
+/// `dist.P2POp(dist.isend, tensor, peer)` or `dist.P2POp(dist.irecv, tensor, peer)`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename = "P2POp", deny_unknown_fields)]
+pub struct SP2POp {
+    #[serde(rename = "_0", alias = "op")]
+    pub op: SP2PKind,
+    #[serde(rename = "_1", alias = "tensor")]
+    pub tensor: BufArg,
+    #[serde(rename = "_2", alias = "peer")]
+    pub peer: Peer,
+}
+
+/// The function of a `P2POp`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename = "P2POp function")]
+pub enum SP2PKind {
+    Isend,
+    Irecv,
 }
 
 /// The op an `Expect` expects to have written what it reads: the last earlier op of the same thread of this kind

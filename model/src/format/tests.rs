@@ -697,3 +697,107 @@ fn loops_are_bounded_by_the_named_limits() {
     let e = errors(&pipeline(1, r#"For(i, 0..700000, [Kernel("k", stream: "s0"), Kernel("k", stream: "s0"), Kernel("k", stream: "s0")])"#));
     assert!(e[0].contains("expands to more than 2000000 operations"), "{e:?}");
 }
+
+/// A 2-rank PyTorch-dialect program whose one thread runs `ops` (from line 2 on), with the given `torch:` field.
+fn torch_prog(torch: &str, ops: &str) -> String {
+    format!(
+        "Program(ranks: 2, {torch} streams: [Stream(\"side\", NonBlocking)], events: [\"e\"], buffers: [Buffer(\"x\", \"1 MiB\"), Buffer(\"y\", \"1 MiB\")], threads: [Thread(\"main\", [\n{ops}\n])])"
+    )
+}
+
+/// The ops of rank 0 as short labels: kernel names, `send`/`recv`, `group{`/`}`, `record(e@stream)`,
+/// `wait(e@stream)`, `devsync`.
+fn torch_ops(p: &Program) -> Vec<String> {
+    let r = &p.ranks[0];
+    let s = |st: &StreamRef| r.streams[st.index as usize].name.clone();
+    let e = |ev: &EventRef| r.events[ev.index as usize].clone();
+    ops_of(p, 0, 0)
+        .iter()
+        .map(|k| match k {
+            OpKind::Kernel { name, stream, .. } => format!("{name}@{}", s(stream)),
+            OpKind::Send { stream, .. } => format!("send@{}", s(stream)),
+            OpKind::Recv { stream, .. } => format!("recv@{}", s(stream)),
+            OpKind::GroupStart => "group{".to_string(),
+            OpKind::GroupEnd => "}".to_string(),
+            OpKind::EventRecord { event, stream } => format!("record({}@{})", e(event), s(stream)),
+            OpKind::StreamWaitEvent { event, stream } => format!("wait({}@{})", e(event), s(stream)),
+            OpKind::DeviceSynchronize { .. } => "devsync".to_string(),
+            OpKind::Collective { kind, stream, .. } => format!("{}@{}", kind.name(), s(stream)),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn torch_p2p_is_lowered_as_process_group_nccl_does_it() {
+    let p = ok(&torch_prog(
+        "",
+        r#"InitProcessGroup, Compute("produce", writes: ["x"]), DistSend("x", dst: Rank(1 - rank)),
+           Irecv("y", src: Rank(1 - rank), work: "w"), WorkWait("w"), CudaSynchronize"#,
+    ));
+    assert_eq!(p.comms[0].name, "world", "the default process group");
+    assert_eq!(p.ranks[0].streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["sL", "side", "nccl", "sPT.main"]);
+    assert_eq!(
+        torch_ops(&p),
+        [
+            "produce@sL",
+            "record(torch.pre.0@sL)",
+            "wait(torch.pre.0@nccl)",
+            "send@nccl",
+            "record(torch.end.0.0@nccl)",
+            "wait(torch.end.0.0@sL)",
+            "record(torch.pre.1@sL)",
+            "wait(torch.pre.1@nccl)",
+            "recv@nccl",
+            "record(torch.end.1.0@nccl)",
+            "wait(torch.end.1.0@sL)",
+            "devsync",
+        ]
+    );
+}
+
+#[test]
+fn torch_batch_end_events_move_after_the_group_with_pr_82450_and_streams_nest() {
+    let ops = r#"InitProcessGroup,
+        WithStream("side", [BatchIsendIrecv([P2POp(Isend, "x", Next), P2POp(Irecv, "y", Prev)], works: "reqs"), WorkWait("reqs"), RecordEvent("e")]),
+        WaitEvent("e"), DistAllReduce("y", async_op: "ar"), WorkWait("ar")"#;
+    let before = ok(&torch_prog("torch: Torch(version: Before82450),", ops));
+    let since = ok(&torch_prog("", ops));
+    let tail = [
+        "wait(torch.end.0.0@side)",
+        "wait(torch.end.0.1@side)",
+        "record(e@side)",
+        "wait(e@sL)",
+        "record(torch.pre.1@sL)",
+        "wait(torch.pre.1@nccl)",
+        "AllReduce@nccl",
+        "record(torch.end.1.0@nccl)",
+        "wait(torch.end.1.0@sL)",
+    ];
+    let head = ["record(torch.pre.0@side)", "wait(torch.pre.0@nccl)", "group{"];
+    let mut expect_before: Vec<&str> = head.to_vec();
+    expect_before.extend(["send@nccl", "record(torch.end.0.0@nccl)", "recv@nccl", "record(torch.end.0.1@nccl)", "}"]);
+    expect_before.extend(tail);
+    let mut expect_since: Vec<&str> = head.to_vec();
+    expect_since.extend(["send@nccl", "recv@nccl", "}", "record(torch.end.0.0@nccl)", "record(torch.end.0.1@nccl)"]);
+    expect_since.extend(tail);
+    assert_eq!(torch_ops(&before), expect_before);
+    assert_eq!(torch_ops(&since), expect_since);
+}
+
+#[test]
+fn torch_errors_name_the_call() {
+    let e = errors(&torch_prog("", r#"DistSend("x", dst: Rank(1 - rank)), InitProcessGroup, WorkWait("w")"#));
+    assert_eq!(
+        e,
+        [
+            "2:1: a torch.distributed call before dist.init_process_group [call InitProcessGroup first, as PyTorch requires]",
+            "2:64: unknown work `w` [no work exists yet here: Isend, Irecv, BatchIsendIrecv and `async_op:` collectives name theirs]",
+        ]
+    );
+    let e = errors(&torch_prog("", r#"InitProcessGroup, DistSend("x", dst: Rank(rank + 1))"#));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("2:19: rank 1: peer rank 2 does not exist (`rank + 1` = 2 on rank 1)"), "{e:?}");
+    let e = errors(&torch_prog("", r#"InitProcessGroup, Compute("k", reads: ["z"])"#));
+    assert!(e[0].starts_with("2:40: unknown buffer `z`"), "{e:?}");
+}

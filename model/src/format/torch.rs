@@ -1,0 +1,295 @@
+//! The PyTorch dialect: `torch.distributed` and `torch.cuda` calls written as ops of the surface format
+//! (`DistSend`, `BatchIsendIrecv`, `WorkWait`, `WithStream`, ...), lowered during SPMD expansion to the model's ops
+//! exactly as `ProcessGroupNCCL` issues them. Each lowering rule cites its PyTorch source; `docs/program-format.md`
+//! ("The PyTorch dialect") lists them and `docs/semantics.md` (P1-P5) gives the rules.
+//!
+//! What the lowering adds to the program: one internal NCCL stream per rank, `nccl` (non-blocking, as
+//! ProcessGroupNCCL's streams come from the CUDA stream pool: S2), the communicator `world` when the program declares
+//! none (the default process group over every rank), and per call site the events ProcessGroupNCCL records: the
+//! `syncStream` event `torch.pre.N` and the work end events `torch.end.N.J`. A call site inside a loop re-records
+//! its events every iteration (S3: a wait binds to the latest record at the time of the wait).
+
+use super::expand::{Env, Item, Leaf};
+use super::issues::{Issue, Issues};
+use super::span_index::{field, index};
+use super::surface::{BufArg, Peer, Root, SOp, SP2PKind, SProgram, STorchVersion};
+use super::decls::Decls;
+use crate::program::{Comm, StreamKind};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// The internal NCCL stream of every rank.
+pub const NCCL_STREAM: &str = "nccl";
+/// The default process group's communicator, declared when the program declares none.
+pub const WORLD: &str = "world";
+
+/// The call sites of a program's PyTorch calls (by the value path of the call) and the version they are lowered as.
+#[derive(Debug, Default)]
+pub struct TorchDecls {
+    /// Whether the program makes any PyTorch call.
+    pub used: bool,
+    pub version: STorchVersion,
+    /// Call site number and number of works, by path.
+    sites: BTreeMap<String, (u32, usize)>,
+}
+
+/// The op lists nested in `op` (written at `path`), with their paths, as expansion walks them.
+fn children<'a>(op: &'a SOp, path: &str) -> Vec<(&'a [SOp], String)> {
+    match op {
+        SOp::Group { ops } => vec![(ops, field(path, 0))],
+        SOp::OnRanks { ops, .. } | SOp::Repeat { ops, .. } => vec![(ops, field(path, 1))],
+        SOp::Parity { even, odd } => vec![(even, field(path, "even")), (odd, field(path, "odd"))],
+        SOp::For { ops, .. } => vec![(ops, field(path, 2))],
+        SOp::If { then, otherwise, .. } => vec![(then, field(path, 1)), (otherwise, field(path, 2))],
+        SOp::WithStream { ops, .. } => vec![(ops, field(path, 1))],
+        _ => vec![],
+    }
+}
+
+/// Whether `op` is a call of the dialect, and how many works (end events) it creates.
+fn works_of(op: &SOp) -> Option<usize> {
+    match op {
+        SOp::DistSend { .. } | SOp::DistRecv { .. } | SOp::Isend { .. } | SOp::Irecv { .. } => Some(1),
+        SOp::DistAllReduce { .. } | SOp::DistBroadcast { .. } => Some(1),
+        SOp::BatchIsendIrecv { ops, .. } => Some(ops.len()),
+        SOp::InitProcessGroup
+        | SOp::WorkWait { .. }
+        | SOp::CudaSynchronize
+        | SOp::WithStream { .. }
+        | SOp::Compute { .. }
+        | SOp::RecordEvent { .. }
+        | SOp::WaitEvent { .. } => Some(0),
+        _ => None,
+    }
+}
+
+/// Finds the program's PyTorch calls and declares what their lowering uses (module docs) in `d`.
+pub fn declare(p: &SProgram, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
+    let mut t = TorchDecls { used: p.torch.is_some(), version: p.torch.as_ref().map(|t| t.version).unwrap_or_default(), ..Default::default() };
+    // In document order, so that call site numbers (and event names) read top to bottom. Recursion is bounded by
+    // the parser's MAX_NESTING_DEPTH.
+    fn walk(ops: &[SOp], base: &str, t: &mut TorchDecls, next: &mut u32) {
+        for (i, op) in ops.iter().enumerate() {
+            let path = index(base, i);
+            if let Some(works) = works_of(op) {
+                t.used = true;
+                if works > 0 {
+                    t.sites.insert(path.clone(), (*next, works));
+                    *next += 1;
+                }
+            }
+            for (kids, kpath) in children(op, &path) {
+                walk(kids, &kpath, t, next);
+            }
+        }
+    }
+    let mut next = 0u32;
+    for th in &d.threads {
+        walk(th.ops, &th.ops_path, &mut t, &mut next);
+    }
+    if !t.used {
+        return t;
+    }
+    if d.stream_idx.contains_key(NCCL_STREAM) {
+        issues.push(
+            Issue::new("streams", format!("stream name `{NCCL_STREAM}` is reserved in a program with PyTorch calls"))
+                .help("it names ProcessGroupNCCL's internal NCCL stream; rename yours"),
+        );
+    } else {
+        d.streams.push((NCCL_STREAM.to_string(), StreamKind::NonBlocking));
+        d.stream_idx.insert(NCCL_STREAM.to_string(), d.streams.len() as u32);
+    }
+    if let Some(e) = d.events.iter().find(|e| e.starts_with("torch.")) {
+        issues.push(Issue::new("events", format!("event name `{e}` is reserved in a program with PyTorch calls")));
+    }
+    for (n, works) in t.sites.values() {
+        let mut names = vec![pre_event(*n)];
+        names.extend((0..*works).map(|j| end_event(*n, j)));
+        for name in names {
+            d.event_idx.insert(name.clone(), d.events.len() as u32);
+            d.events.push(name);
+        }
+    }
+    if d.comms.is_empty() && d.ranks > 0 {
+        d.comms.push(Comm { name: WORLD.to_string(), members: (0..d.ranks).collect(), explicit_init: false });
+        d.comm_idx.insert(WORLD.to_string(), 0);
+    }
+    t
+}
+
+fn pre_event(site: u32) -> String {
+    format!("torch.pre.{site}")
+}
+
+fn end_event(site: u32, work: usize) -> String {
+    format!("torch.end.{site}.{work}")
+}
+
+/// What lowering tracks while one thread of one rank is expanded: the current stream (`with torch.cuda.stream`),
+/// the works by name, and whether the process group exists yet.
+pub struct TorchCx<'t> {
+    pub decls: &'t TorchDecls,
+    /// The current stream: `sL` (PyTorch's default stream is the legacy default stream) unless inside `WithStream`.
+    pub current: Vec<String>,
+    /// Work name -> its end events.
+    pub works: BTreeMap<String, Vec<String>>,
+    pub initialized: bool,
+    /// The communicator of the default process group (`world`; `None`: the program's only one).
+    pub comm: Option<String>,
+}
+
+impl<'t> TorchCx<'t> {
+    pub fn new(decls: &'t TorchDecls, d: &Decls) -> TorchCx<'t> {
+        let comm = d.comm_idx.contains_key(WORLD).then(|| WORLD.to_string());
+        TorchCx { decls, current: vec!["sL".to_string()], works: BTreeMap::new(), initialized: false, comm }
+    }
+
+    fn current(&self) -> String {
+        self.current.last().cloned().unwrap_or_else(|| "sL".to_string())
+    }
+}
+
+/// Appends the model ops of PyTorch call `op` (written at `path`, with loop variables `env`) to `out`. Returns the
+/// number of ops appended; `None` (nothing done) when `op` is not a call of the dialect. `WithStream` is expanded
+/// by the caller, which pushes its stream on `tcx.current`.
+pub fn lower<'a>(
+    op: &'a SOp,
+    path: &str,
+    rank: u32,
+    env: &Option<Rc<Env<'a>>>,
+    tcx: &mut TorchCx,
+    issues: &mut Issues,
+    out: &mut Vec<Item<'a>>,
+) -> Option<usize> {
+    works_of(op)?;
+    let start = out.len();
+    let p: Rc<str> = Rc::from(path);
+    let push = |out: &mut Vec<Item<'a>>, leaf: Leaf<'a>| out.push(Item { leaf, path: p.clone(), env: env.clone() });
+    let owned = |out: &mut Vec<Item<'a>>, op: SOp| push(out, Leaf::Owned(Rc::new(op)));
+    let cur = tcx.current();
+    let nccl = NCCL_STREAM.to_string();
+    let comm = tcx.comm.clone();
+    let site = tcx.decls.sites.get(path).map(|s| s.0);
+    let is_dist = !matches!(
+        op,
+        SOp::InitProcessGroup | SOp::CudaSynchronize | SOp::Compute { .. } | SOp::RecordEvent { .. } | SOp::WaitEvent { .. }
+    );
+    if is_dist && !tcx.initialized {
+        issues.push(
+            Issue::new(path, "a torch.distributed call before dist.init_process_group")
+                .help("call InitProcessGroup first, as PyTorch requires")
+                .on_rank(rank),
+        );
+    }
+    // ProcessGroupNCCL.cpp `syncStream`: `ncclEvent.record(getCurrentCUDAStream()); ncclEvent.block(ncclStream)`,
+    // before every collective and point-to-point op (P1).
+    let sync_stream = |out: &mut Vec<Item<'a>>, n: u32| {
+        owned(out, SOp::Record { event: pre_event(n), stream: cur.clone() });
+        owned(out, SOp::Wait { event: pre_event(n), stream: nccl.clone() });
+    };
+    let p2p = |send: bool, tensor: &BufArg, peer: &Peer| -> SOp {
+        if send {
+            SOp::Send { to: peer.clone(), buf: tensor.clone(), stream: nccl.clone(), comm: comm.clone() }
+        } else {
+            SOp::Recv { from: peer.clone(), buf: tensor.clone(), stream: nccl.clone(), comm: comm.clone() }
+        }
+    };
+    match op {
+        // `init_process_group("nccl")`: the default group's communicator exists from the start in the model (its
+        // NCCL connections are still set up lazily at first use, N7); the call only has to come first.
+        SOp::InitProcessGroup => tcx.initialized = true,
+        // `dist.send`/`dist.recv` are `pg.send([t], dst, tag).wait()` (torch/distributed/distributed_c10d.py), and
+        // ProcessGroupNCCL::pointToPoint runs syncStream, the NCCL call on the NCCL stream, then records the work's
+        // end event there; WorkNCCL::wait makes the current stream wait on it (P1).
+        SOp::DistSend { tensor, dst: peer } | SOp::DistRecv { tensor, src: peer } | SOp::Isend { tensor, dst: peer, .. } | SOp::Irecv { tensor, src: peer, .. } => {
+            let n = site?;
+            let send = matches!(op, SOp::DistSend { .. } | SOp::Isend { .. });
+            sync_stream(out, n);
+            owned(out, p2p(send, tensor, peer));
+            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
+            match op {
+                SOp::Isend { work, .. } | SOp::Irecv { work, .. } => {
+                    tcx.works.insert(work.clone(), vec![end_event(n, 0)]);
+                }
+                _ => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
+            }
+        }
+        // `batch_isend_irecv`: one NCCL group around the ops (P3). Before PR 82450 each op's work recorded its end
+        // event on the NCCL stream inside the open group (enqueued before the group's kernels, N10); since then the
+        // coalesced work's end event is recorded after ncclGroupEnd (ProcessGroupNCCL::endCoalescing).
+        SOp::BatchIsendIrecv { ops, works } => {
+            let n = site?;
+            sync_stream(out, n);
+            push(out, Leaf::GroupStart);
+            let inside = tcx.decls.version == STorchVersion::Before82450;
+            for (j, o) in ops.iter().enumerate() {
+                owned(out, p2p(o.op == SP2PKind::Isend, &o.tensor, &o.peer));
+                if inside {
+                    owned(out, SOp::Record { event: end_event(n, j), stream: nccl.clone() });
+                }
+            }
+            push(out, Leaf::GroupEnd);
+            if !inside {
+                for j in 0..ops.len() {
+                    owned(out, SOp::Record { event: end_event(n, j), stream: nccl.clone() });
+                }
+            }
+            tcx.works.insert(works.clone(), (0..ops.len()).map(|j| end_event(n, j)).collect());
+        }
+        // WorkNCCL::wait -> synchronizeStreams: the current stream waits on the work's end event; the host does not
+        // block (P1).
+        SOp::WorkWait { work } => match tcx.works.get(work) {
+            Some(events) => {
+                for e in events.clone() {
+                    owned(out, SOp::Wait { event: e, stream: cur.clone() });
+                }
+            }
+            None => {
+                let known: Vec<&str> = tcx.works.keys().map(String::as_str).collect();
+                let help = if known.is_empty() {
+                    "no work exists yet here: Isend, Irecv, BatchIsendIrecv and `async_op:` collectives name theirs".to_string()
+                } else {
+                    format!("works here: {}", known.join(", "))
+                };
+                issues.push(Issue::new(field(path, 0), format!("unknown work `{work}`")).help(help).on_rank(rank));
+            }
+        },
+        // `dist.all_reduce` / `dist.broadcast`: ProcessGroupNCCL::collective runs syncStream, the collective on the
+        // NCCL stream and records the end event; without `async_op` the Python wrapper calls `work.wait()` (P1).
+        SOp::DistAllReduce { tensor, async_op } | SOp::DistBroadcast { tensor, async_op, .. } => {
+            let n = site?;
+            sync_stream(out, n);
+            let coll = match op {
+                SOp::DistBroadcast { src: Root::Rank { rank }, .. } => SOp::Broadcast {
+                    root: Root::Rank { rank: rank.clone() },
+                    buf: Some(tensor.clone()),
+                    send: None,
+                    recv: None,
+                    stream: nccl.clone(),
+                    comm: comm.clone(),
+                },
+                _ => SOp::AllReduce { buf: Some(tensor.clone()), send: None, recv: None, stream: nccl.clone(), comm: comm.clone() },
+            };
+            owned(out, coll);
+            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
+            match async_op {
+                Some(w) => {
+                    tcx.works.insert(w.clone(), vec![end_event(n, 0)]);
+                }
+                None => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
+            }
+        }
+        // `torch.cuda.synchronize()` is cudaDeviceSynchronize (P5).
+        SOp::CudaSynchronize => owned(out, SOp::DeviceSync),
+        // A tensor operation runs on the current stream (torch.cuda.current_stream()).
+        SOp::Compute { name, reads, writes, duration } => owned(
+            out,
+            SOp::Kernel { name: name.clone(), stream: cur.clone(), reads: reads.clone(), writes: writes.clone(), duration: duration.clone() },
+        ),
+        // `torch.cuda.Event.record(stream=None)` / `.wait(stream=None)` use the current stream (S3).
+        SOp::RecordEvent { event } => owned(out, SOp::Record { event: event.clone(), stream: cur }),
+        SOp::WaitEvent { event } => owned(out, SOp::Wait { event: event.clone(), stream: cur }),
+        _ => return None,
+    }
+    Some(out.len() - start)
+}
