@@ -159,3 +159,20 @@ Program(
 "#;
     insta::assert_snapshot!(rendered("pipeline.ron", text));
 }
+
+#[test]
+fn torch_dialect_errors_point_at_the_python_calls() {
+    let text = r#"// Megatron's batched exchange, with two slips: the wait names a request that does not exist, and the last
+// stage sends to a stage past the end of the pipeline.
+Program(
+    ranks: 2,
+    buffers: [Buffer("act", "16 MiB"), Buffer("grad", "16 MiB")],
+    threads: [Thread("main", [
+        InitProcessGroup,
+        BatchIsendIrecv([P2POp(Isend, "act", Rank(stage + 1)), P2POp(Irecv, "grad", Prev)], works: "reqs"),
+        WorkWait("req"),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("torch.ron", text));
+}

@@ -641,7 +641,8 @@ impl<'a, 'i> Resolver<'a, 'i> {
             SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {
                 None
             }
-            // PyTorch calls never reach here: expansion lowered them (`torch.rs`).
+            // PyTorch calls never reach here: expansion lowered them (`torch.rs`). Should one, it is reported rather
+            // than silently dropped.
             SOp::InitProcessGroup
             | SOp::DistSend { .. }
             | SOp::DistRecv { .. }
@@ -655,7 +656,10 @@ impl<'a, 'i> Resolver<'a, 'i> {
             | SOp::WithStream { .. }
             | SOp::Compute { .. }
             | SOp::RecordEvent { .. }
-            | SOp::WaitEvent { .. } => None,
+            | SOp::WaitEvent { .. } => {
+                self.err(cx, Issue::new(p, "internal error: this PyTorch call was not lowered; please report it"));
+                None
+            }
         }
     }
 

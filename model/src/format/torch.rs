@@ -223,9 +223,13 @@ pub fn lower<'a>(
             push(out, Leaf::GroupStart);
             let inside = tcx.decls.version == STorchVersion::Before82450;
             for (j, o) in ops.iter().enumerate() {
-                owned(out, p2p(o.op == SP2PKind::Isend, &o.tensor, &o.peer));
+                // At the P2POp's own position, so that messages about it point there.
+                let at: Rc<str> = Rc::from(index(&field(path, 0), j).as_str());
+                let leaf = Leaf::Owned(Rc::new(p2p(o.op == SP2PKind::Isend, &o.tensor, &o.peer)));
+                out.push(Item { leaf, path: at.clone(), env: env.clone() });
                 if inside {
-                    owned(out, SOp::Record { event: end_event(n, j), stream: nccl.clone() });
+                    let record = SOp::Record { event: end_event(n, j), stream: nccl.clone() };
+                    out.push(Item { leaf: Leaf::Owned(Rc::new(record)), path: at, env: env.clone() });
                 }
             }
             push(out, Leaf::GroupEnd);
@@ -246,7 +250,9 @@ pub fn lower<'a>(
             }
             None => {
                 let known: Vec<&str> = tcx.works.keys().map(String::as_str).collect();
-                let help = if known.is_empty() {
+                let help = if let Some(s) = super::diagnostic::did_you_mean(work, known.iter().copied()) {
+                    format!("did you mean `{s}`?")
+                } else if known.is_empty() {
                     "no work exists yet here: Isend, Irecv, BatchIsendIrecv and `async_op:` collectives name theirs".to_string()
                 } else {
                     format!("works here: {}", known.join(", "))
