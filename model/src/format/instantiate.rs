@@ -103,6 +103,8 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         | SOp::WorkWait { .. }
         | SOp::DistAllReduce { .. }
         | SOp::DistBroadcast { .. }
+        | SOp::DistAllGather { .. }
+        | SOp::DistReduceScatter { .. }
         | SOp::CudaSynchronize
         | SOp::WithStream { .. }
         | SOp::Compute { .. }

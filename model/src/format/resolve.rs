@@ -652,6 +652,8 @@ impl<'a, 'i> Resolver<'a, 'i> {
             | SOp::WorkWait { .. }
             | SOp::DistAllReduce { .. }
             | SOp::DistBroadcast { .. }
+            | SOp::DistAllGather { .. }
+            | SOp::DistReduceScatter { .. }
             | SOp::CudaSynchronize
             | SOp::WithStream { .. }
             | SOp::Compute { .. }

@@ -427,6 +427,20 @@ pub enum SOp {
         #[serde(default)]
         async_op: Option<String>,
     },
+    /// `dist.all_gather_into_tensor(output, input)` (sync or `async_op`).
+    DistAllGather {
+        output: BufArg,
+        input: BufArg,
+        #[serde(default)]
+        async_op: Option<String>,
+    },
+    /// `dist.reduce_scatter_tensor(output, input)` (sync or `async_op`).
+    DistReduceScatter {
+        output: BufArg,
+        input: BufArg,
+        #[serde(default)]
+        async_op: Option<String>,
+    },
     /// `torch.cuda.synchronize()`.
     CudaSynchronize,
     /// `with torch.cuda.stream(s): ops`.

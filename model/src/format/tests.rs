@@ -760,7 +760,8 @@ fn torch_p2p_is_lowered_as_process_group_nccl_does_it() {
 fn torch_batch_end_events_move_after_the_group_with_pr_82450_and_streams_nest() {
     let ops = r#"InitProcessGroup,
         WithStream("side", [BatchIsendIrecv([P2POp(Isend, "x", Next), P2POp(Irecv, "y", Prev)], works: "reqs"), WorkWait("reqs"), RecordEvent("e")]),
-        WaitEvent("e"), DistAllReduce("y", async_op: "ar"), WorkWait("ar")"#;
+        WaitEvent("e"), DistAllReduce("y", async_op: "ar"), WorkWait("ar"),
+        DistAllGather(output: "y", input: Slice("x", 0, "512 KiB")), DistReduceScatter(output: Slice("x", 0, "512 KiB"), input: "y")"#;
     let before = ok(&torch_prog("torch: Torch(version: Before82450),", ops));
     let since = ok(&torch_prog("", ops));
     let tail = [
@@ -773,6 +774,16 @@ fn torch_batch_end_events_move_after_the_group_with_pr_82450_and_streams_nest() 
         "AllReduce@nccl",
         "record(torch.end.1.0@nccl)",
         "wait(torch.end.1.0@sL)",
+        "record(torch.pre.2@sL)",
+        "wait(torch.pre.2@nccl)",
+        "AllGather@nccl",
+        "record(torch.end.2.0@nccl)",
+        "wait(torch.end.2.0@sL)",
+        "record(torch.pre.3@sL)",
+        "wait(torch.pre.3@nccl)",
+        "ReduceScatter@nccl",
+        "record(torch.end.3.0@nccl)",
+        "wait(torch.end.3.0@sL)",
     ];
     let head = ["record(torch.pre.0@side)", "wait(torch.pre.0@nccl)", "group{"];
     let mut expect_before: Vec<&str> = head.to_vec();

@@ -50,7 +50,9 @@ fn children<'a>(op: &'a SOp, path: &str) -> Vec<(&'a [SOp], String)> {
 fn works_of(op: &SOp) -> Option<usize> {
     match op {
         SOp::DistSend { .. } | SOp::DistRecv { .. } | SOp::Isend { .. } | SOp::Irecv { .. } => Some(1),
-        SOp::DistAllReduce { .. } | SOp::DistBroadcast { .. } => Some(1),
+        SOp::DistAllReduce { .. } | SOp::DistBroadcast { .. } | SOp::DistAllGather { .. } | SOp::DistReduceScatter { .. } => {
+            Some(1)
+        }
         SOp::BatchIsendIrecv { ops, .. } => Some(ops.len()),
         SOp::InitProcessGroup
         | SOp::WorkWait { .. }
@@ -260,21 +262,33 @@ pub fn lower<'a>(
                 issues.push(Issue::new(field(path, 0), format!("unknown work `{work}`")).help(help).on_rank(rank));
             }
         },
-        // `dist.all_reduce` / `dist.broadcast`: ProcessGroupNCCL::collective runs syncStream, the collective on the
-        // NCCL stream and records the end event; without `async_op` the Python wrapper calls `work.wait()` (P1).
-        SOp::DistAllReduce { tensor, async_op } | SOp::DistBroadcast { tensor, async_op, .. } => {
+        // `dist.all_reduce` / `broadcast` / `all_gather_into_tensor` / `reduce_scatter_tensor`:
+        // ProcessGroupNCCL::collective runs syncStream, the collective on the NCCL stream and records the end event;
+        // without `async_op` the Python wrapper calls `work.wait()` (P1).
+        SOp::DistAllReduce { async_op, .. }
+        | SOp::DistBroadcast { async_op, .. }
+        | SOp::DistAllGather { async_op, .. }
+        | SOp::DistReduceScatter { async_op, .. } => {
             let n = site?;
             sync_stream(out, n);
+            let (stream, comm) = (nccl.clone(), comm.clone());
             let coll = match op {
-                SOp::DistBroadcast { src: Root::Rank { rank }, .. } => SOp::Broadcast {
+                SOp::DistBroadcast { tensor, src: Root::Rank { rank }, .. } => SOp::Broadcast {
                     root: Root::Rank { rank: rank.clone() },
                     buf: Some(tensor.clone()),
                     send: None,
                     recv: None,
-                    stream: nccl.clone(),
-                    comm: comm.clone(),
+                    stream,
+                    comm,
                 },
-                _ => SOp::AllReduce { buf: Some(tensor.clone()), send: None, recv: None, stream: nccl.clone(), comm: comm.clone() },
+                SOp::DistAllGather { output, input, .. } => {
+                    SOp::AllGather { send: input.clone(), recv: output.clone(), stream, comm }
+                }
+                SOp::DistReduceScatter { output, input, .. } => {
+                    SOp::ReduceScatter { send: input.clone(), recv: output.clone(), stream, comm }
+                }
+                SOp::DistAllReduce { tensor, .. } => SOp::AllReduce { buf: Some(tensor.clone()), send: None, recv: None, stream, comm },
+                _ => return None,
             };
             owned(out, coll);
             owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
