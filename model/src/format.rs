@@ -73,7 +73,6 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
     let mut issues = Issues::default();
     let mut decls = decls::check(&surface, &mut issues);
     let torch_decls = torch::declare(&surface, &mut decls, &mut issues);
-    let decls = decls;
     let ranks = decls.ranks;
 
     // How many ranks run the thread a path belongs to (to say "rank 1: ..." only when an error is rank-specific).
@@ -90,14 +89,18 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
 
     let mut budget = Budget::new();
     let mut expanded = Vec::new();
+    let mut pairs = std::collections::BTreeSet::new();
     for r in 0..ranks {
         for (ti, &t) in decls.rank_threads[r as usize].iter().enumerate() {
             let decl = &decls.threads[t];
             let mut tcx = torch::TorchCx::new(&torch_decls, &decls);
             let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut tcx, &mut issues);
+            pairs.append(&mut tcx.pairs);
             expanded.push((r, ti as u32, decl.name, items));
         }
     }
+    torch::declare_pairs(&pairs, &mut decls);
+    let decls = decls;
     if budget.exhausted {
         return Err(issues.into_diagnostics(text, &index, ranks_of_path));
     }

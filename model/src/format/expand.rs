@@ -257,7 +257,7 @@ fn expand_into<'a>(
                 torch.current.pop();
             }
             _ => {
-                if let Some(n) = super::torch::lower(op, &path, rank, env, torch, issues, out) {
+                if let Some(n) = super::torch::lower(op, &path, rank, ranks, env, torch, issues, out) {
                     if !budget.take(n, &path, issues) {
                         return;
                     }

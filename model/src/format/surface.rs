@@ -102,6 +102,21 @@ pub struct SProgram {
 pub struct STorch {
     #[serde(default)]
     pub version: STorchVersion,
+    #[serde(default)]
+    pub init: STorchInit,
+}
+
+/// How the default process group was initialised, which decides the communicator of unbatched P2P ops (P2).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename = "process group init")]
+pub enum STorchInit {
+    /// `init_process_group("nccl")`: communicators are created lazily; an unbatched send or recv between ranks a < b
+    /// uses a 2-rank communicator "a:b" (with its own NCCL stream) created at its first use.
+    #[default]
+    Lazy,
+    /// `init_process_group("nccl", device_id=..)`: since pytorch/pytorch PR 132900 every P2P op runs on the default
+    /// group's communicator.
+    Eager,
 }
 
 /// The ProcessGroupNCCL behaviours that differ between PyTorch versions (P3).

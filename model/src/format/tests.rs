@@ -730,30 +730,36 @@ fn torch_ops(p: &Program) -> Vec<String> {
 
 #[test]
 fn torch_p2p_is_lowered_as_process_group_nccl_does_it() {
-    let p = ok(&torch_prog(
-        "",
-        r#"InitProcessGroup, Compute("produce", writes: ["x"]), DistSend("x", dst: Rank(1 - rank)),
-           Irecv("y", src: Rank(1 - rank), work: "w"), WorkWait("w"), CudaSynchronize"#,
-    ));
-    assert_eq!(p.comms[0].name, "world", "the default process group");
+    let ops = r#"InitProcessGroup, Compute("produce", writes: ["x"]), DistSend("x", dst: Rank(1 - rank)),
+           Irecv("y", src: Rank(1 - rank), work: "w"), WorkWait("w"), CudaSynchronize"#;
+    // Initialised eagerly (device_id given): P2P on the default group's communicator and its NCCL stream.
+    let p = ok(&torch_prog("torch: Torch(init: Eager),", ops));
+    assert_eq!(p.comms.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["world"], "the default process group");
     assert_eq!(p.ranks[0].streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["sL", "side", "nccl", "sPT.main"]);
-    assert_eq!(
-        torch_ops(&p),
-        [
-            "produce@sL",
-            "record(torch.pre.0@sL)",
-            "wait(torch.pre.0@nccl)",
-            "send@nccl",
-            "record(torch.end.0.0@nccl)",
-            "wait(torch.end.0.0@sL)",
-            "record(torch.pre.1@sL)",
-            "wait(torch.pre.1@nccl)",
-            "recv@nccl",
-            "record(torch.end.1.0@nccl)",
-            "wait(torch.end.1.0@sL)",
-            "devsync",
+    let on = |stream: &str| {
+        vec![
+            "produce@sL".to_string(),
+            "record(torch.pre.0@sL)".into(),
+            format!("wait(torch.pre.0@{stream})"),
+            format!("send@{stream}"),
+            format!("record(torch.end.0.0@{stream})"),
+            "wait(torch.end.0.0@sL)".into(),
+            "record(torch.pre.1@sL)".into(),
+            format!("wait(torch.pre.1@{stream})"),
+            format!("recv@{stream}"),
+            format!("record(torch.end.1.0@{stream})"),
+            "wait(torch.end.1.0@sL)".into(),
+            "devsync".into(),
         ]
-    );
+    };
+    assert_eq!(torch_ops(&p), on("nccl"));
+    // Initialised lazily (the default): the pair's own communicator and stream, created at its first use (P2, N8).
+    let p = ok(&torch_prog("", ops));
+    assert_eq!(p.comms[1], Comm { name: "torch.p2p.0:1".into(), members: vec![0, 1], explicit_init: true });
+    assert_eq!(p.ranks[0].streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["sL", "side", "nccl", "nccl.0:1", "sPT.main"]);
+    let mut expected = on("nccl.0:1");
+    expected.insert(1, "CommInit { comm: CommId(1) }".into());
+    assert_eq!(torch_ops(&p), expected);
 }
 
 #[test]

@@ -12,10 +12,12 @@
 use super::expand::{Env, Item, Leaf};
 use super::issues::{Issue, Issues};
 use super::span_index::{field, index};
-use super::surface::{BufArg, Peer, Root, SOp, SP2PKind, SProgram, STorchVersion};
+use super::expand::Scope;
+use super::expr::Value;
+use super::surface::{BufArg, ExprArg, Peer, Root, SOp, SP2PKind, SProgram, STorchInit, STorchVersion, SimplePeer};
 use super::decls::Decls;
 use crate::program::{Comm, StreamKind};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 /// The internal NCCL stream of every rank.
@@ -29,6 +31,7 @@ pub struct TorchDecls {
     /// Whether the program makes any PyTorch call.
     pub used: bool,
     pub version: STorchVersion,
+    pub init: STorchInit,
     /// Call site number and number of works, by path.
     sites: BTreeMap<String, (u32, usize)>,
 }
@@ -67,7 +70,12 @@ fn works_of(op: &SOp) -> Option<usize> {
 
 /// Finds the program's PyTorch calls and declares what their lowering uses (module docs) in `d`.
 pub fn declare(p: &SProgram, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
-    let mut t = TorchDecls { used: p.torch.is_some(), version: p.torch.as_ref().map(|t| t.version).unwrap_or_default(), ..Default::default() };
+    let mut t = TorchDecls {
+        used: p.torch.is_some(),
+        version: p.torch.as_ref().map(|t| t.version).unwrap_or_default(),
+        init: p.torch.as_ref().map(|t| t.init).unwrap_or_default(),
+        ..Default::default()
+    };
     // In document order, so that call site numbers (and event names) read top to bottom. Recursion is bounded by
     // the parser's MAX_NESTING_DEPTH.
     fn walk(ops: &[SOp], base: &str, t: &mut TorchDecls, next: &mut u32) {
@@ -92,10 +100,10 @@ pub fn declare(p: &SProgram, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
     if !t.used {
         return t;
     }
-    if d.stream_idx.contains_key(NCCL_STREAM) {
+    if let Some(s) = d.stream_idx.keys().find(|s| *s == NCCL_STREAM || s.starts_with("nccl.")) {
         issues.push(
-            Issue::new("streams", format!("stream name `{NCCL_STREAM}` is reserved in a program with PyTorch calls"))
-                .help("it names ProcessGroupNCCL's internal NCCL stream; rename yours"),
+            Issue::new("streams", format!("stream name `{s}` is reserved in a program with PyTorch calls"))
+                .help("`nccl` and `nccl.A:B` name ProcessGroupNCCL's internal NCCL streams; rename yours"),
         );
     } else {
         d.streams.push((NCCL_STREAM.to_string(), StreamKind::NonBlocking));
@@ -119,6 +127,27 @@ pub fn declare(p: &SProgram, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
     t
 }
 
+/// The 2-rank communicator ProcessGroupNCCL creates for P2P between `lo` < `hi` (key "lo:hi", P2).
+fn pair_comm(lo: u32, hi: u32) -> String {
+    format!("torch.p2p.{lo}:{hi}")
+}
+
+/// Its NCCL stream.
+fn pair_stream(lo: u32, hi: u32) -> String {
+    format!("{NCCL_STREAM}.{lo}:{hi}")
+}
+
+/// Declares the pair communicators and streams that lazily initialised process groups used (P2), once every thread
+/// has been expanded: only pairs that some op uses, so that streams stay few.
+pub fn declare_pairs(pairs: &BTreeSet<(u32, u32)>, d: &mut Decls) {
+    for &(lo, hi) in pairs {
+        d.streams.push((pair_stream(lo, hi), StreamKind::NonBlocking));
+        d.stream_idx.insert(pair_stream(lo, hi), d.streams.len() as u32);
+        d.comm_idx.insert(pair_comm(lo, hi), d.comms.len() as u32);
+        d.comms.push(Comm { name: pair_comm(lo, hi), members: vec![lo, hi], explicit_init: true });
+    }
+}
+
 fn pre_event(site: u32) -> String {
     format!("torch.pre.{site}")
 }
@@ -138,12 +167,24 @@ pub struct TorchCx<'t> {
     pub initialized: bool,
     /// The communicator of the default process group (`world`; `None`: the program's only one).
     pub comm: Option<String>,
+    /// Pair communicators this thread has created (lazy init, P2).
+    pub inited_pairs: BTreeSet<(u32, u32)>,
+    /// Pair communicators some thread uses: declared after expansion (`declare_pairs`).
+    pub pairs: BTreeSet<(u32, u32)>,
 }
 
 impl<'t> TorchCx<'t> {
     pub fn new(decls: &'t TorchDecls, d: &Decls) -> TorchCx<'t> {
         let comm = d.comm_idx.contains_key(WORLD).then(|| WORLD.to_string());
-        TorchCx { decls, current: vec!["sL".to_string()], works: BTreeMap::new(), initialized: false, comm }
+        TorchCx {
+            decls,
+            current: vec!["sL".to_string()],
+            works: BTreeMap::new(),
+            initialized: false,
+            comm,
+            inited_pairs: BTreeSet::new(),
+            pairs: BTreeSet::new(),
+        }
     }
 
     fn current(&self) -> String {
@@ -154,10 +195,12 @@ impl<'t> TorchCx<'t> {
 /// Appends the model ops of PyTorch call `op` (written at `path`, with loop variables `env`) to `out`. Returns the
 /// number of ops appended; `None` (nothing done) when `op` is not a call of the dialect. `WithStream` is expanded
 /// by the caller, which pushes its stream on `tcx.current`.
+#[allow(clippy::too_many_arguments)]
 pub fn lower<'a>(
     op: &'a SOp,
     path: &str,
     rank: u32,
+    ranks: u32,
     env: &Option<Rc<Env<'a>>>,
     tcx: &mut TorchCx,
     issues: &mut Issues,
@@ -202,13 +245,38 @@ pub fn lower<'a>(
         SOp::InitProcessGroup => tcx.initialized = true,
         // `dist.send`/`dist.recv` are `pg.send([t], dst, tag).wait()` (torch/distributed/distributed_c10d.py), and
         // ProcessGroupNCCL::pointToPoint runs syncStream, the NCCL call on the NCCL stream, then records the work's
-        // end event there; WorkNCCL::wait makes the current stream wait on it (P1).
+        // end event there; WorkNCCL::wait makes the current stream wait on it (P1). A lazily initialised group runs
+        // it on the 2-rank communicator of the pair (key "lo:hi", `getKeySendRecv`) and its own NCCL stream,
+        // created by the first call that needs it (ncclCommInitRank: N8); an eagerly initialised one on its own
+        // communicator (PR 132900; P2).
         SOp::DistSend { tensor, dst: peer } | SOp::DistRecv { tensor, src: peer } | SOp::Isend { tensor, dst: peer, .. } | SOp::Irecv { tensor, src: peer, .. } => {
             let n = site?;
             let send = matches!(op, SOp::DistSend { .. } | SOp::Isend { .. });
-            sync_stream(out, n);
-            owned(out, p2p(send, tensor, peer));
-            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
+            let pair = match tcx.decls.init {
+                STorchInit::Lazy => peer_rank(peer, rank, ranks, env).map(|p| (rank.min(p), rank.max(p), p)),
+                STorchInit::Eager => None,
+            };
+            let (stream, comm, peer) = match pair {
+                Some((lo, hi, p)) => {
+                    tcx.pairs.insert((lo, hi));
+                    if tcx.inited_pairs.insert((lo, hi)) {
+                        owned(out, SOp::CommInit { comm: pair_comm(lo, hi) });
+                    }
+                    (pair_stream(lo, hi), Some(pair_comm(lo, hi)), Peer::Rank { rank: ExprArg::int(p.to_string(), i64::from(p)) })
+                }
+                None => (nccl.clone(), comm.clone(), peer.clone()),
+            };
+            owned(out, SOp::Record { event: pre_event(n), stream: cur.clone() });
+            owned(out, SOp::Wait { event: pre_event(n), stream: stream.clone() });
+            owned(
+                out,
+                if send {
+                    SOp::Send { to: peer, buf: tensor.clone(), stream: stream.clone(), comm }
+                } else {
+                    SOp::Recv { from: peer, buf: tensor.clone(), stream: stream.clone(), comm }
+                },
+            );
+            owned(out, SOp::Record { event: end_event(n, 0), stream });
             match op {
                 SOp::Isend { work, .. } | SOp::Irecv { work, .. } => {
                     tcx.works.insert(work.clone(), vec![end_event(n, 0)]);
@@ -312,4 +380,26 @@ pub fn lower<'a>(
         _ => return None,
     }
     Some(out.len() - start)
+}
+
+/// The global rank `peer` names for `rank` (of `ranks`, in the default group where member position = rank), when
+/// it evaluates to an existing other rank; `None` leaves the op on the group's communicator, where resolution
+/// reports what is wrong with the peer.
+fn peer_rank(peer: &Peer, rank: u32, ranks: u32, env: &Option<Rc<Env>>) -> Option<u32> {
+    let scope = Scope { rank, ranks, env: env.as_deref() };
+    let simple = match peer {
+        Peer::Next => SimplePeer::Next,
+        Peer::Prev => SimplePeer::Prev,
+        Peer::Rank { rank } => SimplePeer::Rank { rank: rank.clone() },
+        Peer::Parity { even, odd } => if rank % 2 == 0 { even.clone() } else { odd.clone() },
+    };
+    let p = match simple {
+        SimplePeer::Next => (rank + 1) % ranks,
+        SimplePeer::Prev => (rank + ranks - 1) % ranks,
+        SimplePeer::Rank { rank: e } => match scope.eval(&e) {
+            Ok(Value::Int(v)) => u32::try_from(v).ok()?,
+            _ => return None,
+        },
+    };
+    (p < ranks && p != rank).then_some(p)
 }
