@@ -391,7 +391,7 @@ fn peer_rank(peer: &Peer, rank: u32, ranks: u32, env: &Option<Rc<Env>>) -> Optio
         Peer::Next => SimplePeer::Next,
         Peer::Prev => SimplePeer::Prev,
         Peer::Rank { rank } => SimplePeer::Rank { rank: rank.clone() },
-        Peer::Parity { even, odd } => if rank % 2 == 0 { even.clone() } else { odd.clone() },
+        Peer::Parity { even, odd } => if rank.is_multiple_of(2) { even.clone() } else { odd.clone() },
     };
     let p = match simple {
         SimplePeer::Next => (rank + 1) % ranks,
