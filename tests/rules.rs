@@ -453,3 +453,33 @@ fn v1_writers_are_named_by_kind_and_checked_at_load() {
         .collect();
     assert_eq!(writers, [0, 2]);
 }
+
+#[test]
+fn p4_process_group_nccl_records_its_tensors_on_the_nccl_stream() {
+    // Megatron-LM issue 4047's shape in the PyTorch dialect: an isend's tensor is deleted before the send is waited
+    // for, and a new tensor reuses its block. ProcessGroupNCCL recorded the tensor on its NCCL stream (record_stream),
+    // so the block is not handed out before the send has ended: no race. The same ops written by hand without the
+    // record_stream race (the reuse writes while the send may still read).
+    let torch = |body: &str| {
+        format!(
+            r#"Program(ranks: 2, torch: Torch(init: Eager), buffers: [Pooled("t", "1 MiB"), Pooled("u", "1 MiB"), Buffer("r", "1 MiB")],
+               threads: [Thread("main", [InitProcessGroup, {body}, CudaSynchronize])])"#
+        )
+    };
+    let t = torch(
+        r#"If(rank == 0, then: [Empty("t"), Compute("fill", writes: ["t"]), Isend("t", dst: Rank(1), work: "w"), Del("t"),
+                               Empty("u"), Compute("reuse", writes: ["u"]), WorkWait("w")],
+                     else: [DistRecv("r", src: Rank(0))])"#,
+    );
+    assert_eq!(verdict("P4-torch", &t, "portable"), Vec::<String>::new());
+    let program = cuorder_model::format::load("P4-torch", &t).unwrap();
+    assert!(program.ranks[0].threads[0].ops.iter().any(|o| matches!(o.kind, cuorder_model::program::OpKind::RecordStream { .. })));
+    let by_hand = r#"Program(ranks: 2, streams: [Stream("nccl", NonBlocking)], buffers: [Pooled("t", "1 MiB"), Pooled("u", "1 MiB"), Buffer("r", "1 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            If(rank == 0, then: [Alloc("t", stream: "sL"), Kernel("fill", stream: "sL", writes: ["t"]), Send(to: Rank(1), buf: "t", stream: "nccl"),
+                                 Free("t"), Alloc("u", stream: "sL"), Kernel("reuse", stream: "sL", writes: ["u"])],
+                          else: [Recv(from: Rank(0), buf: "r", stream: "nccl")]),
+            DeviceSync])])"#;
+    assert!(verdict("P4-by-hand", by_hand, "portable").contains(&"data race sometimes".to_string()));
+}

@@ -106,6 +106,8 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         | SOp::DistAllGather { .. }
         | SOp::DistReduceScatter { .. }
         | SOp::CudaSynchronize
+        | SOp::Empty { .. }
+        | SOp::Del { .. }
         | SOp::WithStream { .. }
         | SOp::Compute { .. }
         | SOp::RecordEvent { .. }

@@ -655,6 +655,8 @@ impl<'a, 'i> Resolver<'a, 'i> {
             | SOp::DistAllGather { .. }
             | SOp::DistReduceScatter { .. }
             | SOp::CudaSynchronize
+            | SOp::Empty { .. }
+            | SOp::Del { .. }
             | SOp::WithStream { .. }
             | SOp::Compute { .. }
             | SOp::RecordEvent { .. }

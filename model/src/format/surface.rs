@@ -46,6 +46,8 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
     ("Compute", &["name"]),
     ("RecordEvent", &["event"]),
     ("WaitEvent", &["event"]),
+    ("Empty", &["tensor"]),
+    ("Del", &["tensor"]),
     ("OnRanks", &["ranks", "ops"]),
     ("Repeat", &["count", "ops"]),
     ("For", &["var", "range", "ops"]),
@@ -458,6 +460,17 @@ pub enum SOp {
     },
     /// `torch.cuda.synchronize()`.
     CudaSynchronize,
+    /// `t = torch.empty(.., device="cuda")`: the caching allocator hands `t` (a `Pooled` buffer) a block for use on
+    /// the current stream (P4).
+    Empty {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: String,
+    },
+    /// `del t`: the last reference goes, and the block returns to its stream's pool (P4).
+    Del {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: String,
+    },
     /// `with torch.cuda.stream(s): ops`.
     WithStream {
         #[serde(rename = "_0", alias = "stream")]

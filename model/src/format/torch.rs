@@ -60,6 +60,8 @@ fn works_of(op: &SOp) -> Option<usize> {
         SOp::InitProcessGroup
         | SOp::WorkWait { .. }
         | SOp::CudaSynchronize
+        | SOp::Empty { .. }
+        | SOp::Del { .. }
         | SOp::WithStream { .. }
         | SOp::Compute { .. }
         | SOp::RecordEvent { .. }
@@ -167,6 +169,8 @@ pub struct TorchCx<'t> {
     pub initialized: bool,
     /// The communicator of the default process group (`world`; `None`: the program's only one).
     pub comm: Option<String>,
+    /// The names of `Pooled` buffers (caching-allocator tensors, P4).
+    pub pooled: BTreeSet<String>,
     /// Pair communicators this thread has created (lazy init, P2).
     pub inited_pairs: BTreeSet<(u32, u32)>,
     /// Pair communicators some thread uses: declared after expansion (`declare_pairs`).
@@ -184,6 +188,7 @@ impl<'t> TorchCx<'t> {
             comm,
             inited_pairs: BTreeSet::new(),
             pairs: BTreeSet::new(),
+            pooled: d.buffers.iter().filter(|b| b.pooled).map(|b| b.name.clone()).collect(),
         }
     }
 
@@ -217,8 +222,23 @@ pub fn lower<'a>(
     let site = tcx.decls.sites.get(path).map(|s| s.0);
     let is_dist = !matches!(
         op,
-        SOp::InitProcessGroup | SOp::CudaSynchronize | SOp::Compute { .. } | SOp::RecordEvent { .. } | SOp::WaitEvent { .. }
+        SOp::InitProcessGroup
+            | SOp::CudaSynchronize
+            | SOp::Compute { .. }
+            | SOp::RecordEvent { .. }
+            | SOp::WaitEvent { .. }
+            | SOp::Empty { .. }
+            | SOp::Del { .. }
     );
+    // ProcessGroupNCCL records every tensor of a collective or P2P op on the NCCL stream
+    // (`c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), ncclStream)`, unless
+    // TORCH_NCCL_AVOID_RECORD_STREAMS), so that freeing it early cannot hand its block to other work too soon (P4).
+    let record = |out: &mut Vec<Item<'a>>, tensor: &BufArg, stream: &str| {
+        let name = super::expr::interpolate(tensor.name(), &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v));
+        if name.is_ok_and(|n| tcx.pooled.contains(n.as_ref())) {
+            owned(out, SOp::RecordStream { buf: tensor.name().to_string(), stream: stream.to_string() });
+        }
+    };
     if is_dist && !tcx.initialized {
         issues.push(
             Issue::new(path, "a torch.distributed call before dist.init_process_group")
@@ -276,6 +296,7 @@ pub fn lower<'a>(
                     SOp::Recv { from: peer, buf: tensor.clone(), stream: stream.clone(), comm }
                 },
             );
+            record(out, tensor, &stream);
             owned(out, SOp::Record { event: end_event(n, 0), stream });
             match op {
                 SOp::Isend { work, .. } | SOp::Irecv { work, .. } => {
@@ -297,6 +318,7 @@ pub fn lower<'a>(
                 let at: Rc<str> = Rc::from(index(&field(path, 0), j).as_str());
                 let leaf = Leaf::Owned(Rc::new(p2p(o.op == SP2PKind::Isend, &o.tensor, &o.peer)));
                 out.push(Item { leaf, path: at.clone(), env: env.clone() });
+                record(out, &o.tensor, &nccl);
                 if inside {
                     let record = SOp::Record { event: end_event(n, j), stream: nccl.clone() };
                     out.push(Item { leaf: Leaf::Owned(Rc::new(record)), path: at, env: env.clone() });
@@ -359,6 +381,14 @@ pub fn lower<'a>(
                 _ => return None,
             };
             owned(out, coll);
+            match op {
+                SOp::DistAllGather { output, input, .. } | SOp::DistReduceScatter { output, input, .. } => {
+                    record(out, input, &nccl);
+                    record(out, output, &nccl);
+                }
+                SOp::DistAllReduce { tensor, .. } | SOp::DistBroadcast { tensor, .. } => record(out, tensor, &nccl),
+                _ => {}
+            }
             owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
             match async_op {
                 Some(w) => {
@@ -369,6 +399,9 @@ pub fn lower<'a>(
         }
         // `torch.cuda.synchronize()` is cudaDeviceSynchronize (P5).
         SOp::CudaSynchronize => owned(out, SOp::DeviceSync),
+        // The caching allocator (P4): `torch.empty` allocates on the current stream, `del` frees.
+        SOp::Empty { tensor } => owned(out, SOp::Alloc { buf: tensor.clone(), stream: cur }),
+        SOp::Del { tensor } => owned(out, SOp::Free { buf: tensor.clone() }),
         // A tensor operation runs on the current stream (torch.cuda.current_stream()).
         SOp::Compute { name, reads, writes, duration } => owned(
             out,
