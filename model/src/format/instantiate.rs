@@ -106,6 +106,7 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         | SOp::DistAllGather { .. }
         | SOp::DistReduceScatter { .. }
         | SOp::CudaSynchronize
+        | SOp::DistBarrier
         | SOp::Empty { .. }
         | SOp::Del { .. }
         | SOp::WithStream { .. }

@@ -655,6 +655,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             | SOp::DistAllGather { .. }
             | SOp::DistReduceScatter { .. }
             | SOp::CudaSynchronize
+            | SOp::DistBarrier
             | SOp::Empty { .. }
             | SOp::Del { .. }
             | SOp::WithStream { .. }

@@ -458,6 +458,8 @@ pub enum SOp {
         #[serde(default)]
         async_op: Option<String>,
     },
+    /// `dist.barrier()`.
+    DistBarrier,
     /// `torch.cuda.synchronize()`.
     CudaSynchronize,
     /// `t = torch.empty(.., device="cuda")`: the caching allocator hands `t` (a `Pooled` buffer) a block for use on

@@ -818,3 +818,19 @@ fn torch_errors_name_the_call() {
     let e = errors(&torch_prog("", r#"InitProcessGroup, Compute("k", reads: ["z"])"#));
     assert!(e[0].starts_with("2:40: unknown buffer `z`"), "{e:?}");
 }
+
+#[test]
+fn torch_barrier_all_reduces_a_hidden_tensor_and_synchronizes_the_current_stream() {
+    let p = ok(&torch_prog("", r#"InitProcessGroup, WithStream("side", [DistBarrier])"#));
+    let mut ops = torch_ops(&p);
+    let last = ops.pop().unwrap();
+    assert!(last.starts_with("StreamSynchronize"), "{last}");
+    assert_eq!(
+        ops,
+        ["record(torch.pre.0@side)", "wait(torch.pre.0@nccl)", "AllReduce@nccl", "record(torch.end.0.0@nccl)", "wait(torch.end.0.0@side)"]
+    );
+    let b = p.ranks[0].buffers.last().unwrap();
+    assert_eq!((b.name.as_str(), b.bytes), ("torch.barrier", 4));
+    let e = errors(&torch_prog("", r#"InitProcessGroup"#).replace("Buffer(\"y\"", "Buffer(\"torch.y\""));
+    assert!(e[0].contains("buffer name `torch.y` is reserved"), "{e:?}");
+}

@@ -24,6 +24,8 @@ use std::rc::Rc;
 pub const NCCL_STREAM: &str = "nccl";
 /// The default process group's communicator, declared when the program declares none.
 pub const WORLD: &str = "world";
+/// The one-element tensor `dist.barrier()` all-reduces, on every rank.
+pub const BARRIER_TENSOR: &str = "torch.barrier";
 
 /// The call sites of a program's PyTorch calls (by the value path of the call) and the version they are lowered as.
 #[derive(Debug, Default)]
@@ -53,9 +55,11 @@ fn children<'a>(op: &'a SOp, path: &str) -> Vec<(&'a [SOp], String)> {
 fn works_of(op: &SOp) -> Option<usize> {
     match op {
         SOp::DistSend { .. } | SOp::DistRecv { .. } | SOp::Isend { .. } | SOp::Irecv { .. } => Some(1),
-        SOp::DistAllReduce { .. } | SOp::DistBroadcast { .. } | SOp::DistAllGather { .. } | SOp::DistReduceScatter { .. } => {
-            Some(1)
-        }
+        SOp::DistAllReduce { .. }
+        | SOp::DistBroadcast { .. }
+        | SOp::DistAllGather { .. }
+        | SOp::DistReduceScatter { .. }
+        | SOp::DistBarrier => Some(1),
         SOp::BatchIsendIrecv { ops, .. } => Some(ops.len()),
         SOp::InitProcessGroup
         | SOp::WorkWait { .. }
@@ -113,6 +117,13 @@ pub fn declare(p: &SProgram, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
     }
     if let Some(e) = d.events.iter().find(|e| e.starts_with("torch.")) {
         issues.push(Issue::new("events", format!("event name `{e}` is reserved in a program with PyTorch calls")));
+    }
+    if let Some(b) = d.buffers.iter().find(|b| b.name.starts_with("torch.")) {
+        issues.push(Issue::new("buffers", format!("buffer name `{}` is reserved in a program with PyTorch calls", b.name)));
+    } else {
+        d.buffer_idx.insert(BARRIER_TENSOR.to_string(), d.buffers.len() as u32);
+        d.buffers.push(crate::program::Buffer { name: BARRIER_TENSOR.to_string(), bytes: 4, space: crate::program::MemSpace::Device, pooled: false });
+        d.buffer_size_known.push(true);
     }
     for (n, works) in t.sites.values() {
         let mut names = vec![pre_event(*n)];
@@ -396,6 +407,18 @@ pub fn lower<'a>(
                 }
                 None => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
             }
+        }
+        // `dist.barrier()`: ProcessGroupNCCL::barrier all-reduces a one-element tensor, and its work's wait, besides
+        // the stream wait, synchronizes the current stream with the host (`if (barrierTensor_.defined()) ...
+        // cudaStreamSynchronize(currentStream)` in WorkNCCL::synchronize).
+        SOp::DistBarrier => {
+            let n = site?;
+            sync_stream(out, n);
+            let buf = Some(BufArg::Whole(BARRIER_TENSOR.to_string()));
+            owned(out, SOp::AllReduce { buf, send: None, recv: None, stream: nccl.clone(), comm: comm.clone() });
+            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
+            owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() });
+            owned(out, SOp::StreamSync { stream: cur });
         }
         // `torch.cuda.synchronize()` is cudaDeviceSynchronize (P5).
         SOp::CudaSynchronize => owned(out, SOp::DeviceSync),
