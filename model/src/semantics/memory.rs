@@ -63,21 +63,23 @@ impl<'p> Semantics<'p> {
     /// Fills in the end of every access of item `k` once it has ended.
     pub(crate) fn end_accesses(&self, st: &mut State, k: ItemKey, epoch: Epoch) {
         let mut changed = false;
-        let mut writers = vec![];
         for a in st.memory.accesses.iter_mut() {
             if matches!(a.who, Accessor::Item { item, .. } if item == k) {
                 a.end = Some(epoch);
                 changed = true;
-                if a.write {
-                    writers.push(a.who.loc());
-                }
             }
-        }
-        for w in writers {
-            self.note_write_end(st, w, epoch);
         }
         if changed {
             st.memory.accesses.sort();
+        }
+    }
+
+    /// V1: remembers when the writes of item `k` (kind `kind`) ended, for the ops a value assertion names.
+    pub(crate) fn note_item_writes(&self, st: &mut State, k: ItemKey, kind: &ItemKind, end: Epoch) {
+        for (loc, a) in self.item_accesses(k, kind) {
+            if a.write {
+                self.note_write_end(st, loc, end);
+            }
         }
     }
 

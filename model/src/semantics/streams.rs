@@ -167,6 +167,10 @@ impl<'p> Semantics<'p> {
         }
         self.end_accesses(st, k, epoch);
         fx.ended.push(k);
+        if !self.expected_writers.is_empty() {
+            let kind = st.item(k).kind.clone();
+            self.note_item_writes(st, k, &kind, epoch);
+        }
     }
 
     /// S3: the record captures the stream's work at the moment of the call; later waits bind to it.
