@@ -15,7 +15,7 @@ use crate::LoadIssue;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The one JSON document a command prints.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Output {
     /// Always [`SCHEMA_VERSION`].
@@ -28,6 +28,9 @@ pub struct Output {
     pub check: Option<Check>,
     /// Present when an input could not be loaded (exit code 2).
     pub errors: Option<Vec<ErrorOut>>,
+    /// `time` only: the timed execution (absent from other commands' output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<crate::timing::TimeOut>,
 }
 
 /// A load error.
@@ -185,6 +188,7 @@ pub fn check(sem: &Semantics, rep: &Report, file: &str) -> Output {
             completed_final_states: rep.completed_final_states as u64,
             findings,
         }),
+        time: None,
         errors: None,
     }
 }
@@ -196,6 +200,7 @@ pub fn load_error(command: &str, issues: &[LoadIssue]) -> Output {
         command: command.into(),
         exit_code: 2,
         check: None,
+        time: None,
         errors: Some(
             issues
                 .iter()

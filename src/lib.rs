@@ -6,6 +6,7 @@ pub mod diagnostics;
 pub mod json;
 pub mod report;
 pub mod timeline;
+pub mod timing;
 pub mod traces;
 
 use std::path::Path;

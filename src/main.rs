@@ -143,6 +143,13 @@ enum Command {
         /// Instead of a random execution, replay the witness of the N-th finding of `check` (1-based).
         #[arg(long)]
         witness: Option<usize>,
+        /// Write the execution as Chrome trace-event JSON to this file (times from --costs; logical time, one unit
+        /// per step, without it).
+        #[arg(long)]
+        timeline: Option<PathBuf>,
+        /// The cost model that times --timeline (as `cuorder time --costs`).
+        #[arg(long, requires = "timeline")]
+        costs: Option<String>,
         /// Write the execution as a RON trace to this file.
         #[arg(long)]
         trace: Option<PathBuf>,
@@ -185,6 +192,38 @@ enum Command {
         /// verdict, race pairs seen unordered, pooled-block reuse seen).
         #[arg(long, requires = "dir")]
         stats: bool,
+    },
+    /// Time one execution with a cost model (a discrete-event run over the model's steps): makespan, per-rank
+    /// bubble fraction, per-stream busy and idle time, the critical path. Exit 0 the execution completed with no
+    /// finding, 1 it raced, deadlocked or broke a rule, 2 bad input, 3 it stopped at --max-steps.
+    Time {
+        program: PathBuf,
+        #[arg(long, default_value = "portable")]
+        profile: String,
+        /// A built-in cost model (h200-nvlink, ideal, logical) or a cost model file (RON; docs/timing.md).
+        #[arg(long, default_value = "h200-nvlink")]
+        costs: String,
+        /// Seed of tie-breaking between steps that fire at the same time (and of --jitter).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Add a uniform draw from 0..=NS nanoseconds to every step's cost.
+        #[arg(long, default_value_t = 0)]
+        jitter: u64,
+        /// Write the execution as Chrome trace-event JSON (open in https://ui.perfetto.dev or chrome://tracing).
+        #[arg(long)]
+        timeline: Option<PathBuf>,
+        /// Also print a compact text timeline (one row per host thread and stream) this many columns wide.
+        #[arg(long)]
+        lanes: Option<usize>,
+        /// Compare the prediction with a hardware run of the program (an observation from `cuorder-hw run`):
+        /// makespan and kernel end times (text output).
+        #[arg(long)]
+        compare: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        /// Stop after this many steps.
+        #[arg(long, default_value_t = 100_000_000)]
+        max_steps: usize,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions {
@@ -258,6 +297,11 @@ enum Command {
     /// List the built-in profiles, or say what one assumes, in plain words, followed by its RON.
     Profile {
         /// A built-in profile (portable, eager) or a profile file (RON).
+        name: Option<String>,
+    },
+    /// List the built-in cost models of `cuorder time`, or print one as RON (a starting point for your own file).
+    Costs {
+        /// A built-in cost model (h200-nvlink, ideal, logical) or a cost model file (RON).
         name: Option<String>,
     },
     /// Print a rule of the model (docs/semantics.md): its statement, sources, how the model enforces it, the
@@ -379,7 +423,7 @@ fn main() -> ExitCode {
             };
             ExitCode::from(rep.exit_code() as u8)
         }
-        Command::Run { program, profile, seed, witness, trace, max_steps, budgets, backend, timeout_s } => {
+        Command::Run { program, profile, seed, witness, timeline, costs, trace, max_steps, budgets, backend, timeout_s } => {
             let (prof, prog) = match load_both(&profile, &program, color) {
                 Ok(x) => x,
                 Err(e) => return fail(e),
@@ -418,6 +462,27 @@ fn main() -> ExitCode {
             };
             say(&timeline::render(&sem, &tr));
             let timed_out = matches!(tr.outcome, cuorder_sim::run::Outcome::TimeLimit { .. });
+            if let Some(path) = timeline {
+                let model = match costs.as_deref().map(cuorder::timing::load_costs) {
+                    None => cuorder_sim::cost::CostModel::logical(),
+                    Some(Ok(m)) => m,
+                    Some(Err(e)) => {
+                        err(&format!("error: --costs: {e}\n"));
+                        return ExitCode::from(2);
+                    }
+                };
+                let timed = match cuorder_sim::timed::timed_replay(&sem, &model, &tr.schedule) {
+                    Ok(t) => t,
+                    Err(d) => {
+                        err(&format!("error: {d}\n"));
+                        return ExitCode::from(2);
+                    }
+                };
+                if let Err(e) = cuorder::timing::write_chrome_trace(&sem, &timed, &path) {
+                    err(&format!("error: {e}\n"));
+                    return ExitCode::from(2);
+                }
+            }
             if let Some(path) = trace {
                 let text = ron::ser::to_string_pretty(&tr, ron::ser::PrettyConfig::default()).unwrap_or_default();
                 if let Err(e) = std::fs::write(&path, text + "\n") {
@@ -426,6 +491,70 @@ fn main() -> ExitCode {
                 }
             }
             ExitCode::from(if timed_out { 3 } else { 0 })
+        }
+        Command::Time { program, profile, costs, seed, jitter, timeline, lanes, compare, format, max_steps } => {
+            let (prof, prog) = match load_both(&profile, &program, color) {
+                Ok(x) => x,
+                Err(e) => return fail(e),
+            };
+            let model = match cuorder::timing::load_costs(&costs) {
+                Ok(m) => m,
+                Err(e) => {
+                    err(&format!("error: --costs: {e}\n"));
+                    return ExitCode::from(2);
+                }
+            };
+            let sem = Semantics::new(&prog, &prof);
+            let opt = cuorder_sim::timed::TimedOptions { seed, jitter_ns: jitter, max_steps };
+            let run = cuorder_sim::timed::timed_run(&sem, &model, &opt);
+            let sum = cuorder_sim::timed::summarize(&sem, &run);
+            let file = program.display().to_string();
+            let code = if matches!(run.outcome, cuorder_sim::run::Outcome::StepLimit(_)) {
+                3
+            } else {
+                u8::from(cuorder::timing::has_finding(&run))
+            };
+            if let Some(path) = &timeline {
+                if let Err(e) = cuorder::timing::write_chrome_trace(&sem, &run, path) {
+                    err(&format!("error: {e}\n"));
+                    return ExitCode::from(2);
+                }
+            }
+            match format {
+                Format::Text => {
+                    let mut text = cuorder::timing::report_text(&sem, &run, &sum, &file);
+                    if let Some(w) = lanes {
+                        text.push('\n');
+                        text.push_str(&cuorder::timing::lanes_text(&sem, &run, w));
+                    }
+                    if let Some(obs) = &compare {
+                        let obs = match cuorder::traces::load_trace(obs, &prog) {
+                            Ok(o) => o,
+                            Err(e) => return fail(e),
+                        };
+                        match cuorder::timing::accuracy(&sem, &run, &obs) {
+                            Ok(a) => text.push_str(&format!("\n{}\n", a.to_text())),
+                            Err(e) => {
+                                err(&format!("error: --compare: {e}\n"));
+                                return ExitCode::from(2);
+                            }
+                        }
+                    }
+                    say(&text);
+                }
+                Format::Json => {
+                    let out = cuorder::json::Output {
+                        schema_version: cuorder::json::SCHEMA_VERSION,
+                        command: "time".into(),
+                        exit_code: code,
+                        check: None,
+                        errors: None,
+                        time: Some(cuorder::timing::time_out(&sem, &run, &sum, &file)),
+                    };
+                    say(&out.to_json());
+                }
+            }
+            ExitCode::from(code)
         }
         Command::Conform { dir: Some(dir), stats: true, .. } => match cuorder::traces::stats::batch_stats(&dir) {
             Ok(s) => {
@@ -680,6 +809,26 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(e),
+            },
+        },
+        Command::Costs { name } => match name {
+            None => {
+                for n in cuorder_sim::cost::CostModel::BUILTIN {
+                    if let Some(m) = cuorder_sim::cost::CostModel::builtin(n) {
+                        say(&format!("{n}: {}\n", m.source));
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Some(n) => match cuorder::timing::load_costs(&n) {
+                Ok(m) => {
+                    say(&format!("{}\n", ron::ser::to_string_pretty(&m, ron::ser::PrettyConfig::default()).unwrap_or_default()));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    err(&format!("error: {e}\n"));
+                    ExitCode::from(2)
+                }
             },
         },
         Command::Explain { rule } => {

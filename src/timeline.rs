@@ -45,22 +45,34 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
         Outcome::Undefined(u) => s.push_str(&format!("outcome: undefined (rule {}): {}\n", u.rule, u.message)),
         Outcome::Deadlock(d) => {
             s.push_str("outcome: deadlock\n");
-            for (i, e) in d.cycle.iter().enumerate() {
-                s.push_str(&format!("  {}. {}\n", i + 1, e.text));
-            }
-            for b in &d.blocked {
-                s.push_str(&format!("  {b}\n"));
-            }
+            s.push_str(&stuck_text(d));
         }
     }
     for r in &trace.races {
-        s.push_str(&format!(
-            "data race: {} and {} on r{} {}\n",
-            sem.op_label(r.first.who.loc()),
-            sem.op_label(r.second.who.loc()),
-            r.first.range.buf.rank,
-            sem.program.buffer(r.first.range.buf).name
-        ));
+        s.push_str(&format!("data race: {}\n", race_text(sem, r)));
     }
     s
+}
+
+/// A deadlock's wait-for edges, numbered, and where each blocked host thread is: one indented line each.
+pub fn stuck_text(d: &cuorder_model::semantics::Stuck) -> String {
+    let mut s = String::new();
+    for (i, e) in d.cycle.iter().enumerate() {
+        s.push_str(&format!("  {}. {}\n", i + 1, e.text));
+    }
+    for b in &d.blocked {
+        s.push_str(&format!("  {b}\n"));
+    }
+    s
+}
+
+/// A race in one line: "OP and OP on rR BUFFER".
+pub fn race_text(sem: &Semantics, r: &cuorder_model::semantics::Race) -> String {
+    format!(
+        "{} and {} on r{} {}",
+        sem.op_label(r.first.who.loc()),
+        sem.op_label(r.second.who.loc()),
+        r.first.range.buf.rank,
+        sem.program.buffer(r.first.range.buf).name
+    )
 }

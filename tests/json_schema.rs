@@ -48,6 +48,8 @@ fn json_output_matches_the_documented_schema() {
         (vec!["check", "examples/nccl-1456-grouped.ron"], 0),
         (vec!["check", "examples/nccl-1456-grouped.ron", "--max-states", "2"], 3),
         (vec!["check", bad.to_str().unwrap()], 2),
+        (vec!["time", "examples/megatron-batch-p2p-race.ron"], 1),
+        (vec!["time", "examples/nccl-1456-grouped.ron"], 0),
     ];
     let doc = documented();
     let mut printed = BTreeSet::new();

@@ -601,9 +601,13 @@ fn folders_deeper_than_max_dir_depth_are_reported_not_entered() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// A run of 64 ranks × 64 threads used to take minutes because `run` cloned the whole state at every step; with
+/// that fixed, one sleep per thread finishes at once, so the program has 64 sleeps per thread (262,144 steps, each
+/// looking at 4,096 threads) to outlast the 2 s limit.
 #[test]
 fn run_of_64_ranks_by_64_threads_stops_at_its_time_limit() {
-    let threads: Vec<String> = (0..64).map(|i| format!("Thread(\"t{i}\", [Sleep(\"1 us\")])")).collect();
+    let sleeps = vec!["Sleep(\"1 us\")"; 64].join(",");
+    let threads: Vec<String> = (0..64).map(|i| format!("Thread(\"t{i}\", [{sleeps}])")).collect();
     let p = tmp_file("64x64-run.ron", &format!("Program(ranks: 64, threads: [{}])\n", threads.join(",")));
     let (code, out, err, took) = cli(&["run", p.to_str().unwrap(), "--max-time-s", "2"]);
     no_panic(code, &err);

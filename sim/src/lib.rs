@@ -2,6 +2,7 @@
 //! (random walk, PCT), single seeded runs, replay of a recorded schedule, and traces. Output is a pure function of (program, profile, seed or schedule).
 
 pub mod conform;
+pub mod cost;
 pub mod budget;
 pub mod cover;
 pub mod explore;
@@ -11,3 +12,4 @@ pub mod rng;
 pub mod run;
 pub mod scheduler;
 pub mod strategy;
+pub mod timed;

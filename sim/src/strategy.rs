@@ -150,8 +150,16 @@ struct Walk {
     step_limit: bool,
 }
 
-/// Forget ([`Semantics::forget`]) every this many steps of a walk.
-const FORGET_EVERY: usize = 32;
+/// Forget ([`Semantics::forget`]) every this many steps of a walk or run (its cost is linear in the state, which
+/// grows by a few entries per step).
+pub const FORGET_EVERY: usize = 32;
+
+/// How many steps of a walk or run to take between two forgets: [`FORGET_EVERY`], or one per agent (host thread or
+/// stream) on larger programs, since one forget costs about threads × agents clock entries; amortized, a step then
+/// pays a few clock widths for it.
+pub fn forget_every(sem: &Semantics) -> usize {
+    FORGET_EVERY.max(sem.agents)
+}
 
 /// Runs one execution with seed `seed`.
 fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize) -> Walk {
@@ -194,7 +202,7 @@ fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize) -> Wal
         sem.apply(&mut st, &step);
         // Forgetting keeps race checks and memory proportional to the work in flight; a walk never compares
         // states, so every few steps is enough.
-        if path.len() % FORGET_EVERY == 0 {
+        if path.len() % forget_every(sem) == 0 {
             sem.forget(&mut st);
         }
         path.push(step);

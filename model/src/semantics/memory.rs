@@ -21,8 +21,10 @@ impl<'p> Semantics<'p> {
         let new = Access { who, block, range: a.range, write: a.write, start: at.clone(), end };
         let (lo, hi) = (a.range.offset, a.range.offset + a.range.len);
         let mut races = vec![];
-        for old in &st.memory.accesses {
-            if old.block != block || !(old.write || a.write) {
+        // The list is sorted by block first: only this block's accesses can conflict.
+        let first = st.memory.accesses.partition_point(|x| x.block < block);
+        for old in st.memory.accesses[first..].iter().take_while(|x| x.block == block) {
+            if !(old.write || a.write) {
                 continue;
             }
             let (olo, ohi) = (old.range.offset, old.range.offset + old.range.len);
@@ -60,17 +62,25 @@ impl<'p> Semantics<'p> {
         st.memory.accesses.insert(pos, new);
     }
 
-    /// Fills in the end of every access of item `k` once it has ended.
-    pub(crate) fn end_accesses(&self, st: &mut State, k: ItemKey, epoch: Epoch) {
-        let mut changed = false;
-        for a in st.memory.accesses.iter_mut() {
-            if matches!(a.who, Accessor::Item { item, .. } if item == k) {
-                a.end = Some(epoch);
-                changed = true;
+    /// Fills in the end of every access of item `k` once it has ended; `blocks` are the blocks the item touches
+    /// (the list is sorted by block, so only their ranges are visited).
+    pub(crate) fn end_accesses(&self, st: &mut State, k: ItemKey, blocks: &[(BufRef, BlockId)], epoch: Epoch) {
+        let mut done: Vec<BlockId> = blocks.iter().map(|(_, b)| *b).collect();
+        done.sort_unstable();
+        done.dedup();
+        for block in done {
+            let lo = st.memory.accesses.partition_point(|x| x.block < block);
+            let hi = lo + st.memory.accesses[lo..].iter().take_while(|x| x.block == block).count();
+            let mut changed = false;
+            for a in &mut st.memory.accesses[lo..hi] {
+                if matches!(a.who, Accessor::Item { item, .. } if item == k) {
+                    a.end = Some(epoch);
+                    changed = true;
+                }
             }
-        }
-        if changed {
-            st.memory.accesses.sort();
+            if changed {
+                st.memory.accesses[lo..hi].sort();
+            }
         }
     }
 

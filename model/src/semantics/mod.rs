@@ -18,6 +18,7 @@ pub mod explain;
 mod forget;
 mod host;
 pub mod ids;
+pub mod incremental;
 mod memory;
 mod nccl;
 pub mod reduction;
@@ -252,8 +253,10 @@ impl<'p> Semantics<'p> {
                 out.push(Step::Host { thread: t, choice });
             }
         }
-        self.item_steps(st, &mut out);
-        self.comm_steps(st, &mut out);
+        // The queue heads, computed once: both item and communication steps start from them.
+        let heads = self.queue_heads(st);
+        self.item_steps(st, &heads, &mut out);
+        self.comm_steps(st, &heads, &mut out);
         self.connect_steps(st, &mut out);
         out
     }

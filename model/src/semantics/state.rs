@@ -209,8 +209,9 @@ impl Accessor {
 /// One memory access, as recorded for race detection.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Access {
-    pub who: Accessor,
+    /// First, so that the sorted access list groups each block's accesses (a race check looks at one block only).
     pub block: BlockId,
+    pub who: Accessor,
     /// The buffer range as the program named it.
     pub range: BufRange,
     pub write: bool,

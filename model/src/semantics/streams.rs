@@ -23,9 +23,9 @@ impl<'p> Semantics<'p> {
 
     /// Item steps: every pending item that may start, except the DMA of a staged copy before its host has staged
     /// the source (S5).
-    pub(crate) fn item_steps(&self, st: &State, out: &mut Vec<Step>) {
+    pub(crate) fn item_steps(&self, st: &State, heads: &[ItemKey], out: &mut Vec<Step>) {
         // Only an item at the head of a queue can start: look at the heads (in item order, as the steps are listed).
-        for k in self.queue_heads(st) {
+        for &k in heads {
             let item = st.item(k);
             if !self.item_ready(st, k, item) {
                 continue;
@@ -157,6 +157,7 @@ impl<'p> Semantics<'p> {
         let item = st.streams.items.get_mut(&k).expect("finished item exists");
         item.status = ItemStatus::Done;
         let streams = item.streams.clone();
+        let blocks = item.blocks.clone();
         let agent = self.stream_agent(streams[0]);
         let epoch = Epoch { agent: agent as u32, time: end.get(agent) };
         item.end = Some(end.clone());
@@ -165,7 +166,7 @@ impl<'p> Semantics<'p> {
             st.streams.queues[i].1 += 1;
             st.streams.stream_clock[i] = end.clone();
         }
-        self.end_accesses(st, k, epoch);
+        self.end_accesses(st, k, &blocks, epoch);
         fx.ended.push(k);
         if !self.expected_writers.is_empty() {
             let kind = st.item(k).kind.clone();

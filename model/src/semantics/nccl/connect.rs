@@ -98,21 +98,25 @@ impl<'p> Semantics<'p> {
     }
 
     pub(crate) fn connect_steps(&self, st: &State, out: &mut Vec<Step>) {
-        for (a, ta) in st.host.threads.iter().enumerate() {
-            let Some(Wait::Connect { need: pa, .. }) = &ta.wait else { continue };
-            for ((comm, ra, rb), need_a) in pa {
-                for (b, tb) in st.host.threads.iter().enumerate() {
-                    if b == a {
-                        continue;
-                    }
-                    let Some(Wait::Connect { need: pb, .. }) = &tb.wait else { continue };
-                    // Each pair once: from the side with the lower (thread, rank).
-                    if (b, *rb) < (a, *ra) {
-                        continue;
-                    }
-                    if pb.get(&(*comm, *rb, *ra)) == Some(need_a) {
-                        out.push(Step::Connect { a: a as u32, b: b as u32, comm: *comm, ra: *ra, rb: *rb });
-                    }
+        for a in 0..st.host.threads.len() {
+            self.connect_steps_from(st, a, out);
+        }
+    }
+
+    /// The connection set-ups thread `a` starts (each pair once: from the side with the lower (thread, rank)).
+    pub(crate) fn connect_steps_from(&self, st: &State, a: usize, out: &mut Vec<Step>) {
+        let Some(Wait::Connect { need: pa, .. }) = &st.host.threads[a].wait else { return };
+        for ((comm, ra, rb), need_a) in pa {
+            for (b, tb) in st.host.threads.iter().enumerate() {
+                if b == a {
+                    continue;
+                }
+                let Some(Wait::Connect { need: pb, .. }) = &tb.wait else { continue };
+                if (b, *rb) < (a, *ra) {
+                    continue;
+                }
+                if pb.get(&(*comm, *rb, *ra)) == Some(need_a) {
+                    out.push(Step::Connect { a: a as u32, b: b as u32, comm: *comm, ra: *ra, rb: *rb });
                 }
             }
         }

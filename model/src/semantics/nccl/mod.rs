@@ -217,9 +217,9 @@ impl<'p> Semantics<'p> {
     }
 
     /// Device steps of running launches: P2P delivery (N2) and collective completion (C1).
-    pub(crate) fn comm_steps(&self, st: &State, out: &mut Vec<Step>) {
+    pub(crate) fn comm_steps(&self, st: &State, heads: &[ItemKey], out: &mut Vec<Step>) {
         // A running launch heads every queue it is on.
-        for k in self.queue_heads(st) {
+        for &k in heads {
             let (k, item) = (&k, st.item(k));
             let ItemKind::Launch { comm, ops } = &item.kind else { continue };
             if item.status != ItemStatus::Running {

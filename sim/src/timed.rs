@@ -1,0 +1,765 @@
+//! Timed discrete-event runs (issue 9): a strategy over the model's enabled steps that fires each step when its
+//! cost has elapsed since it became enabled, in integer nanoseconds, so that a timed run is one execution the
+//! explorer can also produce (its schedule replays with [`crate::run::replay`]). It records what ran where and
+//! when (spans), the dependencies between lanes (flows) and the findings, from which [`summarize`] derives the
+//! makespan, busy and idle time, bubbles and the critical path.
+//!
+//! The discrete-event rule: a step that becomes enabled at time `t` (the fire time of the step after which it first
+//! appears in the enabled set) fires at `t + cost(step)` unless it is disabled first; the step with the least fire
+//! time fires next (ties: the seeded generator). Costs come from a [`CostModel`]. The platform is as generous as
+//! the profile allows: a step the profile lets the platform withhold (an eager send beyond the guaranteed window,
+//! an item beside a spinning NCCL kernel; S1, N2) is taken like any other, and a nondeterministic host call takes
+//! its first outcome (a fresh allocator block, P4; a pageable async copy that returns at once, S5). What
+//! withholding or other outcomes can do is `check`'s and `explore`'s business.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use cuorder_model::program::{MemSpace, OpKind, RankId, StreamRef};
+use cuorder_model::semantics::{CommOpKind, ItemKey, ItemKind, OpLoc, P2pKey, Race, Semantics, State, Step};
+
+use crate::cost::{transfer_ns, CostModel};
+use crate::rng::Rng;
+use crate::run::Outcome;
+
+/// Where a span runs: a host thread or a stream (global indices into the program's threads and streams).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Lane {
+    Thread(u32),
+    Stream(StreamRef),
+}
+
+/// What a span is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum SpanKind {
+    /// A kernel on a stream.
+    Kernel,
+    /// A memcpy or memset on a stream.
+    Copy,
+    /// An NCCL launch (one or more sends, recvs or a collective) on a stream, from its start to its end.
+    Nccl,
+    /// A host call that returned without blocking.
+    HostCall,
+    /// A host call that blocked, from the call to its return.
+    HostBlocked,
+}
+
+/// One interval on a lane: `[start_ns, end_ns]`, for the op at `op` (for an NCCL launch of a group: the group end).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    pub lane: Lane,
+    pub rank: RankId,
+    pub op: OpLoc,
+    pub kind: SpanKind,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The answer of an event or stream query (`true` = ready; S4).
+    pub answer: Option<bool>,
+}
+
+/// Why a flow arrow is drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FlowKind {
+    /// Data of a send reaching its recv (rendezvous, or an eager delivery drained later; N2, N3).
+    SendRecv,
+    /// An event record ordering a stream wait (S3).
+    RecordWait,
+}
+
+/// A dependency arrow from (`from`, `from_ns`) to (`to`, `to_ns`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flow {
+    pub kind: FlowKind,
+    pub from: Lane,
+    pub from_rank: RankId,
+    pub from_ns: u64,
+    pub to: Lane,
+    pub to_rank: RankId,
+    pub to_ns: u64,
+}
+
+/// A finding placed in time: the race (index into [`TimedRun::races`]) whose later access started at `at_ns`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RaceMark {
+    pub race: usize,
+    pub at_ns: u64,
+}
+
+/// A timed execution: the schedule (replayable), the fire time of each step, and what ran when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedRun {
+    pub program: String,
+    pub profile: String,
+    /// The cost model's name.
+    pub costs: String,
+    pub seed: u64,
+    pub schedule: Vec<Step>,
+    /// Fire time of each step of `schedule`, ns (non-decreasing).
+    pub times_ns: Vec<u64>,
+    /// For each step, the step after which it became enabled (`None`: enabled from the start).
+    pub enabled_by: Vec<Option<u32>>,
+    /// For each host step, the index of the op the thread was at and whether the step returned from a blocking
+    /// call (`None` for other steps).
+    pub host_op: Vec<Option<(u32, bool)>>,
+    pub spans: Vec<Span>,
+    pub flows: Vec<Flow>,
+    pub races: Vec<Race>,
+    pub race_marks: Vec<RaceMark>,
+    pub outcome: Outcome,
+    /// When the last step fired (a deadlock: when the last thing happened before the stall), ns.
+    pub makespan_ns: u64,
+}
+
+/// Options of a timed run.
+#[derive(Clone, Debug)]
+pub struct TimedOptions {
+    /// Seed of the tie-breaking (and jitter) generator.
+    pub seed: u64,
+    /// Each step's cost is increased by a uniform draw from `0..=jitter_ns` (0: none), ns.
+    pub jitter_ns: u64,
+    /// Stop after this many steps ([`Outcome::StepLimit`]).
+    pub max_steps: usize,
+}
+
+impl Default for TimedOptions {
+    fn default() -> Self {
+        TimedOptions { seed: 0, jitter_ns: 0, max_steps: 100_000_000 }
+    }
+}
+
+/// Bytes a memcpy moves per second between these two memory kinds.
+fn copy_bandwidth(costs: &CostModel, dst: MemSpace, src: MemSpace) -> u64 {
+    use MemSpace::*;
+    match (dst, src) {
+        (Device, Device) => costs.copy_device_bytes_per_s,
+        (Device, PinnedHost) | (PinnedHost, Device) => costs.copy_pinned_bytes_per_s,
+        (Device, PageableHost) | (PageableHost, Device) => costs.copy_pageable_bytes_per_s,
+        _ => costs.copy_host_bytes_per_s,
+    }
+}
+
+/// The cost of `step` in `st`, ns (before jitter): see [`CostModel`]'s fields for what each figure covers.
+pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) -> u64 {
+    if costs.logical {
+        return 1;
+    }
+    let bytes_of = |loc: OpLoc| match &sem.op(loc).kind {
+        OpKind::Send { buf, .. } | OpKind::Recv { buf, .. } => buf.len,
+        _ => 0,
+    };
+    match step {
+        Step::Host { thread, .. } => {
+            let t = &st.host.threads[*thread as usize];
+            if t.wait.is_some() {
+                return costs.wakeup_ns;
+            }
+            match &sem.op(OpLoc { thread: *thread, op: t.pc }).kind {
+                OpKind::Kernel { .. } | OpKind::Memset { .. } | OpKind::Memcpy { .. } => costs.launch_ns,
+                OpKind::EventRecord { .. } => costs.event_record_ns,
+                OpKind::StreamWaitEvent { .. } => costs.event_wait_ns,
+                OpKind::HostSleep { ns } => *ns,
+                OpKind::HostAccess { range, .. } => transfer_ns(range.len, costs.copy_host_bytes_per_s),
+                // V1: a value assertion costs the read it makes: a kernel launch, or a host read.
+                OpKind::Expect { stream: Some(_), .. } => costs.launch_ns,
+                OpKind::Expect { range, stream: None, .. } => transfer_ns(range.len, costs.copy_host_bytes_per_s),
+                OpKind::EventQuery { .. }
+                | OpKind::EventSynchronize { .. }
+                | OpKind::StreamSynchronize { .. }
+                | OpKind::StreamQuery { .. }
+                | OpKind::DeviceSynchronize { .. }
+                | OpKind::Barrier { .. }
+                | OpKind::CommInit { .. }
+                | OpKind::Send { .. }
+                | OpKind::Recv { .. }
+                | OpKind::GroupStart
+                | OpKind::GroupEnd
+                | OpKind::Collective { .. }
+                | OpKind::Alloc { .. }
+                | OpKind::Free { .. }
+                | OpKind::RecordStream { .. } => costs.host_call_ns,
+            }
+        }
+        Step::Item(k) => {
+            let item = st.item(*k);
+            let op = &sem.op(k.loc()).kind;
+            match (&item.kind, op) {
+                (ItemKind::Work, OpKind::Kernel { duration_ns, reads, writes, .. }) => {
+                    // A kernel takes its duration, but never less than touching its ranges takes at the cost model's
+                    // kernel bandwidths (the format's default duration, 10 us, is far too short for GiB buffers).
+                    let r: u64 = reads.iter().map(|x| x.len).sum();
+                    let w: u64 = writes.iter().map(|x| x.len).sum();
+                    let d = (*duration_ns)
+                        .max(transfer_ns(r, costs.kernel_read_bytes_per_s) + transfer_ns(w, costs.kernel_write_bytes_per_s));
+                    costs.item_overhead_ns + d
+                }
+                (ItemKind::Work, OpKind::Memset { dst, .. }) => {
+                    costs.item_overhead_ns + transfer_ns(dst.len, costs.copy_device_bytes_per_s)
+                }
+                (ItemKind::Work | ItemKind::StagedCopy, OpKind::Memcpy { dst, src, .. }) => {
+                    let space = |b| sem.program.buffer(b).space;
+                    let bw = copy_bandwidth(costs, space(dst.buf), space(src.buf));
+                    costs.item_overhead_ns + transfer_ns(dst.len, bw)
+                }
+                (ItemKind::Work, OpKind::Expect { range, .. }) => {
+                    costs.item_overhead_ns + transfer_ns(range.len, costs.kernel_read_bytes_per_s)
+                }
+                (ItemKind::Launch { .. }, _) => costs.nccl_launch_ns,
+                _ => 0,
+            }
+        }
+        Step::Transfer { send, recv } => {
+            costs.link(sem.acting_rank(*send), sem.acting_rank(*recv)).time_ns(bytes_of(*send))
+        }
+        Step::Eager { send } => {
+            let peer = match &sem.op(*send).kind {
+                OpKind::Send { peer, .. } => *peer,
+                _ => sem.acting_rank(*send),
+            };
+            costs.link(sem.acting_rank(*send), peer).time_ns(bytes_of(*send))
+        }
+        Step::Drain { .. } => 0,
+        Step::Collective { comm, seq } | Step::RootEarly { comm, seq } => {
+            let Some(parts) = st.nccl.coll.get(&(*comm, *seq)) else { return 0 };
+            let Some(at) = parts.values().next() else { return 0 };
+            let loc = st.comm_op(*at).1.loc;
+            let OpKind::Collective { kind, send, recv, .. } = &sem.op(loc).kind else { return 0 };
+            let bytes = kind.agreed_bytes(send.len, recv.len);
+            if matches!(step, Step::RootEarly { .. }) {
+                let members = &sem.program.comms[comm.0 as usize].members;
+                let root = kind.root().unwrap_or(0);
+                let far = members.iter().copied().max_by_key(|m| costs.link(root, *m).latency_ns).unwrap_or(root);
+                return costs.link(root, far).time_ns(bytes);
+            }
+            let mut members = sem.program.comms[comm.0 as usize].members.clone();
+            members.sort_unstable();
+            costs.collective_ns(*kind, &members, bytes)
+        }
+        Step::Connect { a, comm, ra, rb, .. } => {
+            // Per direction set up (a grouped send/recv pair sets up two at once).
+            let dirs = match &st.host.threads[*a as usize].wait {
+                Some(cuorder_model::semantics::Wait::Connect { need, .. }) => need.get(&(*comm, *ra, *rb)).map_or(1, |d| d.len()),
+                _ => 1,
+            };
+            costs.connect_ns * dirs.max(1) as u64
+        }
+    }
+}
+
+/// Builds spans, flows and race marks from applied steps and their fire times.
+struct Recorder {
+    spans: Vec<Span>,
+    flows: Vec<Flow>,
+    race_marks: Vec<RaceMark>,
+    /// Races in the order they were found.
+    races: Vec<Race>,
+    races_seen: std::collections::BTreeSet<Race>,
+    /// Start time of items that started and have not ended.
+    item_start: HashMap<ItemKey, u64>,
+    /// End time and stream of ended event records (for record→wait flows).
+    record_end: HashMap<ItemKey, (u64, StreamRef)>,
+    /// Per host thread: the start of a blocking call in progress and its op index.
+    blocked_since: Vec<Option<(u64, u32)>>,
+    /// Eager deliveries not yet drained: send op → (lane, rank, time).
+    eager: HashMap<OpLoc, (Lane, RankId, u64)>,
+}
+
+impl Recorder {
+    fn new(sem: &Semantics) -> Recorder {
+        Recorder {
+            spans: vec![],
+            flows: vec![],
+            race_marks: vec![],
+            races: vec![],
+            races_seen: Default::default(),
+            item_start: HashMap::new(),
+            record_end: HashMap::new(),
+            blocked_since: vec![None; sem.thread_of.len()],
+            eager: HashMap::new(),
+        }
+    }
+
+    /// The lane (first stream) and rank of an item.
+    fn item_lane(st: &State, k: ItemKey) -> (Lane, RankId) {
+        let s = st.item(k).streams[0];
+        (Lane::Stream(s), s.rank)
+    }
+
+    /// Records `step`, fired at `t` after costing `cost` ns, given the stepping thread's pc and wait before it.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        sem: &Semantics,
+        before: Option<(u32, bool)>,
+        step: &Step,
+        fx: &cuorder_model::semantics::Effects,
+        st: &State,
+        t: u64,
+        cost: u64,
+        overhead: u64,
+    ) {
+        if let (Step::Host { thread, .. }, Some((pc, waiting))) = (step, before) {
+            let th = *thread as usize;
+            let lane = Lane::Thread(*thread);
+            let rank = sem.rank_of(*thread);
+            let op = OpLoc { thread: *thread, op: pc };
+            if waiting {
+                if let Some((since, pc0)) = self.blocked_since[th].take() {
+                    let op = OpLoc { thread: *thread, op: pc0 };
+                    self.spans.push(Span { lane, rank, op, kind: SpanKind::HostBlocked, start_ns: since, end_ns: t, answer: None });
+                }
+            } else if st.host.threads[th].wait.is_some() {
+                self.blocked_since[th] = Some((t - cost, pc));
+            } else {
+                self.spans.push(Span { lane, rank, op, kind: SpanKind::HostCall, start_ns: t - cost, end_ns: t, answer: fx.answer });
+            }
+        }
+        // Where a race found by this step is placed: the start of the access that found it.
+        let mut found_at = t - cost;
+        for k in &fx.started {
+            let item = st.item(*k);
+            let finite = !matches!(item.kind, ItemKind::Launch { .. });
+            let start = if finite { (t - cost + overhead.min(cost)).min(t) } else { t };
+            found_at = start;
+            self.item_start.insert(*k, start);
+            if item.kind == ItemKind::WaitMarker {
+                let (to, to_rank) = Self::item_lane(st, *k);
+                for d in &item.deps {
+                    if let Some(&(from_ns, s)) = self.record_end.get(d) {
+                        let (from, from_rank) = (Lane::Stream(s), s.rank);
+                        self.flows.push(Flow { kind: FlowKind::RecordWait, from, from_rank, from_ns, to, to_rank, to_ns: start });
+                    }
+                }
+            }
+        }
+        for k in &fx.ended {
+            let item = st.item(*k);
+            let start = self.item_start.remove(k).unwrap_or(t);
+            let kind = match (&item.kind, &sem.op(k.loc()).kind) {
+                (ItemKind::Launch { .. }, _) => Some(SpanKind::Nccl),
+                (ItemKind::Work, OpKind::Kernel { .. }) => Some(SpanKind::Kernel),
+                (ItemKind::Work | ItemKind::StagedCopy, _) => Some(SpanKind::Copy),
+                (ItemKind::Record, _) => {
+                    self.record_end.insert(*k, (t, item.streams[0]));
+                    None
+                }
+                (ItemKind::WaitMarker, _) => None,
+            };
+            if let Some(kind) = kind {
+                for s in &item.streams {
+                    self.spans.push(Span { lane: Lane::Stream(*s), rank: s.rank, op: k.loc(), kind, start_ns: start, end_ns: t, answer: None });
+                }
+            }
+        }
+        let lane_of_op = |loc: OpLoc| -> (Lane, RankId) {
+            let info = sem.info(loc);
+            match info.stream {
+                Some(s) => (Lane::Stream(s), s.rank),
+                None => (Lane::Thread(loc.thread), sem.rank_of(loc.thread)),
+            }
+        };
+        match step {
+            Step::Transfer { send, recv } => {
+                let (from, from_rank) = lane_of_op(*send);
+                let (to, to_rank) = lane_of_op(*recv);
+                self.flows.push(Flow { kind: FlowKind::SendRecv, from, from_rank, from_ns: t - cost, to, to_rank, to_ns: t });
+            }
+            Step::Eager { send } => {
+                let (from, from_rank) = lane_of_op(*send);
+                self.eager.insert(*send, (from, from_rank, t - cost));
+            }
+            Step::Drain { recv } => {
+                // The send this recv drained: the P2P table entry with the recv's key, sender's side (N3).
+                let (launch, idx) = sem.find_comm_op(st, *recv);
+                let peer_send = match (&st.item(launch).kind, st.comm_op((launch, idx)).1.kind) {
+                    (ItemKind::Launch { comm, .. }, CommOpKind::Recv { peer, seq }) => {
+                        st.nccl.p2p.get(&P2pKey { comm: *comm, src: peer, dst: sem.acting_rank(*recv), seq, recv: false })
+                    }
+                    _ => None,
+                };
+                let (to, to_rank) = lane_of_op(*recv);
+                let from = peer_send.map(|at| st.comm_op(*at).1.loc).and_then(|s| self.eager.remove(&s));
+                if let Some((from, from_rank, from_ns)) = from {
+                    self.flows.push(Flow { kind: FlowKind::SendRecv, from, from_rank, from_ns, to, to_rank, to_ns: t });
+                }
+            }
+            _ => {}
+        }
+        if fx.races > 0 {
+            for r in &st.memory.races {
+                if self.races_seen.insert(r.clone()) {
+                    self.race_marks.push(RaceMark { race: self.races.len(), at_ns: found_at });
+                    self.races.push(r.clone());
+                }
+            }
+        }
+    }
+}
+
+/// Runs `sem`'s program once, timed by `costs` (module docs).
+///
+/// The engine keeps the enabled steps by rank ([`Semantics::enabled_for_rank`]) and recomputes, after each step,
+/// only the ranks near the ones it wrote ([`Semantics::step_ranks`], [`cuorder_model::semantics::incremental`]);
+/// pending steps wait in a heap ordered by (fire time, a tie-breaking draw made from the seed when the step became
+/// enabled). A step costs O(work of the ranks it touches), not O(ranks).
+pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> TimedRun {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut rng = Rng::new(opt.seed);
+    let mut st = sem.initial();
+    let mut rec = Recorder::new(sem);
+    let groups = sem.rank_groups();
+    let nranks = sem.program.ranks.len();
+    let mut mark = vec![false; nranks];
+    let mut affected: Vec<RankId> = vec![];
+    // Per rank: the enabled steps it owns (first outcome of every nondeterministic host call; module docs).
+    let owned = |st: &State, r: RankId| -> Vec<Step> {
+        let mut v = vec![];
+        sem.enabled_for_rank(st, r, &mut v);
+        v.retain(|s| !matches!(s, Step::Host { choice, .. } if *choice != 0));
+        v
+    };
+    let mut cache: Vec<Vec<Step>> = (0..nranks as RankId).map(|r| owned(&st, r)).collect();
+    let mut pending: HashMap<Step, (Pending, u64)> = HashMap::new();
+    let mut heap: BinaryHeap<Reverse<(u64, u64, Step)>> = BinaryHeap::new();
+    let mut schedule: Vec<Step> = vec![];
+    let mut times: Vec<u64> = vec![];
+    let mut enabled_by: Vec<Option<u32>> = vec![];
+    let mut host_op: Vec<Option<(u32, bool)>> = vec![];
+    let mut now = 0u64;
+    let every = crate::strategy::forget_every(sem);
+    let add = |st: &State, s: &Step, now: u64, last: Option<u32>, rng: &mut Rng, pending: &mut HashMap<Step, (Pending, u64)>, heap: &mut BinaryHeap<Reverse<(u64, u64, Step)>>| {
+        let mut c = step_cost(sem, costs, st, s);
+        if opt.jitter_ns > 0 {
+            c += rng.below(opt.jitter_ns + 1);
+        }
+        let tie = rng.below(u64::MAX);
+        let p = Pending { fire: now + c, cost: c, by: last };
+        pending.insert(s.clone(), (p, tie));
+        heap.push(Reverse((p.fire, tie, s.clone())));
+    };
+    for r in &cache {
+        for s in r {
+            add(&st, s, 0, None, &mut rng, &mut pending, &mut heap);
+        }
+    }
+    let outcome = loop {
+        if let Some(u) = &st.undefined {
+            break Outcome::Undefined(u.clone());
+        }
+        // The earliest pending step (heap entries of steps disabled or re-enabled since are stale).
+        let next = loop {
+            match heap.pop() {
+                None => break None,
+                Some(Reverse((fire, tie, s))) => {
+                    if pending.get(&s).is_some_and(|(p, t)| p.fire == fire && *t == tie) {
+                        break Some(s);
+                    }
+                }
+            }
+        };
+        let Some(step) = next else {
+            break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) };
+        };
+        if schedule.len() >= opt.max_steps {
+            break Outcome::StepLimit(opt.max_steps);
+        }
+        let (p, _) = pending.remove(&step).expect("a popped step is pending");
+        let t = p.fire.max(now);
+        let before = match &step {
+            Step::Host { thread, .. } => {
+                let th = &st.host.threads[*thread as usize];
+                Some((th.pc, th.wait.is_some()))
+            }
+            _ => None,
+        };
+        let overhead = if matches!(step, Step::Item(_)) { costs.item_overhead_ns } else { 0 };
+        let written = sem.step_ranks(&st, &step);
+        let fx = sem.apply(&mut st, &step);
+        rec.record(sem, before, &step, &fx, &st, t, p.cost.min(t), overhead);
+        now = t;
+        schedule.push(step);
+        times.push(t);
+        enabled_by.push(p.by);
+        host_op.push(before);
+        let last = Some(schedule.len() as u32 - 1);
+        groups.affected(&written, &mut mark, &mut affected);
+        for &r in &affected {
+            let new = owned(&st, r);
+            for s in &cache[r as usize] {
+                if !new.contains(s) {
+                    pending.remove(s);
+                }
+            }
+            for s in &new {
+                if !pending.contains_key(s) {
+                    add(&st, s, now, last, &mut rng, &mut pending, &mut heap);
+                }
+            }
+            cache[r as usize] = new;
+        }
+        if schedule.len() % every == 0 {
+            sem.forget(&mut st);
+        }
+    };
+    TimedRun {
+        program: sem.program.name.clone(),
+        profile: sem.profile.name.clone(),
+        costs: costs.name.clone(),
+        seed: opt.seed,
+        schedule,
+        makespan_ns: now,
+        times_ns: times,
+        enabled_by,
+        host_op,
+        spans: rec.spans,
+        flows: rec.flows,
+        races: rec.races,
+        race_marks: rec.race_marks,
+        outcome,
+    }
+}
+
+/// Times a given schedule (an explored execution, a witness): each step fires at the later of its discrete-event
+/// time and the previous step's time, so the order is the schedule's. With [`CostModel::logical`] (every step
+/// 1 ns) the times are logical.
+///
+/// Errors: [`crate::run::Diverged`] when a step of the schedule is not enabled where it is replayed.
+pub fn timed_replay(sem: &Semantics, costs: &CostModel, schedule: &[Step]) -> Result<TimedRun, crate::run::Diverged> {
+    let r = drive_fixed(sem, costs, schedule);
+    if let Some(at) = r.schedule.iter().zip(schedule).position(|(a, b)| a != b) {
+        return Err(crate::run::Diverged { at, step: schedule[at].clone() });
+    }
+    if r.schedule.len() < schedule.len() {
+        let at = r.schedule.len();
+        return Err(crate::run::Diverged { at, step: schedule[at].clone() });
+    }
+    Ok(r)
+}
+
+/// Pending enabled step: when it became enabled, after which step, and when it fires.
+#[derive(Clone, Copy)]
+struct Pending {
+    fire: u64,
+    cost: u64,
+    by: Option<u32>,
+}
+
+/// Times a fixed schedule by full enabled sets (one per step): [`timed_replay`].
+fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
+    let mut st = sem.initial();
+    let mut rec = Recorder::new(sem);
+    let mut pending: HashMap<Step, Pending> = HashMap::new();
+    let mut schedule: Vec<Step> = vec![];
+    let mut times: Vec<u64> = vec![];
+    let mut enabled_by: Vec<Option<u32>> = vec![];
+    let mut host_op: Vec<Option<(u32, bool)>> = vec![];
+    let mut now = 0u64;
+    let every = crate::strategy::forget_every(sem);
+    let outcome = loop {
+        let mut enabled = sem.enabled(&st);
+        if let Some(u) = &st.undefined {
+            break Outcome::Undefined(u.clone());
+        }
+        if enabled.is_empty() {
+            break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) };
+        }
+        if schedule.len() >= sched.len() {
+            break Outcome::StepLimit(sched.len());
+        }
+        let last = schedule.len().checked_sub(1).map(|i| i as u32);
+        let mut next: HashMap<Step, Pending> = HashMap::with_capacity(enabled.len());
+        for s in &enabled {
+            let p = match pending.remove(s) {
+                Some(p) => p,
+                None => {
+                    let c = step_cost(sem, costs, &st, s);
+                    Pending { fire: now + c, cost: c, by: last }
+                }
+            };
+            next.insert(s.clone(), p);
+        }
+        pending = next;
+        let Some(i) = enabled.iter().position(|s| *s == sched[schedule.len()]) else {
+            break Outcome::StepLimit(schedule.len());
+        };
+        let step = enabled.swap_remove(i);
+        let p = pending.remove(&step).expect("the step is pending");
+        // Logical time counts steps: the i-th step happens at time i + 1, whenever it became enabled.
+        let t = if costs.logical { now + 1 } else { p.fire.max(now) };
+        let cost = p.cost.min(t);
+        let before = match &step {
+            Step::Host { thread, .. } => {
+                let th = &st.host.threads[*thread as usize];
+                Some((th.pc, th.wait.is_some()))
+            }
+            _ => None,
+        };
+        let overhead = match &step {
+            Step::Item(_) => costs.item_overhead_ns,
+            _ => 0,
+        };
+        let fx = sem.apply(&mut st, &step);
+        rec.record(sem, before, &step, &fx, &st, t, cost, overhead);
+        now = t;
+        schedule.push(step);
+        times.push(t);
+        enabled_by.push(p.by);
+        host_op.push(before);
+        if schedule.len() % every == 0 {
+            sem.forget(&mut st);
+        }
+    };
+    TimedRun {
+        program: sem.program.name.clone(),
+        profile: sem.profile.name.clone(),
+        costs: costs.name.clone(),
+        seed: 0,
+        schedule,
+        makespan_ns: now,
+        times_ns: times,
+        enabled_by,
+        host_op,
+        spans: rec.spans,
+        flows: rec.flows,
+        races: rec.races,
+        race_marks: rec.race_marks,
+        outcome,
+    }
+}
+
+/// Busy and idle time of one stream over `[0, makespan]`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamStats {
+    pub stream: StreamRef,
+    /// Time some item (kernel, copy, NCCL launch) runs on it, ns (union of its spans).
+    pub busy_ns: u64,
+    /// `makespan − busy`, ns.
+    pub idle_ns: u64,
+    /// Maximal idle intervals between its first start and last end.
+    pub gaps: u32,
+    pub longest_gap_ns: u64,
+}
+
+/// One rank's compute: the time some kernel runs on any of its streams (union), and the bubble fraction
+/// `1 − compute / makespan` (the pipeline bubble: the share of the run in which the rank computes nothing).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankStats {
+    pub rank: RankId,
+    pub compute_ns: u64,
+    pub bubble_fraction: f64,
+}
+
+/// One step of the critical path: the step, when it became enabled and when it fired.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CriticalStep {
+    pub step: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// What a timed run says about time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub makespan_ns: u64,
+    pub streams: Vec<StreamStats>,
+    pub ranks: Vec<RankStats>,
+    /// The chain of steps, each made enabled by the one before, that ends in the last step: shortening any step
+    /// not on it does not shorten the run. In execution order.
+    pub critical_path: Vec<CriticalStep>,
+}
+
+/// The union of intervals (sorted by start in place) as disjoint sorted intervals.
+fn union(iv: &mut [(u64, u64)]) -> Vec<(u64, u64)> {
+    iv.sort_unstable();
+    let mut out: Vec<(u64, u64)> = vec![];
+    for &(a, b) in iv.iter() {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// Makespan, per-stream busy/idle time, per-rank bubbles and the critical path of a timed run.
+pub fn summarize(sem: &Semantics, run: &TimedRun) -> Summary {
+    let mk = run.makespan_ns;
+    let mut per_stream: std::collections::BTreeMap<StreamRef, Vec<(u64, u64)>> = Default::default();
+    let mut per_rank: Vec<Vec<(u64, u64)>> = vec![vec![]; sem.program.ranks.len()];
+    for sp in &run.spans {
+        if let Lane::Stream(s) = sp.lane {
+            per_stream.entry(s).or_default().push((sp.start_ns, sp.end_ns));
+            if sp.kind == SpanKind::Kernel {
+                per_rank[sp.rank as usize].push((sp.start_ns, sp.end_ns));
+            }
+        }
+    }
+    let streams = per_stream
+        .into_iter()
+        .map(|(stream, mut iv)| {
+            let u = union(&mut iv);
+            let busy: u64 = u.iter().map(|(a, b)| b - a).sum();
+            let gaps: Vec<u64> = u.windows(2).map(|w| w[1].0 - w[0].1).filter(|g| *g > 0).collect();
+            StreamStats {
+                stream,
+                busy_ns: busy,
+                idle_ns: mk.saturating_sub(busy),
+                gaps: gaps.len() as u32,
+                longest_gap_ns: gaps.iter().copied().max().unwrap_or(0),
+            }
+        })
+        .collect();
+    let ranks = per_rank
+        .iter_mut()
+        .enumerate()
+        .map(|(r, iv)| {
+            let compute: u64 = union(iv).iter().map(|(a, b)| b - a).sum();
+            let bubble_fraction = if mk == 0 { 0.0 } else { 1.0 - compute as f64 / mk as f64 };
+            RankStats { rank: r as RankId, compute_ns: compute, bubble_fraction }
+        })
+        .collect();
+    let mut critical_path = vec![];
+    let mut at = run.schedule.len().checked_sub(1);
+    while let Some(i) = at {
+        let by = run.enabled_by[i];
+        let start = by.map_or(0, |b| run.times_ns[b as usize]);
+        critical_path.push(CriticalStep { step: i as u32, start_ns: start, end_ns: run.times_ns[i] });
+        at = by.map(|b| b as usize);
+    }
+    critical_path.reverse();
+    Summary { makespan_ns: mk, streams, ranks, critical_path }
+}
+
+/// The lane a step of a schedule acts on, and what it does, in words ("r0 main", "launch fwd m0 on compute").
+pub fn describe(sem: &Semantics, step: &Step, host: Option<(u32, bool)>) -> (String, String) {
+    let op_label = |loc: OpLoc| {
+        let rank = sem.rank_of(loc.thread);
+        format!("#{} {}", loc.op, sem.program.op_label(rank, &sem.op(loc).kind))
+    };
+    let stream_lane = |loc: OpLoc| match sem.info(loc).stream {
+        Some(s) => format!("r{} {}", s.rank, sem.program.stream(s).name),
+        None => sem.thread_label(loc.thread),
+    };
+    match step {
+        Step::Host { thread, .. } => {
+            let what = match host {
+                Some((pc, false)) => op_label(OpLoc { thread: *thread, op: pc }),
+                Some((pc, true)) => format!("returns from {}", op_label(OpLoc { thread: *thread, op: pc })),
+                None => "host step".into(),
+            };
+            (sem.thread_label(*thread), what)
+        }
+        Step::Item(k) => (stream_lane(k.loc()), op_label(k.loc())),
+        Step::Transfer { send, recv } => {
+            (stream_lane(*send), format!("{} → {} {} (rendezvous)", op_label(*send), sem.thread_label(recv.thread), op_label(*recv)))
+        }
+        Step::Eager { send } => (stream_lane(*send), format!("{} delivers eagerly", op_label(*send))),
+        Step::Drain { recv } => (stream_lane(*recv), format!("{} takes its data", op_label(*recv))),
+        Step::Collective { comm, seq } => (sem.comm_name(*comm).to_string(), format!("collective #{seq} completes")),
+        Step::RootEarly { comm, seq } => (sem.comm_name(*comm).to_string(), format!("root of collective #{seq} finishes early")),
+        Step::Connect { a, b, comm, .. } => {
+            (sem.thread_label(*a), format!("connection set-up on {} with {}", sem.comm_name(*comm), sem.thread_label(*b)))
+        }
+    }
+}

@@ -1,0 +1,470 @@
+//! What `cuorder time` and `run --timeline` print and write (issue 9): the text report (makespan, per-rank bubbles,
+//! per-stream busy and idle time, the critical path), a compact text timeline with one lane per stream and host
+//! thread, the `--format json` document, and Chrome trace-event JSON that Perfetto and chrome://tracing open.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use cuorder_model::semantics::Semantics;
+use cuorder_sim::cost::CostModel;
+use cuorder_sim::run::Outcome;
+use cuorder_sim::timed::{describe, FlowKind, Lane, SpanKind, Summary, TimedRun};
+
+/// Rows of the per-rank and per-stream tables the text report prints (JSON has all).
+pub const MAX_TABLE_ROWS: usize = 64;
+/// Critical-path entries the text report prints (JSON has all).
+pub const MAX_CRITICAL_ROWS: usize = 40;
+/// Lanes the text timeline draws.
+pub const MAX_LANES: usize = 64;
+
+/// A duration in ns as people read it: `35.123 ms`, `4.425 µs`, `950 ns`.
+pub fn fmt_ns(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.3} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else if ns >= 1_000 {
+        format!("{:.3} µs", ns as f64 / 1e3)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
+/// A lane's name: "r0 main" (host thread) or "r0 compute" (stream).
+pub fn lane_name(sem: &Semantics, lane: Lane) -> String {
+    match lane {
+        Lane::Thread(t) => sem.thread_label(t),
+        Lane::Stream(s) => format!("r{} {}", s.rank, sem.program.stream(s).name),
+    }
+}
+
+/// A span's name: the kernel's name, or the op's label.
+fn span_name(sem: &Semantics, sp: &cuorder_sim::timed::Span) -> String {
+    let name = match &sem.op(sp.op).kind {
+        cuorder_model::program::OpKind::Kernel { name, .. } => name.clone(),
+        k => sem.program.op_label(sp.rank, k),
+    };
+    match sp.answer {
+        Some(true) => format!("{name}: ready"),
+        Some(false) => format!("{name}: not ready"),
+        None => name,
+    }
+}
+
+/// The outcome in words.
+pub fn outcome_text(run: &TimedRun) -> String {
+    match &run.outcome {
+        Outcome::Completed => "completed".into(),
+        Outcome::Deadlock(stuck) => format!("deadlock at {}:\n{}", fmt_ns(run.makespan_ns), crate::timeline::stuck_text(stuck).trim_end()),
+        Outcome::Undefined(u) => format!("undefined (rule {}) at {}: {}", u.rule, fmt_ns(run.makespan_ns), u.message),
+        Outcome::StepLimit(n) => format!("stopped at the step limit ({n} steps)"),
+        Outcome::TimeLimit { steps, limit_ms } => format!("stopped at the time limit after {steps} steps ({limit_ms} ms)"),
+    }
+}
+
+/// Whether the execution found a problem (exit code 1 of `cuorder time`).
+pub fn has_finding(run: &TimedRun) -> bool {
+    !run.races.is_empty() || matches!(run.outcome, Outcome::Deadlock(_) | Outcome::Undefined(_))
+}
+
+/// The text report of `cuorder time`.
+pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{file}: one timed execution under profile {}, costs {} (seed {}; {} steps)",
+        run.profile,
+        run.costs,
+        run.seed,
+        run.schedule.len()
+    );
+    let _ = writeln!(s, "outcome: {}", outcome_text(run));
+    for (i, m) in run.race_marks.iter().enumerate() {
+        let r = &run.races[m.race];
+        let _ = writeln!(s, "data race {} at {}: {}", i + 1, fmt_ns(m.at_ns), crate::timeline::race_text(sem, r));
+    }
+    let _ = writeln!(s, "makespan: {} ({} ns)\n", fmt_ns(sum.makespan_ns), sum.makespan_ns);
+    let _ = writeln!(s, "{:<8} {:>14} {:>8}", "rank", "compute", "bubble");
+    for r in sum.ranks.iter().take(MAX_TABLE_ROWS) {
+        let _ = writeln!(s, "{:<8} {:>14} {:>7.1}%", format!("r{}", r.rank), fmt_ns(r.compute_ns), r.bubble_fraction * 100.0);
+    }
+    if sum.ranks.len() > MAX_TABLE_ROWS {
+        let _ = writeln!(s, "… {} more ranks (--format json lists all)", sum.ranks.len() - MAX_TABLE_ROWS);
+    }
+    let width = sum.streams.iter().take(MAX_TABLE_ROWS).map(|x| lane_name(sem, Lane::Stream(x.stream)).chars().count()).max().unwrap_or(6).max(6);
+    let _ = writeln!(s, "\n{:<width$} {:>14} {:>14} {:>6} {:>14}", "stream", "busy", "idle", "gaps", "longest gap");
+    for x in sum.streams.iter().take(MAX_TABLE_ROWS) {
+        let _ = writeln!(
+            s,
+            "{:<width$} {:>14} {:>14} {:>6} {:>14}",
+            lane_name(sem, Lane::Stream(x.stream)),
+            fmt_ns(x.busy_ns),
+            fmt_ns(x.idle_ns),
+            x.gaps,
+            fmt_ns(x.longest_gap_ns)
+        );
+    }
+    if sum.streams.len() > MAX_TABLE_ROWS {
+        let _ = writeln!(s, "… {} more streams (--format json lists all)", sum.streams.len() - MAX_TABLE_ROWS);
+    }
+    let timed: Vec<_> = sum.critical_path.iter().filter(|c| c.end_ns > c.start_ns).collect();
+    let _ = writeln!(
+        s,
+        "\ncritical path: {} steps, {} of them taking time (in order; each enabled by the one before):",
+        sum.critical_path.len(),
+        timed.len()
+    );
+    for c in timed.iter().take(MAX_CRITICAL_ROWS) {
+        let i = c.step as usize;
+        let (lane, what) = describe(sem, &run.schedule[i], run.host_op[i]);
+        let _ = writeln!(s, "  {:>12} → {:>12}  {:>12}  {lane}: {what}", fmt_ns(c.start_ns), fmt_ns(c.end_ns), fmt_ns(c.end_ns - c.start_ns));
+    }
+    if timed.len() > MAX_CRITICAL_ROWS {
+        let _ = writeln!(s, "  … {} more (--format json lists all)", timed.len() - MAX_CRITICAL_ROWS);
+    }
+    s
+}
+
+/// A compact text timeline: one row per lane (host threads and streams, by rank), `width` columns spanning
+/// `[0, makespan]`; a column shows what runs in it: a kernel's first letter, `c` a copy, `n` an NCCL launch, `|` a
+/// host call, `=` a blocked host call, `!` the start of an access that raced, ` ` nothing; then a legend.
+pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
+    let width = width.max(10);
+    let mk = run.makespan_ns.max(1);
+    let mut lanes: BTreeMap<(u32, u8, Lane), Vec<u8>> = BTreeMap::new();
+    let col = |t: u64| ((u128::from(t) * width as u128 / u128::from(mk)) as usize).min(width - 1);
+    for sp in &run.spans {
+        let key = (sp.rank, matches!(sp.lane, Lane::Stream(_)) as u8, sp.lane);
+        let row = lanes.entry(key).or_insert_with(|| vec![b' '; width]);
+        let ch = match sp.kind {
+            SpanKind::Kernel => span_name(sem, sp).bytes().find(|b| b.is_ascii_alphanumeric()).unwrap_or(b'k'),
+            SpanKind::Copy => b'c',
+            SpanKind::Nccl => b'n',
+            SpanKind::HostCall => b'|',
+            SpanKind::HostBlocked => b'=',
+        };
+        let (a, b) = (col(sp.start_ns), col(sp.end_ns.saturating_sub(1).max(sp.start_ns)));
+        for c in row.iter_mut().take(b + 1).skip(a) {
+            // Host calls are short: never overwrite longer work drawn in the same column.
+            if *c == b' ' || sp.kind != SpanKind::HostCall {
+                *c = ch;
+            }
+        }
+    }
+    for m in &run.race_marks {
+        let loc = run.races[m.race].second.who.loc();
+        let lane = match sem.info(loc).stream {
+            Some(s) => Lane::Stream(s),
+            None => Lane::Thread(loc.thread),
+        };
+        let rank = match lane {
+            Lane::Stream(s) => s.rank,
+            Lane::Thread(t) => sem.rank_of(t),
+        };
+        let row = lanes.entry((rank, matches!(lane, Lane::Stream(_)) as u8, lane)).or_insert_with(|| vec![b' '; width]);
+        row[col(m.at_ns)] = b'!';
+    }
+    // The legend: which kernels each letter stands for.
+    let mut letters: BTreeMap<u8, (String, usize)> = BTreeMap::new();
+    for sp in run.spans.iter().filter(|sp| sp.kind == SpanKind::Kernel) {
+        let name = span_name(sem, sp);
+        let ch = name.bytes().find(|b| b.is_ascii_alphanumeric()).unwrap_or(b'k');
+        let e = letters.entry(ch).or_insert_with(|| (name.clone(), 0));
+        e.1 += 1;
+    }
+    let names: Vec<String> = lanes.keys().take(MAX_LANES).map(|k| lane_name(sem, k.2)).collect();
+    let w = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).max(4);
+    let mut s = String::new();
+    let _ = writeln!(s, "{:<w$} 0{:>width$}", "", fmt_ns(run.makespan_ns), width = width);
+    for ((_, row), name) in lanes.iter().zip(&names) {
+        let _ = writeln!(s, "{name:<w$} |{}|", String::from_utf8_lossy(row));
+    }
+    if lanes.len() > MAX_LANES {
+        let _ = writeln!(s, "… {} more lanes (the Chrome trace of --timeline has all)", lanes.len() - MAX_LANES);
+    }
+    let kernels: Vec<String> = letters
+        .iter()
+        .map(|(c, (first, n))| if *n == 1 { format!("{} {first}", *c as char) } else { format!("{} {first} (and {} more kernels)", *c as char, n - 1) })
+        .collect();
+    let _ = writeln!(s, "legend: kernels by first letter: {}; c copy or memset, n NCCL, | host call, = host blocked, ! race", kernels.join(", "));
+    s
+}
+
+/// The `time` object of `--format json` (docs/json.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeOut {
+    pub program: String,
+    pub file: String,
+    pub profile: String,
+    pub costs: String,
+    pub seed: u64,
+    /// `completed`, `deadlock`, `undefined` or `step limit`.
+    pub outcome: String,
+    pub makespan_ns: u64,
+    pub steps: u64,
+    pub races: u64,
+    pub ranks: Vec<RankOut>,
+    pub streams: Vec<StreamOut>,
+    pub critical_path: Vec<CriticalOut>,
+}
+
+/// One rank's compute time and bubble fraction.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankOut {
+    pub rank: u32,
+    pub compute_ns: u64,
+    pub bubble_fraction: f64,
+}
+
+/// One stream's busy and idle time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOut {
+    pub rank: u32,
+    pub stream: String,
+    pub busy_ns: u64,
+    pub idle_ns: u64,
+    pub gaps: u32,
+    pub longest_gap_ns: u64,
+}
+
+/// One step of the critical path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CriticalOut {
+    pub lane: String,
+    pub what: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// The `time` object of the JSON output.
+pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> TimeOut {
+    TimeOut {
+        program: run.program.clone(),
+        file: file.to_string(),
+        profile: run.profile.clone(),
+        costs: run.costs.clone(),
+        seed: run.seed,
+        outcome: match run.outcome {
+            Outcome::Completed => "completed",
+            Outcome::Deadlock(_) => "deadlock",
+            Outcome::Undefined(_) => "undefined",
+            Outcome::StepLimit(_) | Outcome::TimeLimit { .. } => "step limit",
+        }
+        .into(),
+        makespan_ns: sum.makespan_ns,
+        steps: run.schedule.len() as u64,
+        races: run.races.len() as u64,
+        ranks: sum.ranks.iter().map(|r| RankOut { rank: r.rank, compute_ns: r.compute_ns, bubble_fraction: r.bubble_fraction }).collect(),
+        streams: sum
+            .streams
+            .iter()
+            .map(|x| StreamOut {
+                rank: x.stream.rank,
+                stream: sem.program.stream(x.stream).name.clone(),
+                busy_ns: x.busy_ns,
+                idle_ns: x.idle_ns,
+                gaps: x.gaps,
+                longest_gap_ns: x.longest_gap_ns,
+            })
+            .collect(),
+        critical_path: sum
+            .critical_path
+            .iter()
+            .map(|c| {
+                let i = c.step as usize;
+                let (lane, what) = describe(sem, &run.schedule[i], run.host_op[i]);
+                CriticalOut { lane, what, start_ns: c.start_ns, end_ns: c.end_ns }
+            })
+            .collect(),
+    }
+}
+
+/// Microseconds with nanosecond precision, as the trace-event format wants `ts` and `dur`.
+fn us(ns: u64) -> Value {
+    json!(ns as f64 / 1000.0)
+}
+
+/// The execution as Chrome trace-event JSON (the "JSON Object Format" of the Trace Event Format document, which
+/// Perfetto's legacy importer reads): one process per rank, one thread per host thread and per stream, a complete
+/// (`X`) event per kernel, copy, NCCL launch and host call, flow (`s`/`f`) arrows send→recv and record→wait, and an
+/// instant (`i`) event per race and for a deadlock or undefined behaviour.
+pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
+    let mut ev: Vec<Value> = vec![];
+    // tid: host threads first (thread index within the rank), then streams (1000 + stream index).
+    let tid = |lane: Lane| -> u64 {
+        match lane {
+            Lane::Thread(t) => u64::from(sem.thread_of[t as usize].1),
+            Lane::Stream(s) => 1000 + u64::from(s.index),
+        }
+    };
+    for (r, rank) in sem.program.ranks.iter().enumerate() {
+        ev.push(json!({"name": "process_name", "ph": "M", "pid": r, "tid": 0, "args": {"name": format!("rank {r}")}}));
+        ev.push(json!({"name": "process_sort_index", "ph": "M", "pid": r, "tid": 0, "args": {"sort_index": r}}));
+        for (ti, th) in rank.threads.iter().enumerate() {
+            ev.push(json!({"name": "thread_name", "ph": "M", "pid": r, "tid": ti, "args": {"name": format!("host {}", th.name)}}));
+            ev.push(json!({"name": "thread_sort_index", "ph": "M", "pid": r, "tid": ti, "args": {"sort_index": ti}}));
+        }
+        for (si, st) in rank.streams.iter().enumerate() {
+            ev.push(json!({"name": "thread_name", "ph": "M", "pid": r, "tid": 1000 + si, "args": {"name": format!("stream {}", st.name)}}));
+            ev.push(json!({"name": "thread_sort_index", "ph": "M", "pid": r, "tid": 1000 + si, "args": {"sort_index": 1000 + si}}));
+        }
+    }
+    for sp in &run.spans {
+        let cat = match sp.kind {
+            SpanKind::Kernel => "kernel",
+            SpanKind::Copy => "copy",
+            SpanKind::Nccl => "nccl",
+            SpanKind::HostCall => "host",
+            SpanKind::HostBlocked => "host blocked",
+        };
+        let op = sem.op(sp.op);
+        ev.push(json!({
+            "name": span_name(sem, sp), "cat": cat, "ph": "X", "pid": sp.rank, "tid": tid(sp.lane),
+            "ts": us(sp.start_ns), "dur": us(sp.end_ns - sp.start_ns),
+            "args": {"op": format!("#{}", sp.op.op), "thread": sem.thread_label(sp.op.thread), "line": op.origin.line, "column": op.origin.column},
+        }));
+    }
+    for (i, f) in run.flows.iter().enumerate() {
+        let name = match f.kind {
+            FlowKind::SendRecv => "send → recv",
+            FlowKind::RecordWait => "record → wait",
+        };
+        ev.push(json!({"name": name, "cat": "flow", "ph": "s", "id": i, "pid": f.from_rank, "tid": tid(f.from), "ts": us(f.from_ns)}));
+        ev.push(json!({"name": name, "cat": "flow", "ph": "f", "bp": "e", "id": i, "pid": f.to_rank, "tid": tid(f.to), "ts": us(f.to_ns)}));
+    }
+    for m in &run.race_marks {
+        let r = &run.races[m.race];
+        let loc = r.second.who.loc();
+        let rank = sem.rank_of(loc.thread);
+        let lane = match sem.info(loc).stream {
+            Some(s) => Lane::Stream(s),
+            None => Lane::Thread(loc.thread),
+        };
+        ev.push(json!({"name": "data race", "cat": "finding", "ph": "i", "s": "t", "pid": rank, "tid": tid(lane), "ts": us(m.at_ns), "args": {"race": crate::timeline::race_text(sem, r)}}));
+    }
+    match &run.outcome {
+        Outcome::Deadlock(stuck) => {
+            ev.push(json!({"name": "deadlock", "cat": "finding", "ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": us(run.makespan_ns), "args": {"deadlock": crate::timeline::stuck_text(stuck)}}));
+        }
+        Outcome::Undefined(u) => {
+            ev.push(json!({"name": "undefined", "cat": "finding", "ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": us(run.makespan_ns), "args": {"rule": u.rule.to_string()}}));
+        }
+        _ => {}
+    }
+    json!({
+        "traceEvents": ev,
+        "displayTimeUnit": "ns",
+        "otherData": {"program": run.program, "profile": run.profile, "costs": run.costs, "seed": run.seed, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
+    })
+}
+
+/// A cost model by built-in name ([`CostModel::BUILTIN`]) or from a RON file.
+///
+/// Errors: the file cannot be read, or its text is not a valid cost model (the RON position and message, or the
+/// field that is out of range), prefixed with the path.
+pub fn load_costs(spec: &str) -> Result<CostModel, String> {
+    if let Some(m) = CostModel::builtin(spec) {
+        return Ok(m);
+    }
+    let text = std::fs::read_to_string(spec).map_err(|e| {
+        format!("{spec}: not a built-in cost model ({}) and cannot be read as a file: {e}", CostModel::BUILTIN.join(", "))
+    })?;
+    CostModel::from_ron(&text).map_err(|e| format!("{spec}: {e}"))
+}
+
+/// Writes [`chrome_trace`] to `path` (compact JSON, final newline).
+///
+/// Errors: the file cannot be written (message names the path).
+pub fn write_chrome_trace(sem: &Semantics, run: &TimedRun, path: &std::path::Path) -> Result<(), String> {
+    let text = serde_json::to_string(&chrome_trace(sem, run)).unwrap_or_default() + "\n";
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A timed prediction against a hardware run of the same program (issue 9, "Accuracy"). Times are ns from the
+/// run's first host call (hardware) or from 0 (prediction); device times are moved to the host clock with the
+/// rank's clock anchor (one pairing per rank, no drift correction).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accuracy {
+    /// From the first host call entered to the last one returned.
+    pub measured_makespan_ns: u64,
+    pub predicted_makespan_ns: u64,
+    /// Kernels with a measured device end and a predicted span.
+    pub kernels: usize,
+    /// Median and largest |predicted end − measured end| over those kernels.
+    pub kernel_end_median_abs_err_ns: u64,
+    pub kernel_end_max_abs_err_ns: u64,
+    /// Median |predicted duration − measured duration| / measured duration over those kernels.
+    pub kernel_duration_median_rel_err: f64,
+}
+
+impl Accuracy {
+    /// `(predicted − measured) / measured` of the makespan.
+    pub fn makespan_rel_err(&self) -> f64 {
+        (self.predicted_makespan_ns as f64 - self.measured_makespan_ns as f64) / self.measured_makespan_ns.max(1) as f64
+    }
+
+    /// One line for people.
+    pub fn to_text(&self) -> String {
+        format!(
+            "against the hardware run: makespan measured {}, predicted {} ({:+.1}%); kernel ends over {} kernels: median |error| {}, max {}; kernel durations: median relative error {:.1}%",
+            fmt_ns(self.measured_makespan_ns),
+            fmt_ns(self.predicted_makespan_ns),
+            self.makespan_rel_err() * 100.0,
+            self.kernels,
+            fmt_ns(self.kernel_end_median_abs_err_ns),
+            fmt_ns(self.kernel_end_max_abs_err_ns),
+            self.kernel_duration_median_rel_err * 100.0
+        )
+    }
+}
+
+/// Compares a timed run with a hardware observation of the same program.
+///
+/// Errors: the hardware run did not complete, or the observation has no host times (nothing to compare), said in
+/// words.
+pub fn accuracy(sem: &Semantics, run: &TimedRun, obs: &cuorder_model::observation::Observation) -> Result<Accuracy, String> {
+    if !matches!(obs.outcome, cuorder_model::observation::Outcome::Completed) {
+        return Err("the hardware run did not complete (the watchdog fired): it has no makespan to compare".into());
+    }
+    let origin = obs.ops.iter().filter_map(|o| o.host_enter_ns).min().ok_or("the observation has no host call times")?;
+    let end = obs.ops.iter().filter_map(|o| o.host_return_ns).max().ok_or("no host call of the observation returned")?;
+    let anchor: BTreeMap<u32, i128> = obs
+        .clock_anchors
+        .iter()
+        .map(|a| (a.rank, (i128::from(a.host_before_ns) + i128::from(a.host_after_ns)) / 2 - i128::from(a.gpu_ns)))
+        .collect();
+    let mut predicted: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
+    for sp in run.spans.iter().filter(|s| s.kind == SpanKind::Kernel) {
+        predicted.insert((sp.op.thread, sp.op.op), (sp.start_ns, sp.end_ns));
+    }
+    let mut end_err: Vec<u64> = vec![];
+    let mut dur_err: Vec<f64> = vec![];
+    for o in obs.ops.iter().filter(|o| o.kind == "Kernel") {
+        let Some(&off) = anchor.get(&o.op.rank) else { continue };
+        let Some(dev) = o.device else { continue };
+        let (Some(ds), Some(de)) = (dev.start_ns, dev.end_ns) else { continue };
+        let Some(&base) = sem.thread_base.get(o.op.rank as usize) else { continue };
+        let Some(&(ps, pe)) = predicted.get(&(base + o.op.thread, o.op.index)) else { continue };
+        let measured_end = i128::from(de) + off - i128::from(origin);
+        end_err.push((i128::from(pe) - measured_end).unsigned_abs() as u64);
+        let md = de.saturating_sub(ds).max(1) as f64;
+        dur_err.push(((pe - ps) as f64 - md).abs() / md);
+    }
+    end_err.sort_unstable();
+    dur_err.sort_by(|a, b| a.total_cmp(b));
+    Ok(Accuracy {
+        measured_makespan_ns: end - origin,
+        predicted_makespan_ns: run.makespan_ns,
+        kernels: end_err.len(),
+        kernel_end_median_abs_err_ns: end_err.get(end_err.len() / 2).copied().unwrap_or(0),
+        kernel_end_max_abs_err_ns: end_err.last().copied().unwrap_or(0),
+        kernel_duration_median_rel_err: dur_err.get(dur_err.len() / 2).copied().unwrap_or(0.0),
+    })
+}

@@ -1,0 +1,215 @@
+//! Timed runs (issue 9): a timed run is an execution the explorer can produce (its schedule replays step for step),
+//! the 1F1B makespan matches the hand-derived formula, the same seed gives the same bytes (report and Chrome
+//! trace), jitter changes times but not validity, and the Chrome trace has what the trace-event format requires.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cuorder_model::profile::Profile;
+use cuorder_model::program::Program;
+use cuorder_model::semantics::Semantics;
+use cuorder_sim::cost::CostModel;
+use cuorder_sim::pipeline::{pipeline, PipelineOptions, Schedule, Variant};
+use cuorder_sim::run::{replay, run, Outcome};
+use cuorder_sim::scheduler::RandomScheduler;
+use cuorder_sim::timed::{summarize, timed_replay, timed_run, TimedOptions};
+
+fn portable() -> Profile {
+    Profile::builtin("portable").unwrap()
+}
+
+fn load_file(rel: &str) -> Program {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    cuorder::load_program(&path, false).unwrap_or_else(|_| panic!("{rel} loads")).0
+}
+
+fn one_f_one_b(stages: u32, microbatches: u32, variant: Variant) -> Program {
+    let o = PipelineOptions { schedule: Schedule::OneFOneB, stages, microbatches, bytes: 4096, variant, ..PipelineOptions::default() };
+    cuorder_model::format::load("1f1b", &pipeline(&o).unwrap()).unwrap()
+}
+
+/// Every example and corpus program, and generated pipelines (correct, --bug, --race).
+fn corpus() -> Vec<(String, Program)> {
+    let mut out = vec![];
+    for dir in ["examples", "tests/cases"] {
+        let mut files: Vec<_> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "ron"))
+            .collect();
+        files.sort();
+        for f in files {
+            if let Ok((p, _)) = cuorder::load_program(&f, false) {
+                out.push((f.display().to_string(), p));
+            }
+        }
+    }
+    for v in [Variant::Correct, Variant::Bug, Variant::Race] {
+        out.push((format!("1f1b 3x4 {v:?}"), one_f_one_b(3, 4, v)));
+    }
+    out
+}
+
+#[test]
+fn a_timed_run_is_an_execution_the_explorer_can_produce() {
+    for (name, prog) in corpus() {
+        for prof in [portable(), Profile::builtin("eager").unwrap()] {
+            let sem = Semantics::new(&prog, &prof);
+            for (costs, seed, jitter) in [(CostModel::h200_nvlink(), 0, 0), (CostModel::ideal(), 3, 0), (CostModel::h200_nvlink(), 7, 20_000)] {
+                let t = timed_run(&sem, &costs, &TimedOptions { seed, jitter_ns: jitter, ..TimedOptions::default() });
+                let r = replay(&sem, &t.schedule).unwrap_or_else(|d| panic!("{name} ({}, seed {seed}): {d}", costs.name));
+                // The same verdict as the untimed replay of the same schedule.
+                let same = match (&t.outcome, &r.outcome) {
+                    (Outcome::Completed, Outcome::Completed) => true,
+                    (Outcome::Deadlock(_), Outcome::Deadlock(_)) => true,
+                    (Outcome::Undefined(a), Outcome::Undefined(b)) => a.rule == b.rule,
+                    _ => false,
+                };
+                assert!(same, "{name}: timed {:?} vs replay {:?}", t.outcome, r.outcome);
+                assert_eq!(t.races.len(), r.races.len(), "{name}: races");
+                assert!(t.times_ns.windows(2).all(|w| w[0] <= w[1]), "{name}: time runs backwards");
+                for sp in &t.spans {
+                    assert!(sp.start_ns <= sp.end_ns && sp.end_ns <= t.makespan_ns, "{name}: span {sp:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn timing_a_random_runs_schedule_keeps_its_order() {
+    // `run --timeline`: the schedule of any execution, timed, is the same schedule.
+    for (name, prog) in corpus() {
+        let prof = portable();
+        let sem = Semantics::new(&prog, &prof);
+        let tr = run(&sem, &mut RandomScheduler::new(11), Some(11), 100_000);
+        for costs in [CostModel::logical(), CostModel::h200_nvlink()] {
+            let t = timed_replay(&sem, &costs, &tr.schedule).unwrap_or_else(|d| panic!("{name}: {d}"));
+            assert_eq!(t.schedule, tr.schedule, "{name}");
+            if costs.logical {
+                // Logical time: step i happens at time i + 1.
+                assert!(t.times_ns.iter().enumerate().all(|(i, x)| *x == i as u64 + 1), "{name}: {:?}", t.times_ns);
+            }
+        }
+    }
+}
+
+/// 1F1B with S stages and M microbatches, forward 1 ms and backward 2 ms kernels, 4 KiB messages.
+///
+/// By hand: in 1F1B every stage runs M forwards and M backwards; the critical path is the first microbatch's
+/// forward through S stages, the last stage's M forward+backward pairs, and the last microbatch's backward back
+/// through S stages: (S − 1) forwards + M × (1 + 2) ms + (S − 1) backwards = (M + S − 1) × 3 ms of compute. On top
+/// of it, with the `ideal` costs, only the 1 ns each transfer is rounded up to: the prediction is exact to within
+/// 2(M + S) ns. With the H200 costs (and connections set up beforehand: `connect_ns` 0, as NCCL_RUNTIME_CONNECT=0
+/// does) each of those (M + S − 1) 3-ms slots also pays its two kernels' start overheads (2 × 5.28 µs) and at most
+/// two hops, each an NCCL launch (6 µs) plus α (14.03 µs) plus 4 KiB / 373.9 GB/s (11 ns) = 20.04 µs: at most
+/// 50.6 µs per slot, 1.69% of 3 ms. So the prediction lies in [base, base × 1.0169], within the 2% the issue asks.
+#[test]
+fn one_f_one_b_makespan_is_m_plus_s_minus_1_slots_of_3_ms() {
+    let m = 8u64;
+    let h200 = CostModel { connect_ns: 0, ..CostModel::h200_nvlink() };
+    for s in [2u64, 4, 16, 64, 128] {
+        let prog = one_f_one_b(s as u32, m as u32, Variant::Correct);
+        let prof = portable();
+        let sem = Semantics::new(&prog, &prof);
+        let base = (m + s - 1) * 3_000_000;
+        let ideal = timed_run(&sem, &CostModel::ideal(), &TimedOptions::default());
+        assert_eq!(ideal.outcome, Outcome::Completed);
+        assert!(ideal.makespan_ns >= base && ideal.makespan_ns <= base + 2 * (m + s), "S={s}: ideal {} vs {base}", ideal.makespan_ns);
+        let real = timed_run(&sem, &h200, &TimedOptions::default());
+        assert_eq!(real.outcome, Outcome::Completed);
+        let ratio = real.makespan_ns as f64 / base as f64;
+        assert!((1.0..=1.0169).contains(&ratio), "S={s}: predicted {} ns vs (M+S-1)x3 ms = {base} ns (ratio {ratio})", real.makespan_ns);
+        // The last stage never waits between its steady-state pairs: its bubble is the fill and drain, 1 − 3M/(M+S−1)/3.
+        let sum = summarize(&sem, &ideal);
+        let last = &sum.ranks[s as usize - 1];
+        let want = 1.0 - (3 * m) as f64 / ((m + s - 1) * 3) as f64;
+        assert!((last.bubble_fraction - want).abs() < 1e-3, "S={s}: bubble {} vs {want}", last.bubble_fraction);
+    }
+}
+
+#[test]
+fn same_seed_same_bytes_report_and_chrome_trace() {
+    let prog = one_f_one_b(4, 6, Variant::Race);
+    let prof = portable();
+        let sem = Semantics::new(&prog, &prof);
+    let opt = TimedOptions { seed: 5, jitter_ns: 50_000, ..TimedOptions::default() };
+    let render = || {
+        let t = timed_run(&sem, &CostModel::h200_nvlink(), &opt);
+        let sum = summarize(&sem, &t);
+        (cuorder::timing::report_text(&sem, &t, &sum, "p.ron"), serde_json::to_string(&cuorder::timing::chrome_trace(&sem, &t)).unwrap())
+    };
+    let (a, b) = (render(), render());
+    assert_eq!(a, b);
+    // Another seed jitters differently (and is still an execution; see above).
+    let other = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions { seed: 6, ..opt.clone() });
+    assert_ne!(other.times_ns, timed_run(&sem, &CostModel::h200_nvlink(), &opt).times_ns);
+}
+
+#[test]
+fn chrome_trace_has_what_the_trace_event_format_requires() {
+    // Trace Event Format (Google, "JSON Object Format"): `traceEvents` array; every event has `ph`, `pid`, `tid`,
+    // and (except metadata) `ts` in µs; `X` has `dur` ≥ 0; flow `s`/`f` pairs share `id`, and `f` binds to the
+    // enclosing slice with `bp: "e"`; metadata `M` events name processes and threads.
+    for rel in ["examples/megatron-batch-p2p-race.ron", "examples/nccl-1456-send-first.ron", "examples/nccl-1456-grouped.ron"] {
+        let prog = load_file(rel);
+        let prof = portable();
+        let sem = Semantics::new(&prog, &prof);
+        let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default());
+        let v = cuorder::timing::chrome_trace(&sem, &t);
+        let evs = v["traceEvents"].as_array().unwrap();
+        let mut flows: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        let mut named = std::collections::BTreeSet::new();
+        for e in evs {
+            let ph = e["ph"].as_str().unwrap_or_else(|| panic!("{rel}: no ph: {e}"));
+            assert!(e["pid"].is_u64() && e["tid"].is_u64(), "{rel}: {e}");
+            match ph {
+                "M" => {
+                    assert!(["process_name", "thread_name", "process_sort_index", "thread_sort_index"].contains(&e["name"].as_str().unwrap()));
+                    if e["name"] == "thread_name" {
+                        named.insert((e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()));
+                    }
+                }
+                "X" => {
+                    assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() >= 0.0, "{rel}: {e}");
+                    assert!(e["name"].is_string() && e["cat"].is_string(), "{rel}: {e}");
+                }
+                "s" | "f" => {
+                    flows.entry(e["id"].as_u64().unwrap()).or_default().push(ph.to_string());
+                    if ph == "f" {
+                        assert_eq!(e["bp"], "e");
+                    }
+                }
+                "i" => assert!(["t", "p", "g"].contains(&e["s"].as_str().unwrap()), "{rel}: {e}"),
+                other => panic!("{rel}: unexpected phase {other}"),
+            }
+        }
+        assert!(flows.values().all(|v| v == &["s", "f"]), "{rel}: unpaired flows {flows:?}");
+        // Every lane with an event is named.
+        for e in evs.iter().filter(|e| e["ph"] == "X") {
+            assert!(named.contains(&(e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap())), "{rel}: unnamed lane {e}");
+        }
+        let kinds: Vec<&str> = evs.iter().filter_map(|e| e["cat"].as_str()).collect();
+        if rel.contains("race") {
+            assert!(kinds.contains(&"finding"), "{rel}: the race is not marked");
+            assert!(evs.iter().any(|e| e["name"] == "send → recv"), "{rel}: no send→recv arrow");
+            assert!(evs.iter().any(|e| e["name"] == "record → wait"), "{rel}: no record→wait arrow");
+        }
+        if rel.contains("send-first.ron") {
+            assert!(evs.iter().any(|e| e["name"] == "undefined" || e["name"] == "deadlock"), "{rel}: the finding is not marked");
+        }
+    }
+}
+
+#[test]
+fn a_cost_model_file_with_a_zero_bandwidth_is_refused_with_the_field() {
+    let dir = std::env::temp_dir().join(format!("cuorder-costs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("c.ron");
+    let text = ron::ser::to_string_pretty(&CostModel { copy_pinned_bytes_per_s: 0, ..CostModel::h200_nvlink() }, Default::default()).unwrap();
+    std::fs::write(&f, text).unwrap();
+    let e = cuorder::timing::load_costs(f.to_str().unwrap()).unwrap_err();
+    assert!(e.contains("copy_pinned_bytes_per_s must be greater than 0"), "{e}");
+    let e = cuorder::timing::load_costs("no-such-model").unwrap_err();
+    assert!(e.contains("not a built-in cost model (h200-nvlink, ideal, logical)"), "{e}");
+}
