@@ -30,7 +30,7 @@ pub struct Artifact {
     pub strategy: String,
     /// The seed of the execution that found it (sampling strategies).
     pub seed: Option<u64>,
-    /// "deadlock", "data race" or "undefined".
+    /// "deadlock", "data race", "undefined" or "stale read".
     pub kind: String,
     /// The first line of the finding's explanation.
     pub summary: String,

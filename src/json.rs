@@ -151,6 +151,11 @@ pub fn check(sem: &Semantics, rep: &Report, file: &str) -> Output {
                     rules.push(u.rule.id().to_string());
                     locs.extend(u.at.iter().copied());
                 }
+                Problem::StaleRead(s) => {
+                    rules.push(cuorder_model::rule::Rule::V1.id().to_string());
+                    locs.push(s.check);
+                    locs.push(s.writer);
+                }
             }
             rules.sort();
             rules.dedup();

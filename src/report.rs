@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use cuorder_model::program::{MemSpace, Program};
 use cuorder_model::profile::Profile;
-use cuorder_model::semantics::{Access, Accessor, ItemKind, Node, Race, Reason, Semantics, State, Stuck};
+use cuorder_model::semantics::{Access, Accessor, ItemKind, Node, OpLoc, Race, Reason, Semantics, State, Stuck};
 use cuorder_model::verdict::{Finding, Frequency, Problem};
 use cuorder_sim::explore::{explore, Exploration, Limits};
 use cuorder_sim::run::replay_state;
@@ -15,7 +15,7 @@ use cuorder_sim::run::replay_state;
 pub struct Report {
     pub program: String,
     pub profile: String,
-    /// "ok", "deadlock", "data race", "undefined", or "inconclusive" (a limit stopped the search first).
+    /// "ok", "deadlock", "data race", "undefined", "stale read", or "inconclusive" (a limit stopped the search first).
     pub verdict: String,
     pub states: usize,
     pub final_states: usize,
@@ -183,6 +183,19 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
             }
         }
         Problem::DataRace(r) => s.push_str(&explain_race(sem, r, &f.witness)),
+        Problem::StaleRead(r) => {
+            let place = |l: OpLoc| {
+                let (rank, t) = sem.thread_of[l.thread as usize];
+                format!("{}{}", sem.op_label(l), sem.program.op_where(rank, t, l.op))
+            };
+            s.push_str(&format!(
+                "the read does not see the value it expects (V1):\n  {}\n  expects what {} wrote\n\
+                 that write does not happen before the read: it runs after the read in stream order, or nothing \
+                 (stream order, event wait, synchronize, message) orders it before the read\n",
+                place(r.check),
+                place(r.writer)
+            ));
+        }
         Problem::Undefined(u) => {
             s.push_str(&format!("rule {} broken: {}\n", u.rule, u.message));
             for at in &u.at {

@@ -63,7 +63,9 @@ fn every_operation_has_an_example() {
         "DeviceSync", "Sleep(", "HostRead(", "HostWrite(", "Barrier(", "CommInit(", "Send(", "Recv(", "GroupStart",
         "GroupEnd", "Group([", "AllReduce(", "Broadcast(", "AllGather(", "ReduceScatter(", "Alloc(", "Free(",
         "RecordStream(", "OnRanks(", "Parity(even: [", "Repeat(", "Slice(", "to: Next", "from: Prev", "Rank(",
-        "Parity(even: Next",
+        "Parity(even: Next", "For(", "If(stage", "then: [", "Rank(stage + 1)", "{i}", "Expect(", "written_by: Kernel(",
+        "InitProcessGroup", "DistSend(", "DistRecv(", "Isend(", "Irecv(", "BatchIsendIrecv(", "P2POp(", "WorkWait(",
+        "DistAllReduce(", "DistBroadcast(", "DistAllGather(", "DistReduceScatter(", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
     ] {
         assert!(examples.contains(op), "no example uses `{op}`");
     }

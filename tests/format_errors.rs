@@ -138,3 +138,41 @@ fn first_line_of_each_diagnostic_is_file_line_column_message() {
     let colored = render("zero.ron", text, &load("zero.ron", text).unwrap_err(), true);
     assert!(colored.contains('\u{1b}'), "color output uses ANSI escapes");
 }
+
+#[test]
+fn pipeline_neighbour_past_the_last_stage() {
+    let text = r#"// A pipeline is not a ring: the last stage has no next stage, so its send needs a guard.
+Program(
+    ranks: 4,
+    streams: [Stream("s0", NonBlocking)],
+    buffers: [Buffer("act", "4 MiB")],
+    comms: [Comm("world")],
+    threads: [Thread("main", [
+        For(i, 0..4, [
+            If(stage > 0, [Recv(from: Rank(stage - 1), buf: Slice("act", "{i} MiB", "1 MiB"), stream: "s0")]),
+            Kernel("fwd{i}", stream: "s0", writes: [Slice("act", "{i} MiB", "1 MiB")]),
+            Send(to: Rank(stage + 1), buf: Slice("act", "{i} MiB", "1 MiB"), stream: "s0"),
+        ]),
+        For(j, 0..n, []),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("pipeline.ron", text));
+}
+
+#[test]
+fn torch_dialect_errors_point_at_the_python_calls() {
+    let text = r#"// Megatron's batched exchange, with two slips: the wait names a request that does not exist, and the last
+// stage sends to a stage past the end of the pipeline.
+Program(
+    ranks: 2,
+    buffers: [Buffer("act", "16 MiB"), Buffer("grad", "16 MiB")],
+    threads: [Thread("main", [
+        InitProcessGroup,
+        BatchIsendIrecv([P2POp(Isend, "act", Rank(stage + 1)), P2POp(Irecv, "grad", Prev)], works: "reqs"),
+        WorkWait("req"),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("torch.ron", text));
+}

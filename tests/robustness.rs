@@ -57,7 +57,8 @@ fn ron_files(dir: &str) -> Vec<PathBuf> {
 const DICT: &[&str] = &[
     "4294967295", "18446744073709551615", "0", "1", "65", "99", "-1", "\"", "(", ")", "[", "]", "{", "}", ",", ":",
     "Repeat(1000, [", "Group([", "OnRanks([0, 1], [", "Parity(even: [], odd: [", "Slice(\"x\", 0, 4)", "\"s0\"",
-    "\"x\"", "\"world\"", "Next", "Prev", "ranks: 64", "thread: 99", "rank: 7", "index: 300", "InOp(1000)",
+    "\"x\"", "\"world\"", "Next", "Prev", "For(i, 0..4, [", "If(stage > 0, [", "Rank(stage + 1)", "\"x{i}\"",
+    "{i * 99999999999}", "WorkWait(\"w\")", "WithStream(\"s0\", [", "BatchIsendIrecv([P2POp(Isend, \"x\", Next)], works: \"w\")", "ranks: 64", "thread: 99", "rank: 7", "index: 300", "InOp(1000)",
     "Kernel(\"k\", stream: \"s0\", reads: [\"x\"], writes: [\"x\"])", "Send(to: Next, buf: \"x\", stream: \"s0\")",
     "Recv(from: Prev, buf: \"x\", stream: \"s0\")", "StreamSync(\"s0\")", "Barrier(\"b\")", "/*", "*/", "//", "\n",
     "\u{e9}", "\u{1F600}", "@1", "@99", "Some(", "None", "true", "false", "\"1 GiB\"", "\"0 B\"",
@@ -199,7 +200,12 @@ fn program_target(bytes: &[u8]) {
 }
 
 fn surface_seeds() -> Vec<Vec<u8>> {
-    let mut v: Vec<Vec<u8>> = ron_files("examples").iter().chain(&ron_files("tests/cases")).map(|p| read(p).into_bytes()).collect();
+    let mut v: Vec<Vec<u8>> = ron_files("examples")
+        .iter()
+        .chain(&ron_files("examples/torch"))
+        .chain(&ron_files("tests/cases"))
+        .map(|p| read(p).into_bytes())
+        .collect();
     v.retain(|s| s.len() < 20_000);
     v
 }

@@ -370,3 +370,116 @@ fn nccl_one_communicator_from_two_threads_is_undefined() {
         .replace(r#"[AllReduce(buf: "a", stream: "s0"), StreamSync("s0")]"#, r#"[AllReduce(buf: "a", stream: "s0"), StreamSync("s0"), Barrier("b")]"#);
     assert_eq!(verdict("threads-ordered", &ordered, "portable"), Vec::<String>::new());
 }
+
+#[test]
+fn v1_a_read_ordered_after_its_writer_sees_it() {
+    let t = gpu1(
+        AB,
+        "\"e\"",
+        BUFS,
+        r#"Kernel("W", stream: "sA", writes: ["a"]), Record("e", stream: "sA"), Wait("e", stream: "sB"),
+           Expect("a", written_by: Kernel("W"), stream: "sB"), StreamSync("sB")"#,
+    );
+    assert_eq!(verdict("V1-ordered", &t, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn v1_an_unordered_read_is_stale_as_well_as_racy() {
+    // L2 with an assertion: nothing orders the write before the read, so it may see the old value.
+    let t = gpu1(AB, "", BUFS, r#"Kernel("W", stream: "sA", writes: ["a"]), Expect("a", written_by: Kernel("W"), stream: "sB")"#);
+    assert_eq!(verdict("V1-unordered", &t, "portable"), vec!["data race always", "stale read always"]);
+    // On the host: an async copy into pinned memory, read without a synchronize (S4), then with one.
+    let host = |sync: &str| {
+        gpu1(AB, "", BUFS, &format!(r#"Memcpy(dst: "p", src: "a", stream: "sA"), {sync} Expect("p", written_by: Memcpy)"#))
+    };
+    assert_eq!(verdict("V1-host", &host(""), "portable"), vec!["stale read always", "data race always"]);
+    assert_eq!(verdict("V1-host-sync", &host(r#"StreamSync("sA"),"#), "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn v1_a_read_that_comes_before_its_writer_is_stale_without_any_race() {
+    // Rank 0's writer W is queued behind a recv whose send rank 1 issues only after the barrier, which rank 0's host
+    // reaches after its read: the read happens before the write. No two accesses are unordered (the recv's end joins
+    // the send's start, which follows the barrier), so only the assertion can say that the read saw the old value.
+    let t = r#"Program(ranks: 2, streams: [Stream("sB", NonBlocking)],
+        buffers: [Buffer("p", "4 KiB", space: PinnedHost), Buffer("z", "4 KiB"), Buffer("w", "4 KiB"), Buffer("w2", "4 KiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            Group([Send(to: Next, buf: "w", stream: "sB"), Recv(from: Prev, buf: "w2", stream: "sB")]),
+            StreamSync("sB"),
+            If(rank == 0, then: [
+                Recv(from: Rank(1), buf: "z", stream: "sB"),
+                Kernel("W", stream: "sB", writes: ["p"]),
+                Expect("p", written_by: Kernel("W")),
+                Barrier("b"),
+            ], else: [
+                Barrier("b"),
+                Send(to: Rank(0), buf: "z", stream: "sB"),
+            ]),
+            StreamSync("sB"),
+        ])])"#;
+    let r = check_text("V1-before", t, "portable");
+    assert_eq!(kinds(&r), vec!["stale read always"], "{}", r.to_text());
+    let text = r.to_text();
+    assert!(text.contains("the read does not see the value it expects (V1)"), "{text}");
+    assert!(text.contains("expects what r0 main #6 kernel W(sB, W: p)"), "{text}");
+}
+
+#[test]
+fn v1_writers_are_named_by_kind_and_checked_at_load() {
+    let load = |ops: &str| cuorder_model::format::load("t", &gpu1(AB, "", BUFS, ops));
+    let e = load(r#"Kernel("W", stream: "sA", writes: ["a"]), Expect("a", written_by: Kernel("V"), stream: "sA")"#).unwrap_err();
+    assert!(e[0].message.contains("no earlier op of this thread is a Kernel(\"V\") that writes `a`"), "{e:?}");
+    let e = load(
+        r#"Kernel("W", stream: "sA", writes: ["a"]), Memset("a", stream: "sA"), Expect("a", written_by: Kernel("W"), stream: "sA")"#,
+    )
+    .unwrap_err();
+    assert!(e[0].message.contains("`a` is written again after the Kernel(\"W\") it expects"), "{e:?}");
+    assert_eq!(e[0].related[0].message, "written again here");
+    let e = load(r#"Kernel("W", stream: "sA", writes: ["a"]), Expect("a", written_by: Kernel("W"))"#).unwrap_err();
+    assert!(e[0].message.contains("an Expect without a stream reads `a` on the host, but it is device memory"), "{e:?}");
+    // The writer is the last matching op: a loop's Expect names the same iteration's kernel.
+    let p = load(
+        r#"For(i, 0..2, [Kernel("W", stream: "sA", writes: ["a"]), Expect("a", written_by: Kernel("W"), stream: "sA")])"#,
+    )
+    .unwrap();
+    let writers: Vec<u32> = p.ranks[0].threads[0]
+        .ops
+        .iter()
+        .filter_map(|o| match o.kind {
+            cuorder_model::program::OpKind::Expect { writer, .. } => Some(writer),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(writers, [0, 2]);
+}
+
+#[test]
+fn p4_process_group_nccl_records_its_tensors_on_the_nccl_stream() {
+    // Megatron-LM issue 4047's shape in the PyTorch dialect: an isend's tensor is deleted before the send is waited
+    // for, and a new tensor reuses its block. ProcessGroupNCCL recorded the tensor on its NCCL stream (record_stream),
+    // so the block is not handed out before the send has ended: no race. The same ops written by hand without the
+    // record_stream race (the reuse writes while the send may still read).
+    let torch = |body: &str| {
+        format!(
+            r#"Program(ranks: 2, torch: Torch(init: Eager), buffers: [Pooled("t", "1 MiB"), Pooled("u", "1 MiB"), Buffer("r", "1 MiB")],
+               threads: [Thread("main", [InitProcessGroup, {body}, CudaSynchronize])])"#
+        )
+    };
+    let t = torch(
+        r#"If(rank == 0, then: [Empty("t"), Compute("fill", writes: ["t"]), Isend("t", dst: Rank(1), work: "w"), Del("t"),
+                               Empty("u"), Compute("reuse", writes: ["u"]), WorkWait("w")],
+                     else: [DistRecv("r", src: Rank(0))])"#,
+    );
+    assert_eq!(verdict("P4-torch", &t, "portable"), Vec::<String>::new());
+    let program = cuorder_model::format::load("P4-torch", &t).unwrap();
+    assert!(program.ranks[0].threads[0].ops.iter().any(|o| matches!(o.kind, cuorder_model::program::OpKind::RecordStream { .. })));
+    let by_hand = r#"Program(ranks: 2, streams: [Stream("nccl", NonBlocking)], buffers: [Pooled("t", "1 MiB"), Pooled("u", "1 MiB"), Buffer("r", "1 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            If(rank == 0, then: [Alloc("t", stream: "sL"), Kernel("fill", stream: "sL", writes: ["t"]), Send(to: Rank(1), buf: "t", stream: "nccl"),
+                                 Free("t"), Alloc("u", stream: "sL"), Kernel("reuse", stream: "sL", writes: ["u"])],
+                          else: [Recv(from: Rank(0), buf: "r", stream: "nccl")]),
+            DeviceSync])])"#;
+    assert!(verdict("P4-by-hand", by_hand, "portable").contains(&"data race sometimes".to_string()));
+}

@@ -435,7 +435,9 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                 cx.op = OpId { rank: ri, thread: ti as u32, index: oi as u32 };
                 let this = cx.op;
                 let mut version_for = |cx: &mut Ctx| new_version(cx, &mut next_version, &mut versions, this);
-                let step = match &op.kind {
+                // V1: a value assertion runs as the read it makes; the model checks the assertion.
+                let kind = op.kind.without_assertion();
+                let step = match kind.as_ref() {
                     OpKind::Kernel { stream, reads, writes, duration_ns, .. } => {
                         let st = cx.stream(*stream);
                         let start = rp.ranges.len() as u32;
@@ -695,6 +697,11 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                         pooled_device(&mut cx, *buf);
                         let s = cx.stream(*stream).map(|s| s.0).unwrap_or(0);
                         Step::RecordStream { buf: buf.index, stream: s }
+                    }
+                    // `without_assertion` turned it into its read.
+                    OpKind::Expect { .. } => {
+                        cx.err("a value assertion was not lowered to its read");
+                        Step::NoOp
                     }
                 };
                 steps.push(step);

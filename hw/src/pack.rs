@@ -214,7 +214,8 @@ impl PackedRun {
             let (op, k) = at.rsplit_once('.').ok_or_else(|| bad(n, format!("read `{it}`")))?;
             let op = parse_op(op).ok_or_else(|| bad(n, format!("read `{it}`")))?;
             let k: u32 = k.parse().map_err(|_| bad(n, format!("read `{it}`")))?;
-            let range = match op_of(op).map(|o| &o.kind) {
+            let kind = op_of(op).map(|o| o.kind.without_assertion());
+            let range = match kind.as_deref() {
                 Some(OpKind::Kernel { reads, .. }) => reads.get(k as usize).copied(),
                 Some(OpKind::HostAccess { range, write: false }) if k == 0 => Some(*range),
                 _ => None,

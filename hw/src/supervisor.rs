@@ -514,7 +514,7 @@ pub fn build_observation(
                     query_ready: ret.and_then(|r| r.1),
                     error: rep.errors.get(&key).cloned(),
                 });
-                if let (OpKind::HostAccess { range, write: false }, Step::HostRead { .. }) = (kind, step) {
+                if let (OpKind::HostAccess { range, write: false }, Step::HostRead { .. }) = (kind.without_assertion().as_ref(), step) {
                     let s = match rep.host_reads.get(&key) {
                         Some(&(_, _, _, _, 0)) => Seen::Empty,
                         Some(&(f, l, lo, hi, _)) => seen(f, l, lo, hi, plan),
@@ -526,7 +526,8 @@ pub fn build_observation(
         }
         for (slot, &(t, i, k)) in rp.obs_owner.iter().enumerate() {
             let op = OpId { rank: ri as u32, thread: t, index: i };
-            let OpKind::Kernel { reads: rs, .. } = &decl.threads[t as usize].ops[i as usize].kind else { continue };
+            let kind = decl.threads[t as usize].ops[i as usize].kind.without_assertion();
+            let OpKind::Kernel { reads: rs, .. } = kind.as_ref() else { continue };
             let range = rs[k as usize];
             let s = if range.len == 0 {
                 Seen::Empty

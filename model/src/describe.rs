@@ -105,6 +105,9 @@ impl Program {
                 s(stream),
                 comm(c)
             ),
+            OpKind::Expect { range, stream, writer } => {
+                format!("expect({}, written by #{writer}{})", self.range_label(range), opt_stream(stream))
+            }
             OpKind::GroupStart => "group_start".into(),
             OpKind::GroupEnd => "group_end".into(),
             OpKind::Collective { comm: c, kind, send, recv, stream } => {

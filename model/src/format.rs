@@ -12,10 +12,13 @@ mod decls;
 mod desugar;
 pub mod diagnostic;
 mod expand;
+mod expr;
+mod instantiate;
 mod issues;
 mod resolve;
 mod ron_error;
 mod span_index;
+mod torch;
 mod surface;
 mod units;
 
@@ -68,7 +71,8 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
         })?;
     index.alias_positional(surface::POSITIONAL);
     let mut issues = Issues::default();
-    let decls = decls::check(&surface, &mut issues);
+    let mut decls = decls::check(&surface, &mut issues);
+    let torch_decls = torch::declare(&surface, &mut decls, &mut issues);
     let ranks = decls.ranks;
 
     // How many ranks run the thread a path belongs to (to say "rank 1: ..." only when an error is rank-specific).
@@ -85,13 +89,18 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
 
     let mut budget = Budget::new();
     let mut expanded = Vec::new();
+    let mut pairs = std::collections::BTreeSet::new();
     for r in 0..ranks {
         for (ti, &t) in decls.rank_threads[r as usize].iter().enumerate() {
             let decl = &decls.threads[t];
-            let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut issues);
+            let mut tcx = torch::TorchCx::new(&torch_decls, &decls);
+            let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut tcx, &mut issues);
+            pairs.append(&mut tcx.pairs);
             expanded.push((r, ti as u32, decl.name, items));
         }
     }
+    torch::declare_pairs(&pairs, &mut decls);
+    let decls = decls;
     if budget.exhausted {
         return Err(issues.into_diagnostics(text, &index, ranks_of_path));
     }
@@ -103,7 +112,7 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
         let mut ops = Vec::with_capacity(items.len());
         let mut tainted = false;
         for item in items {
-            match resolver.op(&cx, item) {
+            match resolver.op(&cx, item, &ops) {
                 Some(kind) => ops.push((kind, item.path.clone())),
                 None => tainted |= takes_part_in_matching(item),
             }
@@ -162,10 +171,12 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
 /// thread's NCCL operations is no longer known, so the matching checks skip that thread.
 fn takes_part_in_matching(item: &expand::Item) -> bool {
     use surface::SOp::*;
-    matches!(
-        item.leaf,
-        expand::Leaf::Op(Send { .. } | Recv { .. } | AllReduce { .. } | Broadcast { .. } | AllGather { .. } | ReduceScatter { .. })
-    )
+    let op = match &item.leaf {
+        expand::Leaf::Op(op) => *op,
+        expand::Leaf::Owned(op) => op,
+        expand::Leaf::GroupStart | expand::Leaf::GroupEnd => return false,
+    };
+    matches!(op, Send { .. } | Recv { .. } | AllReduce { .. } | Broadcast { .. } | AllGather { .. } | ReduceScatter { .. })
 }
 
 #[cfg(test)]

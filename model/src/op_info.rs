@@ -117,6 +117,7 @@ impl OpKind {
             OpKind::Alloc { .. } => "Alloc",
             OpKind::Free { .. } => "Free",
             OpKind::RecordStream { .. } => "RecordStream",
+            OpKind::Expect { .. } => "Expect",
         }
     }
 
@@ -285,6 +286,20 @@ impl OpKind {
                 ranks.push(buf.rank);
                 OpInfo::base(self.name(), Some(stream.rank), None, vec![])
             }
+            // V1: a read like a kernel's (on a stream) or a host read (without one). Whether it sees its writer's
+            // value depends only on happens-before, never on how far a device has got: it observes nothing.
+            OpKind::Expect { range, stream, .. } => {
+                pooled_uses(&[*range], &mut fp);
+                ranks.push(range.buf.rank);
+                let read = vec![MemAccess { range: *range, write: false }];
+                match stream {
+                    Some(s) => {
+                        enqueue(*s, &mut fp);
+                        OpInfo::base(self.name(), Some(s.rank), Some(*s), read)
+                    }
+                    None => OpInfo::base(self.name(), None, None, read),
+                }
+            }
         };
         ranks.extend(info.acting_rank);
         ranks.extend(info.stream.map(|s| s.rank));
@@ -293,6 +308,55 @@ impl OpKind {
         fp.sort_unstable();
         fp.dedup();
         OpInfo { footprint: fp, ranks, ..info }
+    }
+}
+
+impl OpKind {
+    /// What an executor runs for this op: an `Expect` without its assertion is a read (V1), a zero-length kernel that
+    /// reads its range on its stream or a host read; every other op is itself. The hardware executor runs this and
+    /// records what the read saw, which `conform` then checks like any other read.
+    pub fn without_assertion(&self) -> std::borrow::Cow<'_, OpKind> {
+        match self {
+            OpKind::Expect { range, stream: Some(stream), .. } => std::borrow::Cow::Owned(OpKind::Kernel {
+                stream: *stream,
+                name: "expect".to_string(),
+                reads: vec![*range],
+                writes: vec![],
+                duration_ns: 0,
+            }),
+            OpKind::Expect { range, stream: None, .. } => std::borrow::Cow::Owned(OpKind::HostAccess { range: *range, write: false }),
+            other => std::borrow::Cow::Borrowed(other),
+        }
+    }
+
+    /// The byte ranges the op writes (its item's writes, or the host's), as in [`OpKind::info`]'s accesses; what a
+    /// value assertion's writer must overlap (V1).
+    pub fn written_ranges(&self) -> Vec<BufRange> {
+        match self {
+            OpKind::Kernel { writes, .. } => writes.clone(),
+            OpKind::Memset { dst, .. } | OpKind::Memcpy { dst, .. } => vec![*dst],
+            OpKind::HostAccess { range, write: true } => vec![*range],
+            OpKind::Recv { buf, .. } => vec![*buf],
+            OpKind::Collective { recv, .. } => vec![*recv],
+            OpKind::HostAccess { write: false, .. }
+            | OpKind::EventRecord { .. }
+            | OpKind::StreamWaitEvent { .. }
+            | OpKind::EventQuery { .. }
+            | OpKind::EventSynchronize { .. }
+            | OpKind::StreamSynchronize { .. }
+            | OpKind::StreamQuery { .. }
+            | OpKind::DeviceSynchronize { .. }
+            | OpKind::HostSleep { .. }
+            | OpKind::Barrier { .. }
+            | OpKind::CommInit { .. }
+            | OpKind::Send { .. }
+            | OpKind::GroupStart
+            | OpKind::GroupEnd
+            | OpKind::Alloc { .. }
+            | OpKind::Free { .. }
+            | OpKind::RecordStream { .. }
+            | OpKind::Expect { .. } => vec![],
+        }
     }
 }
 

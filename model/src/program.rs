@@ -258,6 +258,10 @@ pub enum OpKind {
     Free { buf: BufRef },
     /// `tensor.record_stream(stream)` (P4): the block is not reused until `stream`'s work at free time has ended.
     RecordStream { buf: BufRef, stream: StreamRef },
+    /// A value assertion (V1): reads `range` and expects to see what op `writer` of the same thread wrote, i.e. that
+    /// op's write happens before this read. On `stream` it is a stream-ordered read (a zero-length kernel that reads
+    /// `range`); without a stream, a host read of host memory. A read that does not see that write is a stale read.
+    Expect { range: BufRange, stream: Option<StreamRef>, writer: u32 },
 }
 
 impl Program {

@@ -53,11 +53,13 @@ pub enum Rule {
     P4,
     /// `torch.cuda.synchronize()` waits for every stream of the device.
     P5,
+    /// Value assertions: a read sees a write only if the write happens before it.
+    V1,
 }
 
 impl Rule {
     /// Every rule, in the order of `docs/semantics.md`.
-    pub const ALL: [Rule; 23] = [
+    pub const ALL: [Rule; 24] = [
         Rule::S1,
         Rule::S2,
         Rule::S3,
@@ -81,6 +83,7 @@ impl Rule {
         Rule::P3,
         Rule::P4,
         Rule::P5,
+        Rule::V1,
     ];
 
     /// The id as written in `docs/semantics.md` and in messages: "S1", "N10", "P4".
@@ -109,6 +112,7 @@ impl Rule {
             Rule::P3 => "P3",
             Rule::P4 => "P4",
             Rule::P5 => "P5",
+            Rule::V1 => "V1",
         }
     }
 

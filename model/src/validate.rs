@@ -393,6 +393,28 @@ impl Checker<'_> {
                     self.pooled(&at, *buf, Some(*stream), what);
                 }
                 OpKind::Free { buf } => self.pooled(&at, *buf, None, "Free"),
+                OpKind::Expect { range, stream, writer } => {
+                    match stream {
+                        Some(s) => {
+                            self.stream(&at, *s);
+                        }
+                        None => {
+                            if self.range(&at, range) && p.buffer(range.buf).space == MemSpace::Device {
+                                self.err(&at, "an Expect without a stream reads on the host: it needs host memory".to_string());
+                            }
+                        }
+                    }
+                    if stream.is_some() {
+                        self.range(&at, range);
+                    }
+                    let overlaps = |w: &BufRange| {
+                        w.buf == range.buf && w.offset < range.offset + range.len && range.offset < w.offset + w.len
+                    };
+                    match thread.ops.get(*writer as usize) {
+                        Some(w) if *writer < oi as u32 && w.kind.written_ranges().iter().any(overlaps) => {}
+                        _ => self.err(&at, format!("the writer #{writer} of an Expect is not an earlier op of this thread that writes its range (V1)")),
+                    }
+                }
             }
             match op.kind {
                 OpKind::GroupStart => depth += 1,

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::program::BufRef;
 use crate::rule::Rule;
-use crate::semantics::{OpLoc, Race, Step, Stuck, Undefined};
+use crate::semantics::{OpLoc, Race, StaleRead, Step, Stuck, Undefined};
 
 /// One problem found by exploration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,6 +17,8 @@ pub enum Problem {
     DataRace(Race),
     /// A broken rule of the platform: the program's behaviour is undefined.
     Undefined(Undefined),
+    /// A value assertion (`Expect`) whose read does not see its writer's value (V1).
+    StaleRead(StaleRead),
 }
 
 /// How often a problem shows up among the executions explored.
@@ -44,15 +46,18 @@ pub enum ProblemKey {
     Deadlock(Vec<(u32, u32)>, bool),
     DataRace(OpLoc, OpLoc, BufRef, BufRef),
     Undefined(Rule, Vec<OpLoc>),
+    /// The failed value assertion.
+    StaleRead(OpLoc),
 }
 
 impl Problem {
-    /// Short name: "deadlock", "data race", "undefined".
+    /// Short name: "deadlock", "data race", "undefined", "stale read".
     pub fn kind_name(&self) -> &'static str {
         match self {
             Problem::Deadlock(_) => "deadlock",
             Problem::DataRace(_) => "data race",
             Problem::Undefined(_) => "undefined",
+            Problem::StaleRead(_) => "stale read",
         }
     }
 }

@@ -167,6 +167,10 @@ impl Collector {
             self.record(race_key(r), || Problem::DataRace(r.clone()), path);
         }
         let mut present: Vec<ProblemKey> = st.memory.races.iter().map(race_key).collect();
+        for s in &st.memory.stale {
+            self.record(ProblemKey::StaleRead(s.check), || Problem::StaleRead(s.clone()), path);
+            present.push(ProblemKey::StaleRead(s.check));
+        }
         let kind = if st.undefined.is_some() {
             Some(FinalKind::Undefined)
         } else if enabled.is_empty() {

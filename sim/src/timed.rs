@@ -160,6 +160,9 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
                 OpKind::StreamWaitEvent { .. } => costs.event_wait_ns,
                 OpKind::HostSleep { ns } => *ns,
                 OpKind::HostAccess { range, .. } => transfer_ns(range.len, costs.copy_host_bytes_per_s),
+                // V1: a value assertion costs the read it makes: a kernel launch, or a host read.
+                OpKind::Expect { stream: Some(_), .. } => costs.launch_ns,
+                OpKind::Expect { range, stream: None, .. } => transfer_ns(range.len, costs.copy_host_bytes_per_s),
                 OpKind::EventQuery { .. }
                 | OpKind::EventSynchronize { .. }
                 | OpKind::StreamSynchronize { .. }
@@ -197,6 +200,9 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
                     let space = |b| sem.program.buffer(b).space;
                     let bw = copy_bandwidth(costs, space(dst.buf), space(src.buf));
                     costs.item_overhead_ns + transfer_ns(dst.len, bw)
+                }
+                (ItemKind::Work, OpKind::Expect { range, .. }) => {
+                    costs.item_overhead_ns + transfer_ns(range.len, costs.kernel_read_bytes_per_s)
                 }
                 (ItemKind::Launch { .. }, _) => costs.nccl_launch_ns,
                 _ => 0,

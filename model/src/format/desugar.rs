@@ -12,20 +12,26 @@ pub struct Desugared {
     inserts: Vec<(usize, usize)>,
 }
 
-/// Rewrites the positional arguments that `index` (built on `text`) found.
+/// Rewrites the positional arguments that `index` (built on `text`) found, and puts the unquoted expressions of
+/// expression parameters in double quotes (`Rank(stage + 1)` → `Rank(_0: "stage + 1")`).
 pub fn desugar(text: &str, index: &SpanIndex) -> Desugared {
-    let args = index.positional_args();
-    let mut out = String::with_capacity(text.len() + args.len() * 5);
-    let mut inserts = Vec::with_capacity(args.len());
+    // (offset, order at one offset, inserted text): a field name goes before the quote that opens its value.
+    let mut edits: Vec<(usize, u8, String)> = index.positional_args().iter().map(|&(o, i)| (o, 0, format!("_{i}: "))).collect();
+    for &(start, end) in index.quoted_exprs() {
+        edits.push((start, 1, "\"".to_string()));
+        edits.push((end, 0, "\"".to_string()));
+    }
+    edits.sort_by_key(|&(o, order, _)| (o, order));
+    let mut out = String::with_capacity(text.len() + edits.len() * 5);
+    let mut inserts = Vec::with_capacity(edits.len());
     let mut copied = 0;
-    for &(offset, position) in args {
+    for (offset, _, insert) in edits {
         if offset < copied || !text.is_char_boundary(offset) {
             continue;
         }
         out.push_str(&text[copied..offset]);
-        let field = format!("_{position}: ");
-        inserts.push((offset, field.len()));
-        out.push_str(&field);
+        inserts.push((offset, insert.len()));
+        out.push_str(&insert);
         copied = offset;
     }
     out.push_str(&text[copied..]);
@@ -67,6 +73,21 @@ mod tests {
         let four = d.text.find('4').unwrap();
         assert_eq!(d.original_offset(four), t.find('4').unwrap());
         assert_eq!(d.original_offset(d.text.len()), t.len());
+    }
+
+    #[test]
+    fn quotes_expressions_of_expression_parameters() {
+        let t = "[Send(to: Rank(stage + 1)), For(i, 0..M - 1, [If(!last && i > 0, [])]), Rank(2), Rank(\"i\"), Kernel(k + 1)]";
+        let d = desugar(t, &SpanIndex::build(t));
+        assert_eq!(
+            d.text,
+            "[Send(to: Rank(_0: \"stage + 1\")), For(_0: \"i\", _1: \"0..M - 1\", _2: [If(_0: \"!last && i > 0\", _1: [])]), \
+             Rank(_0: 2), Rank(_0: \"i\"), Kernel(_0: k + 1)]"
+        );
+        let plus = d.text.find('+').unwrap();
+        assert_eq!(d.original_offset(plus), t.find('+').unwrap());
+        let m = d.text.find('M').unwrap();
+        assert_eq!(d.original_offset(m), t.find('M').unwrap());
     }
 
     #[test]

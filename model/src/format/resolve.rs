@@ -4,16 +4,18 @@
 
 use super::decls::{size, Decls, LEGACY_STREAM, PER_THREAD_STREAM};
 use super::diagnostic::did_you_mean;
-use super::expand::{Item, Leaf};
+use super::expand::{Item, Leaf, Scope};
+use super::instantiate::instantiate;
 use super::issues::{Issue, Issues};
 use super::span_index::{field, index, SpanIndex};
-use super::surface::{BufArg, Duration, Peer, Root, SOp, SimplePeer};
+use super::surface::{BufArg, Duration, ExprArg, Peer, Root, SOp, SWriter, SimplePeer};
 use super::units::{parse_duration, DURATION_HELP};
 use super::DEFAULT_KERNEL_NS;
 use crate::program::{
     BarrierDecl, BufRange, BufRef, CollectiveKind, CommId, EventRef, MemSpace, OpKind, RankId, StreamRef,
 };
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// Where an op runs: the rank (process) and the thread's index within that rank.
 #[derive(Clone, Copy, Debug)]
@@ -186,8 +188,10 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 known.then_some(Range { range: BufRange { buf, offset: 0, len: b.bytes }, space: b.space })
             }
             BufArg::Slice(name, offset, len) => {
-                let written = self.index.get(path).and_then(|n| n.name.clone());
-                if written.as_deref() != Some("Slice") {
+                // A tuple deserializes like a Slice: tell them apart by what is written there. An op lowered from
+                // a PyTorch call has no text of its own at `path` (its argument was checked where it is written).
+                let written = self.index.get(path).map(|n| n.name.clone());
+                if let Some(written) = written.filter(|w| w.as_deref() != Some("Slice")) {
                     let found = written.map_or("a tuple".to_string(), |w| format!("`{w}(..)`"));
                     self.err(
                         cx,
@@ -337,15 +341,15 @@ impl<'a, 'i> Resolver<'a, 'i> {
     }
 
     fn peer(&mut self, cx: &Ctx, comm: CommId, pos: usize, peer: &Peer, path: &str) -> Option<RankId> {
-        let simple = match *peer {
+        let simple = match peer {
             Peer::Next => SimplePeer::Next,
             Peer::Prev => SimplePeer::Prev,
-            Peer::Rank { rank } => SimplePeer::Rank { rank },
+            Peer::Rank { rank } => SimplePeer::Rank { rank: rank.clone() },
             Peer::Parity { even, odd } => {
                 if pos % 2 == 0 {
-                    even
+                    even.clone()
                 } else {
-                    odd
+                    odd.clone()
                 }
             }
         };
@@ -355,16 +359,8 @@ impl<'a, 'i> Resolver<'a, 'i> {
         let r = match simple {
             SimplePeer::Next => c.members[(pos + 1) % m],
             SimplePeer::Prev => c.members[(pos + m - 1) % m],
-            SimplePeer::Rank { rank: r } => {
-                if r >= self.d.ranks {
-                    let ranks = self.d.ranks;
-                    self.err(
-                        cx,
-                        Issue::new(path, format!("peer rank {r} does not exist"))
-                            .help(format!("the program has {}: 0 to {}", plural(ranks as usize, "rank"), ranks - 1)),
-                    );
-                    return None;
-                }
+            SimplePeer::Rank { rank: ref arg } => {
+                let r = self.rank_value(cx, arg, "peer rank", path)?;
                 if !c.members.contains(&r) {
                     self.err(cx, Issue::new(path, format!("peer rank {r} is not a member of `{name}` (members: {members})")));
                     return None;
@@ -382,6 +378,29 @@ impl<'a, 'i> Resolver<'a, 'i> {
             return None;
         }
         Some(r)
+    }
+
+    /// The global rank an evaluated rank expression names (`what`: "peer rank", "root rank"), or `None` (reported)
+    /// when no such rank exists. Pipelines are not rings: `Rank(stage + 1)` on the last stage names a rank past the
+    /// end, and the help says how to guard it.
+    fn rank_value(&mut self, cx: &Ctx, arg: &ExprArg, what: &str, path: &str) -> Option<RankId> {
+        let v = arg.literal()?;
+        let ranks = self.d.ranks;
+        match u32::try_from(v) {
+            Ok(r) if r < ranks => Some(r),
+            _ => {
+                let computed = if arg.written_plain() { String::new() } else { format!(" (`{}` = {v} on rank {})", arg.text, cx.rank) };
+                let mut help = format!("the program has {}: 0 to {}", plural(ranks as usize, "rank"), ranks - 1);
+                if !arg.written_plain() {
+                    help.push_str(&format!(
+                        "; neighbours do not wrap around: guard the op, e.g. `If({}, [...])`",
+                        if v < 0 { format!("{} >= 0", arg.text) } else { format!("{} < ranks", arg.text) }
+                    ));
+                }
+                self.err(cx, Issue::new(path, format!("{what} {v} does not exist{computed}")).help(help));
+                None
+            }
+        }
     }
 
     fn barrier(&mut self, cx: &Ctx, name: &str) -> u32 {
@@ -430,14 +449,19 @@ impl<'a, 'i> Resolver<'a, 'i> {
         true
     }
 
-    /// Resolves one expanded op; `None` when it has errors (all reported).
-    pub fn op(&mut self, cx: &Ctx, item: &Item) -> Option<OpKind> {
+    /// Resolves one expanded op; `None` when it has errors (all reported). `earlier`: the thread's ops resolved so
+    /// far, in order (what an `Expect` names its writer among).
+    pub fn op(&mut self, cx: &Ctx, item: &Item, earlier: &[(OpKind, Rc<str>)]) -> Option<OpKind> {
         let p: &str = &item.path;
         let op = match item.leaf {
             Leaf::GroupStart => return Some(OpKind::GroupStart),
             Leaf::GroupEnd => return Some(OpKind::GroupEnd),
             Leaf::Op(op) => op,
+            Leaf::Owned(ref op) => op,
         };
+        let scope = Scope { rank: cx.rank, ranks: self.d.ranks, env: item.env.as_deref() };
+        let instantiated = instantiate(op, &scope, p, self.issues)?;
+        let op = &instantiated;
         let f = |name: &str| field(p, name);
         match op {
             SOp::Kernel { name, stream, reads, writes, duration } => {
@@ -583,7 +607,12 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 self.collective(cx, p, CollectiveKind::AllReduce, None, buf, send, recv, stream, comm)
             }
             SOp::Broadcast { root, buf, send, recv, stream, comm } => {
-                let Root::Rank { rank: r } = *root;
+                let Root::Rank { rank: arg } = root;
+                // A root of a rank that exists is checked for membership by `collective` (as before expressions existed).
+                let r = match arg.literal().map(u32::try_from) {
+                    Some(Ok(r)) => r,
+                    _ => self.rank_value(cx, arg, "root rank", &f("root"))?,
+                };
                 let kind = CollectiveKind::Broadcast { root: r };
                 self.collective(cx, p, kind, Some(r), buf, send, recv, stream, comm)
             }
@@ -607,9 +636,91 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 Some(if alloc { OpKind::Alloc { buf: b, stream: s } } else { OpKind::RecordStream { buf: b, stream: s } })
             }
             SOp::Free { buf } => Some(OpKind::Free { buf: self.pooled(cx, "Free", buf, &f("0"))? }),
+            SOp::Expect { buf, written_by, stream } => self.expect(cx, p, buf, written_by, stream.as_deref(), earlier),
             // Control forms never reach here: expansion removed them.
-            SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } => None,
+            SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {
+                None
+            }
+            // PyTorch calls never reach here: expansion lowered them (`torch.rs`). Should one, it is reported rather
+            // than silently dropped.
+            SOp::InitProcessGroup
+            | SOp::DistSend { .. }
+            | SOp::DistRecv { .. }
+            | SOp::Isend { .. }
+            | SOp::Irecv { .. }
+            | SOp::BatchIsendIrecv { .. }
+            | SOp::WorkWait { .. }
+            | SOp::DistAllReduce { .. }
+            | SOp::DistBroadcast { .. }
+            | SOp::DistAllGather { .. }
+            | SOp::DistReduceScatter { .. }
+            | SOp::CudaSynchronize
+            | SOp::DistBarrier
+            | SOp::Empty { .. }
+            | SOp::Del { .. }
+            | SOp::WithStream { .. }
+            | SOp::Compute { .. }
+            | SOp::RecordEvent { .. }
+            | SOp::WaitEvent { .. } => {
+                self.err(cx, Issue::new(p, "internal error: this PyTorch call was not lowered; please report it"));
+                None
+            }
         }
+    }
+
+    /// A value assertion (V1): the read it makes is checked like a kernel's (on a stream) or a host read's (without
+    /// one); its writer is the last earlier op of this thread of the kind `written_by` names that writes an
+    /// overlapping range, and no other op of this thread may write that range between the two.
+    fn expect(
+        &mut self,
+        cx: &Ctx,
+        p: &str,
+        buf: &BufArg,
+        written_by: &SWriter,
+        stream: Option<&str>,
+        earlier: &[(OpKind, Rc<str>)],
+    ) -> Option<OpKind> {
+        let f = |name: &str| field(p, name);
+        let s = match stream {
+            Some(name) => Some(self.stream(cx, name, &f("stream"))?),
+            None => None,
+        };
+        let r = self.range(cx, buf, &f("0"))?;
+        let ok = match s {
+            Some(s) => self.access(cx, r, s.rank, buf.name(), "an Expect on a stream", &f("0"), true, false),
+            None if r.space == MemSpace::Device => {
+                self.err(
+                    cx,
+                    Issue::new(f("0"), format!("an Expect without a stream reads `{}` on the host, but it is device memory", buf.name()))
+                        .help("give the stream that reads it: `Expect(\"y\", written_by: .., stream: \"s0\")`"),
+                );
+                false
+            }
+            None => self.host_of_caller(cx, r, buf.name(), &f("0")),
+        };
+        if !ok {
+            return None;
+        }
+        let range = r.range;
+        let overlaps = |w: &BufRange| w.buf == range.buf && w.offset < range.offset + range.len && range.offset < w.offset + w.len;
+        let writes = |k: &OpKind| k.written_ranges().iter().any(overlaps);
+        let Some(w) = earlier.iter().rposition(|(k, _)| written_by.matches(k) && writes(k)) else {
+            self.err(
+                cx,
+                Issue::new(f("written_by"), format!("no earlier op of this thread is a {} that writes `{}`", written_by.label(), buf.name()))
+                    .help("written_by names the kind (a kernel: by name) of the last op before the Expect, in this thread, that writes the range"),
+            );
+            return None;
+        };
+        if let Some(later) = earlier[w + 1..].iter().find(|(k, _)| writes(k)) {
+            self.err(
+                cx,
+                Issue::new(f("written_by"), format!("`{}` is written again after the {} it expects", buf.name(), written_by.label()))
+                    .related(later.1.to_string(), "written again here"),
+            );
+            return None;
+        }
+        Some(OpKind::Expect { range, stream: s, writer: w as u32 })
     }
 
     /// A collective: in place (`buf`) or `send` + `recv`, with the size rules of its kind.

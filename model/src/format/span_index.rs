@@ -6,6 +6,7 @@
 //! a tuple, tuple struct or enum variant appends `.0`, `.1`, ...; an element of a list or the value of the i-th entry of
 //! a map appends `[i]`.
 
+use super::surface::is_expr_slot;
 use std::collections::BTreeMap;
 
 /// Nesting deeper than this is scanned flat (no further paths recorded) so the scanner cannot exhaust the stack.
@@ -47,15 +48,23 @@ pub struct SpanIndex {
     /// Start offset and position of every positional argument of a named group `Name(..)` (except `Some(..)`), in
     /// text order: what desugaring turns into named fields `_0:`, `_1:`, ...
     positional: Vec<(usize, usize)>,
+    /// Byte ranges of the expressions written unquoted in an expression parameter (`Rank(stage + 1)`,
+    /// `For(i, 0..M, ..)`; see `surface::EXPR_SLOTS`), in text order: what desugaring puts in double quotes.
+    quoted: Vec<(usize, usize)>,
 }
 
 impl SpanIndex {
     /// Scans `text`. Malformed or truncated input yields the spans of whatever could be recognised.
     pub fn build(text: &str) -> SpanIndex {
-        let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional: Vec::new() };
+        let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional: Vec::new(), quoted: Vec::new() };
         s.skip_trivia();
         s.value(Some(""), 0);
-        SpanIndex { nodes: s.nodes, positional: s.positional }
+        SpanIndex { nodes: s.nodes, positional: s.positional, quoted: s.quoted }
+    }
+
+    /// Byte ranges of the unquoted expressions of expression parameters, in text order.
+    pub fn quoted_exprs(&self) -> &[(usize, usize)] {
+        &self.quoted
     }
 
     /// (start offset, position) of every positional argument of a named group other than `Some(..)`, in text order.
@@ -148,7 +157,7 @@ pub fn index(path: &str, i: usize) -> String {
 /// The opening delimiters `(`, `[`, `{` that are still open at the end of `text` (strings and comments skipped),
 /// outermost first, as (byte offset, delimiter).
 pub fn unclosed_delimiters(text: &str) -> Vec<(usize, char)> {
-    let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional: Vec::new() };
+    let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional: Vec::new(), quoted: Vec::new() };
     let mut open: Vec<(usize, char)> = Vec::new();
     loop {
         s.skip_trivia();
@@ -189,6 +198,12 @@ struct Scanner<'a> {
     pos: usize,
     nodes: BTreeMap<String, Node>,
     positional: Vec<(usize, usize)>,
+    quoted: Vec<(usize, usize)>,
+}
+
+/// A character that continues a value into an expression (`stage + 1`, `0..M`, `i >= 2`).
+fn is_operator(c: u8) -> bool {
+    matches!(c, b'+' | b'-' | b'*' | b'/' | b'%' | b'<' | b'>' | b'=' | b'!' | b'&' | b'|' | b'.')
 }
 
 fn is_ident_start(c: u8) -> bool {
@@ -287,7 +302,7 @@ impl Scanner<'_> {
                 self.pos += 2;
                 self.raw_string();
             }
-            b'(' if nested => self.fields(path, depth, false),
+            b'(' if nested => self.fields(path, depth, None),
             b'[' if nested => self.list(path, depth),
             b'{' if nested => self.map(path, depth),
             b'0'..=b'9' | b'+' | b'-' | b'.' => self.number(),
@@ -296,7 +311,7 @@ impl Scanner<'_> {
                 let after_name = self.pos;
                 self.skip_trivia();
                 if self.peek() == Some(b'(') && nested {
-                    self.fields(path, depth, id != "Some");
+                    self.fields(path, depth, (id != "Some").then_some(id.as_str()));
                     name = Some(id);
                 } else {
                     self.pos = after_name;
@@ -397,9 +412,65 @@ impl Scanner<'_> {
         }
     }
 
-    /// The contents of `( .. )`: named fields `name: value` and positional values, comma-separated. `named_group`:
-    /// the group has a name (other than `Some`), so its positional values are recorded for desugaring.
-    fn fields(&mut self, path: Option<&str>, depth: usize, named_group: bool) {
+    /// After a value: if an operator follows (or the value was a lone `!`), the rest of an expression, up to the next
+    /// `,` or closing delimiter at this level. Returns whether there was one; the position is then just after its
+    /// last character.
+    fn expr_tail(&mut self, value_start: usize) -> bool {
+        let save = self.pos;
+        self.skip_trivia();
+        let lone_not = save == value_start + 1 && self.b.get(value_start) == Some(&b'!');
+        if !(lone_not || self.peek().is_some_and(is_operator)) {
+            self.pos = save;
+            return false;
+        }
+        let (mut end, mut open) = (self.pos, 0usize);
+        loop {
+            self.skip_trivia();
+            let Some(c) = self.peek() else { break };
+            match c {
+                b'(' | b'[' | b'{' => {
+                    open += 1;
+                    self.pos += 1;
+                }
+                b')' | b']' | b'}' if open == 0 => break,
+                b')' | b']' | b'}' => {
+                    open -= 1;
+                    self.pos += 1;
+                }
+                b',' if open == 0 => break,
+                b'"' => self.string(),
+                _ => self.skip_char(),
+            }
+            end = self.pos;
+        }
+        self.pos = end;
+        true
+    }
+
+    /// A value of a group's field or a list element, followed by the rest of an expression if one follows; records
+    /// the whole expression under `path`, and, when `slot` (the value is an expression parameter), marks it for
+    /// quoting unless it is a string, a list or a plain integer.
+    fn operand(&mut self, path: Option<&str>, depth: usize, slot: bool) {
+        let start = self.pos;
+        self.value(path, depth);
+        let extended = self.expr_tail(start);
+        if extended {
+            if let Some(p) = path {
+                self.nodes.insert(p.to_string(), Node { span: Span { start, end: self.pos }, name: None });
+            }
+        }
+        let text = &self.b[start..self.pos];
+        let plain = text.first().is_some_and(|&c| matches!(c, b'"' | b'[' | b'\'')) || text.iter().all(u8::is_ascii_digit);
+        if slot && !plain && !text.contains(&b'"') && !text.contains(&b'\\') {
+            self.quoted.push((start, self.pos));
+        }
+    }
+
+    /// The contents of `( .. )`: named fields `name: value` and positional values, comma-separated. `group`: the
+    /// group's name when it has one (other than `Some`): its positional values are recorded for desugaring, and
+    /// values of its expression parameters for quoting.
+    fn fields(&mut self, path: Option<&str>, depth: usize, group: Option<&str>) {
+        let named_group = group.is_some();
         self.pos += 1;
         let mut positional = 0usize;
         loop {
@@ -429,6 +500,11 @@ impl Scanner<'_> {
                     self.pos = before;
                 }
             }
+            let slot = match (&field_name, group) {
+                (Some(n), Some(g)) => is_expr_slot(g, n),
+                (None, Some(g)) => is_expr_slot(g, &positional.to_string()),
+                (_, None) => false,
+            };
             let child = match field_name {
                 Some(n) => path.map(|p| field(p, n)),
                 None => {
@@ -439,7 +515,7 @@ impl Scanner<'_> {
                     path.map(|p| field(p, positional - 1))
                 }
             };
-            self.value(child.as_deref(), depth + 1);
+            self.operand(child.as_deref(), depth + 1, slot);
             if self.pos == before {
                 self.skip_char();
             }
@@ -465,7 +541,7 @@ impl Scanner<'_> {
             }
             let before = self.pos;
             let child = path.map(|p| index(p, i));
-            self.value(child.as_deref(), depth + 1);
+            self.operand(child.as_deref(), depth + 1, false);
             i += 1;
             if self.pos == before {
                 self.skip_char();

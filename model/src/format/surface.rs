@@ -2,6 +2,7 @@
 //! resolution. Sizes, durations and buffer arguments are kept as written so that their errors are reported by
 //! validation (all at once, with spans) rather than by the deserializer (one at a time).
 
+use super::expr::{self, Expr};
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
@@ -31,11 +32,45 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
     ("Alloc", &["buf"]),
     ("Free", &["buf"]),
     ("RecordStream", &["buf"]),
+    ("Expect", &["buf"]),
+    ("DistSend", &["tensor"]),
+    ("DistRecv", &["tensor"]),
+    ("Isend", &["tensor"]),
+    ("Irecv", &["tensor"]),
+    ("BatchIsendIrecv", &["ops"]),
+    ("P2POp", &["op", "tensor", "peer"]),
+    ("WorkWait", &["work"]),
+    ("DistAllReduce", &["tensor"]),
+    ("DistBroadcast", &["tensor"]),
+    ("WithStream", &["stream", "ops"]),
+    ("Compute", &["name"]),
+    ("RecordEvent", &["event"]),
+    ("WaitEvent", &["event"]),
+    ("Empty", &["tensor"]),
+    ("Del", &["tensor"]),
     ("OnRanks", &["ranks", "ops"]),
     ("Repeat", &["count", "ops"]),
+    ("For", &["var", "range", "ops"]),
+    ("If", &["cond", "then", "else"]),
     ("Slice", &["buf", "offset", "len"]),
     ("Rank", &["rank"]),
 ];
+
+/// The parameters that hold an expression (by form and parameter name): a value written there that is not a string,
+/// a list or a plain integer (`stage + 1`, `i`, `0..M`) is put in double quotes before RON parses it, so that
+/// `Rank(stage + 1)` reads as `Rank("stage + 1")`.
+pub const EXPR_SLOTS: &[(&str, &[&str])] = &[("For", &["var", "range"]), ("If", &["cond"]), ("Rank", &["rank"])];
+
+/// Whether parameter `field` (a name, or `_i` / `i` for a positional one) of `form` holds an expression.
+pub fn is_expr_slot(form: &str, field: &str) -> bool {
+    let name = field
+        .trim_start_matches('_')
+        .parse::<usize>()
+        .ok()
+        .and_then(|i| POSITIONAL.iter().find(|(f, _)| *f == form).and_then(|(_, names)| names.get(i).copied()))
+        .unwrap_or(field);
+    EXPR_SLOTS.iter().any(|(f, params)| *f == form && params.contains(&name))
+}
 
 /// The name of positional parameter `field` (`_0`, `_1`, ..) of `form`, if it has one.
 pub fn positional_name(form: &str, field: &str) -> Option<&'static str> {
@@ -58,6 +93,44 @@ pub struct SProgram {
     #[serde(default)]
     pub comms: Vec<SComm>,
     pub threads: Vec<SThread>,
+    /// The PyTorch dialect (`torch.rs`): present when the program calls `torch.distributed` / `torch.cuda`.
+    #[serde(default)]
+    pub torch: Option<STorch>,
+}
+
+/// `torch: Torch(version: Before82450)`: which ProcessGroupNCCL the PyTorch calls of the program are lowered as.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename = "Torch", deny_unknown_fields)]
+pub struct STorch {
+    #[serde(default)]
+    pub version: STorchVersion,
+    #[serde(default)]
+    pub init: STorchInit,
+}
+
+/// How the default process group was initialised, which decides the communicator of unbatched P2P ops (P2).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename = "process group init")]
+pub enum STorchInit {
+    /// `init_process_group("nccl")`: communicators are created lazily; an unbatched send or recv between ranks a < b
+    /// uses a 2-rank communicator "a:b" (with its own NCCL stream) created at its first use.
+    #[default]
+    Lazy,
+    /// `init_process_group("nccl", device_id=..)`: since pytorch/pytorch PR 132900 every P2P op runs on the default
+    /// group's communicator.
+    Eager,
+}
+
+/// The ProcessGroupNCCL behaviours that differ between PyTorch versions (P3).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename = "PyTorch version")]
+pub enum STorchVersion {
+    /// Before pytorch/pytorch PR 82450 (2022): `batch_isend_irecv` records each work's end event inside the open
+    /// NCCL group.
+    Before82450,
+    /// Since PR 82450: the end events are recorded after the group end.
+    #[default]
+    Since82450,
 }
 
 /// `Stream("s0", NonBlocking)`: a stream every rank creates.
@@ -309,45 +382,336 @@ pub enum SOp {
         #[serde(rename = "_1", alias = "ops")]
         ops: Vec<SOp>,
     },
+    /// `Expect("y", written_by: Recv, stream: "s0")`: a value assertion (V1).
+    Expect {
+        #[serde(rename = "_0", alias = "buf")]
+        buf: BufArg,
+        written_by: SWriter,
+        #[serde(default)]
+        stream: Option<String>,
+    },
+    /// `dist.init_process_group("nccl")` (torch.rs).
+    InitProcessGroup,
+    /// `dist.send(tensor, dst)`.
+    DistSend {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        dst: Peer,
+    },
+    /// `dist.recv(tensor, src)`.
+    DistRecv {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        src: Peer,
+    },
+    /// `work = dist.isend(tensor, dst)`.
+    Isend {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        dst: Peer,
+        work: String,
+    },
+    /// `work = dist.irecv(tensor, src)`.
+    Irecv {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        src: Peer,
+        work: String,
+    },
+    /// `works = dist.batch_isend_irecv([P2POp(..), ..])`.
+    BatchIsendIrecv {
+        #[serde(rename = "_0", alias = "ops")]
+        ops: Vec<SP2POp>,
+        works: String,
+    },
+    /// `work.wait()` (every work of a batch).
+    WorkWait {
+        #[serde(rename = "_0", alias = "work")]
+        work: String,
+    },
+    /// `dist.all_reduce(tensor)`, or with `async_op: "w"` `w = dist.all_reduce(tensor, async_op=True)`.
+    DistAllReduce {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        #[serde(default)]
+        async_op: Option<String>,
+    },
+    /// `dist.broadcast(tensor, src)` (sync or `async_op`).
+    DistBroadcast {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        src: Root,
+        #[serde(default)]
+        async_op: Option<String>,
+    },
+    /// `dist.all_gather_into_tensor(output, input)` (sync or `async_op`).
+    DistAllGather {
+        output: BufArg,
+        input: BufArg,
+        #[serde(default)]
+        async_op: Option<String>,
+    },
+    /// `dist.reduce_scatter_tensor(output, input)` (sync or `async_op`).
+    DistReduceScatter {
+        output: BufArg,
+        input: BufArg,
+        #[serde(default)]
+        async_op: Option<String>,
+    },
+    /// `dist.barrier()`.
+    DistBarrier,
+    /// `torch.cuda.synchronize()`.
+    CudaSynchronize,
+    /// `t = torch.empty(.., device="cuda")`: the caching allocator hands `t` (a `Pooled` buffer) a block for use on
+    /// the current stream (P4).
+    Empty {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: String,
+    },
+    /// `del t`: the last reference goes, and the block returns to its stream's pool (P4).
+    Del {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: String,
+    },
+    /// `with torch.cuda.stream(s): ops`.
+    WithStream {
+        #[serde(rename = "_0", alias = "stream")]
+        stream: String,
+        #[serde(rename = "_1", alias = "ops")]
+        ops: Vec<SOp>,
+    },
+    /// A tensor operation on the current stream (a kernel).
+    Compute {
+        #[serde(rename = "_0", alias = "name")]
+        name: String,
+        #[serde(default)]
+        reads: Vec<BufArg>,
+        #[serde(default)]
+        writes: Vec<BufArg>,
+        #[serde(default)]
+        duration: Option<Duration>,
+    },
+    /// `event.record()` on the current stream.
+    RecordEvent {
+        #[serde(rename = "_0", alias = "event")]
+        event: String,
+    },
+    /// `event.wait()`: the current stream waits for the event.
+    WaitEvent {
+        #[serde(rename = "_0", alias = "event")]
+        event: String,
+    },
+    /// `For(i, 0..M, [ops])`: the ops once for every value of `i` from `start` to `end - 1`.
+    For {
+        #[serde(rename = "_0", alias = "var")]
+        var: String,
+        #[serde(rename = "_1", alias = "range")]
+        range: RangeArg,
+        #[serde(rename = "_2", alias = "ops")]
+        ops: Vec<SOp>,
+    },
+    /// `If(stage > 0, [ops])` or `If(cond, then: [..], else: [..])`.
+    If {
+        #[serde(rename = "_0", alias = "cond")]
+        cond: ExprArg,
+        #[serde(rename = "_1", alias = "then")]
+        then: Vec<SOp>,
+        #[serde(rename = "_2", alias = "else", default)]
+        otherwise: Vec<SOp>,
+    },
+}
+
+/// `dist.P2POp(dist.isend, tensor, peer)` or `dist.P2POp(dist.irecv, tensor, peer)`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename = "P2POp", deny_unknown_fields)]
+pub struct SP2POp {
+    #[serde(rename = "_0", alias = "op")]
+    pub op: SP2PKind,
+    #[serde(rename = "_1", alias = "tensor")]
+    pub tensor: BufArg,
+    #[serde(rename = "_2", alias = "peer")]
+    pub peer: Peer,
+}
+
+/// The function of a `P2POp`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename = "P2POp function")]
+pub enum SP2PKind {
+    Isend,
+    Irecv,
+}
+
+/// The op an `Expect` expects to have written what it reads: the last earlier op of the same thread of this kind
+/// (a kernel: of this name) that writes an overlapping range.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename = "writer", deny_unknown_fields)]
+pub enum SWriter {
+    Kernel {
+        #[serde(rename = "_0", alias = "name")]
+        name: String,
+    },
+    Memset,
+    Memcpy,
+    HostWrite,
+    Recv,
+    AllReduce,
+    Broadcast,
+    AllGather,
+    ReduceScatter,
+}
+
+impl SWriter {
+    /// Whether resolved op `k` is of this kind.
+    pub fn matches(&self, k: &crate::program::OpKind) -> bool {
+        use crate::program::{CollectiveKind as C, OpKind as O};
+        match (self, k) {
+            (SWriter::Kernel { name }, O::Kernel { name: n, .. }) => name == n,
+            (SWriter::Memset, O::Memset { .. }) | (SWriter::Memcpy, O::Memcpy { .. }) | (SWriter::Recv, O::Recv { .. }) => true,
+            (SWriter::HostWrite, O::HostAccess { write, .. }) => *write,
+            (SWriter::AllReduce, O::Collective { kind: C::AllReduce, .. })
+            | (SWriter::Broadcast, O::Collective { kind: C::Broadcast { .. }, .. })
+            | (SWriter::AllGather, O::Collective { kind: C::AllGather, .. })
+            | (SWriter::ReduceScatter, O::Collective { kind: C::ReduceScatter, .. }) => true,
+            _ => false,
+        }
+    }
+
+    /// As written: `Recv`, `Kernel("fwd")`.
+    pub fn label(&self) -> String {
+        match self {
+            SWriter::Kernel { name } => format!("Kernel(\"{name}\")"),
+            other => format!("{other:?}"),
+        }
+    }
 }
 
 /// The peer of a send or recv.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename = "peer", deny_unknown_fields)]
 pub enum Peer {
     /// The next member of the communicator (wrapping).
     Next,
     /// The previous member of the communicator (wrapping).
     Prev,
-    /// The member with this global rank.
+    /// The member with this global rank (an expression: `Rank(1)`, `Rank(stage + 1)`).
     Rank {
         #[serde(rename = "_0", alias = "rank")]
-        rank: u32,
+        rank: ExprArg,
     },
     /// `even` when the caller's position in the communicator is even, else `odd`.
     Parity { even: SimplePeer, odd: SimplePeer },
 }
 
 /// A peer without the parity form.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename = "peer", deny_unknown_fields)]
 pub enum SimplePeer {
     Next,
     Prev,
     Rank {
         #[serde(rename = "_0", alias = "rank")]
-        rank: u32,
+        rank: ExprArg,
     },
 }
 
-/// The root of a broadcast: `Rank(0)` (a global rank).
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+/// The root of a broadcast: `Rank(0)` (a global rank, an expression).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename = "root", deny_unknown_fields)]
 pub enum Root {
     Rank {
         #[serde(rename = "_0", alias = "rank")]
-        rank: u32,
+        rank: ExprArg,
     },
+}
+
+/// An expression as written (`1`, `"stage + 1"`, or `stage + 1`, which desugaring quotes), parsed at once; a parse
+/// error is kept and reported by validation with the expression's position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExprArg {
+    /// The text as written (the integer's digits for a plain integer).
+    pub text: String,
+    pub expr: Result<Expr, String>,
+}
+
+impl ExprArg {
+    /// An integer literal (what resolution leaves after evaluating an expression).
+    pub fn int(text: String, v: i64) -> ExprArg {
+        ExprArg { text, expr: Ok(Expr::Int(v)) }
+    }
+
+    /// The value when the expression is an integer literal.
+    pub fn literal(&self) -> Option<i64> {
+        match self.expr {
+            Ok(Expr::Int(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Whether it was written as a plain integer (no variables, no arithmetic).
+    pub fn written_plain(&self) -> bool {
+        self.text.trim().bytes().all(|b| b.is_ascii_digit())
+    }
+}
+
+/// A loop range `start..end` as written, parsed at once (errors kept for validation).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeArg {
+    pub text: String,
+    pub bounds: Result<(Expr, Expr), String>,
+}
+
+struct ExprVisitor {
+    range: bool,
+}
+
+impl<'de> Visitor<'de> for ExprVisitor {
+    type Value = (String, Result<Expr, String>, Option<Result<(Expr, Expr), String>>);
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(if self.range { "a range `start..end`" } else { "an integer or an expression" })
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        let e = i64::try_from(v).map(Expr::Int).map_err(|_| format!("{v} is too large"));
+        Ok((v.to_string(), e, None))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok((v.to_string(), Ok(Expr::Int(v)), None))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok((v.to_string(), Ok(Expr::Bool(v)), None))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        if self.range {
+            return Ok((v.to_string(), Err(String::new()), Some(expr::parse_range(v))));
+        }
+        Ok((v.to_string(), expr::parse(v), None))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok((v.to_string(), Err(format!("expected an integer expression, found {v}")), None))
+    }
+}
+
+impl<'de> Deserialize<'de> for ExprArg {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ExprArg, D::Error> {
+        let (text, expr, _) = d.deserialize_any(ExprVisitor { range: false })?;
+        Ok(ExprArg { text, expr })
+    }
+}
+
+impl<'de> Deserialize<'de> for RangeArg {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RangeArg, D::Error> {
+        let (text, expr, range) = d.deserialize_any(ExprVisitor { range: true })?;
+        let bounds = range.unwrap_or_else(|| match expr {
+            Ok(_) => Err(format!("`{text}` is not a range: write `start..end`, e.g. `0..{text}` (end excluded)")),
+            Err(m) => Err(m),
+        });
+        Ok(RangeArg { text, bounds })
+    }
 }
 
 /// A size as written: an integer (bytes) or a string with a unit, parsed during validation.

@@ -584,3 +584,253 @@ fn repeat_count_over_max_repeat_count_is_an_error_naming_the_limit() {
 fn ok_or_err(text: &str) -> bool {
     super::load("t", text).is_ok()
 }
+
+/// A `stages`-rank pipeline written with loops and rank arithmetic: each stage receives microbatch i from the
+/// previous stage (except the first), computes, and sends it on (except the last).
+fn pipeline(stages: u32, body: &str) -> String {
+    format!(
+        "Program(ranks: {stages}, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"act\", \"4 MiB\"), Buffer(\"a1\", \"1 MiB\")], \
+         comms: [Comm(\"world\")], threads: [Thread(\"main\", [\n{body}\n])])"
+    )
+}
+
+#[test]
+fn for_if_and_rank_arithmetic_expand_per_rank_and_iteration() {
+    let p = ok(&pipeline(
+        3,
+        r#"For(i, 0..2, [
+            If(stage > 0, [Recv(from: Rank(stage - 1), buf: Slice("act", "{i} MiB", "1 MiB"), stream: "s0")]),
+            Kernel("fwd{i}", stream: "s0", writes: [Slice("act", "{i} MiB", "1 MiB")]),
+            If(stage + 1 < stages, [Send(to: Rank(stage + 1), buf: Slice("act", "{i} MiB", "1 MiB"), stream: "s0")]),
+        ]),
+        StreamSync("s0"),"#,
+    ));
+    let summary = |rank: usize| -> Vec<String> {
+        ops_of(&p, rank, 0)
+            .iter()
+            .map(|k| match k {
+                OpKind::Send { peer, buf, .. } => format!("send {peer} @{}", buf.offset >> 20),
+                OpKind::Recv { peer, buf, .. } => format!("recv {peer} @{}", buf.offset >> 20),
+                OpKind::Kernel { name, writes, .. } => format!("{name} @{}", writes[0].offset >> 20),
+                OpKind::StreamSynchronize { .. } => "sync".to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(summary(0), ["fwd0 @0", "send 1 @0", "fwd1 @1", "send 1 @1", "sync"]);
+    assert_eq!(summary(1), ["recv 0 @0", "fwd0 @0", "send 2 @0", "recv 0 @1", "fwd1 @1", "send 2 @1", "sync"]);
+    assert_eq!(summary(2), ["recv 1 @0", "fwd0 @0", "recv 1 @1", "fwd1 @1", "sync"]);
+    // Every op keeps the position it was written at.
+    let k = &p.ranks[1].threads[0].ops[1];
+    assert_eq!((k.origin.line, k.origin.column), (Some(4), Some(13)), "{k:?}");
+}
+
+#[test]
+fn loops_nest_shadowing_is_refused_and_else_branches_run() {
+    let p = ok(&pipeline(
+        2,
+        r#"For(i, 0..2, [For(j, i..3, [If(i == j, then: [Kernel("d{i}", stream: "s0")], else: [Kernel("o{i}{j}", stream: "s0")])])]),
+           For(k, 5..5, [Kernel("never", stream: "s0")]),
+           For(k, 3..1, [Kernel("never", stream: "s0")])"#,
+    ));
+    let names: Vec<&str> = ops_of(&p, 0, 0)
+        .iter()
+        .map(|k| match k {
+            OpKind::Kernel { name, .. } => name.as_str(),
+            _ => "?",
+        })
+        .collect();
+    assert_eq!(names, ["d0", "o01", "o02", "d1", "o12"]);
+    let e = errors(&pipeline(2, r#"For(i, 0..2, [For(i, 0..2, [])])"#));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("2:19: loop variable `i` is already bound by an enclosing For"), "{e:?}");
+    let e = errors(&pipeline(2, r#"For(rank, 0..2, [])"#));
+    assert!(e[0].contains("`rank` is a built-in name"), "{e:?}");
+}
+
+#[test]
+fn a_neighbour_past_the_last_stage_is_an_error_on_that_rank_with_a_guard_in_the_help() {
+    let e = errors(&pipeline(3, r#"Send(to: Rank(stage + 1), buf: "act", stream: "s0")"#));
+    assert_eq!(
+        e,
+        ["2:10: rank 2: peer rank 3 does not exist (`stage + 1` = 3 on rank 2) [the program has 3 ranks: 0 to 2; \
+          neighbours do not wrap around: guard the op, e.g. `If(stage + 1 < ranks, [...])`]"]
+    );
+    let e = errors(&pipeline(3, r#"Recv(from: Rank(stage - 1), buf: "act", stream: "s0")"#));
+    assert!(e[0].starts_with("2:12: rank 0: peer rank -1 does not exist"), "{e:?}");
+    assert!(e[0].contains("If(stage - 1 >= 0, [...])"), "{e:?}");
+}
+
+#[test]
+fn expression_errors_point_at_the_expression() {
+    let e = errors(&pipeline(2, r#"For(i, 0..n, [Kernel("k{j}", stream: "s0")]), If(stage, [])"#));
+    assert_eq!(
+        e,
+        [
+            "2:8: unknown variable `n` in `0..n` [in scope here: rank, ranks, stage, stages]",
+            "2:50: `stage` is a number, where If needs a condition [compare it, e.g. `If(stage > 0, [..])`]",
+        ],
+        "the loop is skipped (its bound failed); the If error is reported once for both ranks"
+    );
+    let e = errors(&pipeline(2, r#"For(i, 0..2, [Kernel("k{j}", stream: "s0"), Kernel("k{i", stream: "s0")])"#));
+    assert_eq!(
+        e,
+        [
+            "2:22: unknown variable `j` in `k{j}` [in scope here: i, rank, ranks, stage, stages]",
+            "2:52: unclosed `{` in `k{i` (write `{{` for a literal brace)",
+        ]
+    );
+    let e = errors(&pipeline(2, r#"For(i, 4, []), For(i, 0..2 +, []), Send(to: Rank(1 / (stage - stage)), buf: "act", stream: "s0")"#));
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert!(e[0].starts_with("2:8: `4` is not a range"), "{e:?}");
+    assert!(e[1].starts_with("2:23: expression `2 +` ends too early"), "{e:?}");
+    assert!(e[2].starts_with("2:50: `1 / (stage - stage)` divides by zero"), "{e:?}");
+}
+
+#[test]
+fn loops_are_bounded_by_the_named_limits() {
+    let e = errors(&pipeline(1, &format!("For(i, 0..{}, [])", MAX_REPEAT_COUNT as u64 + 1)));
+    assert!(e[0].contains("over the limit MAX_REPEAT_COUNT"), "{e:?}");
+    // Empty bodies still count their iterations: this would otherwise run 10^12 of them.
+    let e = errors(&pipeline(1, "For(i, 0..1000000, [For(j, 0..1000000, [])])"));
+    assert!(e[0].contains("more than MAX_EXPANDED_OPS = 2000000 iterations"), "{e:?}");
+    let e = errors(&pipeline(1, r#"For(i, 0..700000, [Kernel("k", stream: "s0"), Kernel("k", stream: "s0"), Kernel("k", stream: "s0")])"#));
+    assert!(e[0].contains("expands to more than 2000000 operations"), "{e:?}");
+}
+
+/// A 2-rank PyTorch-dialect program whose one thread runs `ops` (from line 2 on), with the given `torch:` field.
+fn torch_prog(torch: &str, ops: &str) -> String {
+    format!(
+        "Program(ranks: 2, {torch} streams: [Stream(\"side\", NonBlocking)], events: [\"e\"], buffers: [Buffer(\"x\", \"1 MiB\"), Buffer(\"y\", \"1 MiB\")], threads: [Thread(\"main\", [\n{ops}\n])])"
+    )
+}
+
+/// The ops of rank 0 as short labels: kernel names, `send`/`recv`, `group{`/`}`, `record(e@stream)`,
+/// `wait(e@stream)`, `devsync`.
+fn torch_ops(p: &Program) -> Vec<String> {
+    let r = &p.ranks[0];
+    let s = |st: &StreamRef| r.streams[st.index as usize].name.clone();
+    let e = |ev: &EventRef| r.events[ev.index as usize].clone();
+    ops_of(p, 0, 0)
+        .iter()
+        .map(|k| match k {
+            OpKind::Kernel { name, stream, .. } => format!("{name}@{}", s(stream)),
+            OpKind::Send { stream, .. } => format!("send@{}", s(stream)),
+            OpKind::Recv { stream, .. } => format!("recv@{}", s(stream)),
+            OpKind::GroupStart => "group{".to_string(),
+            OpKind::GroupEnd => "}".to_string(),
+            OpKind::EventRecord { event, stream } => format!("record({}@{})", e(event), s(stream)),
+            OpKind::StreamWaitEvent { event, stream } => format!("wait({}@{})", e(event), s(stream)),
+            OpKind::DeviceSynchronize { .. } => "devsync".to_string(),
+            OpKind::Collective { kind, stream, .. } => format!("{}@{}", kind.name(), s(stream)),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[test]
+fn torch_p2p_is_lowered_as_process_group_nccl_does_it() {
+    let ops = r#"InitProcessGroup, Compute("produce", writes: ["x"]), DistSend("x", dst: Rank(1 - rank)),
+           Irecv("y", src: Rank(1 - rank), work: "w"), WorkWait("w"), CudaSynchronize"#;
+    // Initialised eagerly (device_id given): P2P on the default group's communicator and its NCCL stream.
+    let p = ok(&torch_prog("torch: Torch(init: Eager),", ops));
+    assert_eq!(p.comms.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["world"], "the default process group");
+    assert_eq!(p.ranks[0].streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["sL", "side", "nccl", "sPT.main"]);
+    let on = |stream: &str| {
+        vec![
+            "produce@sL".to_string(),
+            "record(torch.pre.0@sL)".into(),
+            format!("wait(torch.pre.0@{stream})"),
+            format!("send@{stream}"),
+            format!("record(torch.end.0.0@{stream})"),
+            "wait(torch.end.0.0@sL)".into(),
+            "record(torch.pre.1@sL)".into(),
+            format!("wait(torch.pre.1@{stream})"),
+            format!("recv@{stream}"),
+            format!("record(torch.end.1.0@{stream})"),
+            "wait(torch.end.1.0@sL)".into(),
+            "devsync".into(),
+        ]
+    };
+    assert_eq!(torch_ops(&p), on("nccl"));
+    // Initialised lazily (the default): the pair's own communicator and stream, created at its first use (P2, N8).
+    let p = ok(&torch_prog("", ops));
+    assert_eq!(p.comms[1], Comm { name: "torch.p2p.0:1".into(), members: vec![0, 1], explicit_init: true });
+    assert_eq!(p.ranks[0].streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["sL", "side", "nccl", "nccl.0:1", "sPT.main"]);
+    let mut expected = on("nccl.0:1");
+    expected.insert(1, "CommInit { comm: CommId(1) }".into());
+    assert_eq!(torch_ops(&p), expected);
+}
+
+#[test]
+fn torch_batch_end_events_move_after_the_group_with_pr_82450_and_streams_nest() {
+    let ops = r#"InitProcessGroup,
+        WithStream("side", [BatchIsendIrecv([P2POp(Isend, "x", Next), P2POp(Irecv, "y", Prev)], works: "reqs"), WorkWait("reqs"), RecordEvent("e")]),
+        WaitEvent("e"), DistAllReduce("y", async_op: "ar"), WorkWait("ar"),
+        DistAllGather(output: "y", input: Slice("x", 0, "512 KiB")), DistReduceScatter(output: Slice("x", 0, "512 KiB"), input: "y")"#;
+    let before = ok(&torch_prog("torch: Torch(version: Before82450),", ops));
+    let since = ok(&torch_prog("", ops));
+    let tail = [
+        "wait(torch.end.0.0@side)",
+        "wait(torch.end.0.1@side)",
+        "record(e@side)",
+        "wait(e@sL)",
+        "record(torch.pre.1@sL)",
+        "wait(torch.pre.1@nccl)",
+        "AllReduce@nccl",
+        "record(torch.end.1.0@nccl)",
+        "wait(torch.end.1.0@sL)",
+        "record(torch.pre.2@sL)",
+        "wait(torch.pre.2@nccl)",
+        "AllGather@nccl",
+        "record(torch.end.2.0@nccl)",
+        "wait(torch.end.2.0@sL)",
+        "record(torch.pre.3@sL)",
+        "wait(torch.pre.3@nccl)",
+        "ReduceScatter@nccl",
+        "record(torch.end.3.0@nccl)",
+        "wait(torch.end.3.0@sL)",
+    ];
+    let head = ["record(torch.pre.0@side)", "wait(torch.pre.0@nccl)", "group{"];
+    let mut expect_before: Vec<&str> = head.to_vec();
+    expect_before.extend(["send@nccl", "record(torch.end.0.0@nccl)", "recv@nccl", "record(torch.end.0.1@nccl)", "}"]);
+    expect_before.extend(tail);
+    let mut expect_since: Vec<&str> = head.to_vec();
+    expect_since.extend(["send@nccl", "recv@nccl", "}", "record(torch.end.0.0@nccl)", "record(torch.end.0.1@nccl)"]);
+    expect_since.extend(tail);
+    assert_eq!(torch_ops(&before), expect_before);
+    assert_eq!(torch_ops(&since), expect_since);
+}
+
+#[test]
+fn torch_errors_name_the_call() {
+    let e = errors(&torch_prog("", r#"DistSend("x", dst: Rank(1 - rank)), InitProcessGroup, WorkWait("w")"#));
+    assert_eq!(
+        e,
+        [
+            "2:1: a torch.distributed call before dist.init_process_group [call InitProcessGroup first, as PyTorch requires]",
+            "2:64: unknown work `w` [no work exists yet here: Isend, Irecv, BatchIsendIrecv and `async_op:` collectives name theirs]",
+        ]
+    );
+    let e = errors(&torch_prog("", r#"InitProcessGroup, DistSend("x", dst: Rank(rank + 1))"#));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("2:19: rank 1: peer rank 2 does not exist (`rank + 1` = 2 on rank 1)"), "{e:?}");
+    let e = errors(&torch_prog("", r#"InitProcessGroup, Compute("k", reads: ["z"])"#));
+    assert!(e[0].starts_with("2:40: unknown buffer `z`"), "{e:?}");
+}
+
+#[test]
+fn torch_barrier_all_reduces_a_hidden_tensor_and_synchronizes_the_current_stream() {
+    let p = ok(&torch_prog("", r#"InitProcessGroup, WithStream("side", [DistBarrier])"#));
+    let mut ops = torch_ops(&p);
+    let last = ops.pop().unwrap();
+    assert!(last.starts_with("StreamSynchronize"), "{last}");
+    assert_eq!(
+        ops,
+        ["record(torch.pre.0@side)", "wait(torch.pre.0@nccl)", "AllReduce@nccl", "record(torch.end.0.0@nccl)", "wait(torch.end.0.0@side)"]
+    );
+    let b = p.ranks[0].buffers.last().unwrap();
+    assert_eq!((b.name.as_str(), b.bytes), ("torch.barrier", 4));
+    let e = errors(&torch_prog("", r#"InitProcessGroup"#).replace("Buffer(\"y\"", "Buffer(\"torch.y\""));
+    assert!(e[0].contains("buffer name `torch.y` is reserved"), "{e:?}");
+}

@@ -118,6 +118,22 @@ impl<'p> Semantics<'p> {
             OpKind::Alloc { buf, stream } => self.alloc(st, loc, *buf, *stream, choice, fx),
             OpKind::Free { buf } => self.free(st, loc, *buf),
             OpKind::RecordStream { buf, stream } => self.record_stream(st, loc, *buf, *stream),
+            // V1: on a stream, an item that reads the range and checks when it starts (`start_item`); on the host,
+            // a host read checked at the thread's clock now.
+            OpKind::Expect { range, stream: Some(stream), .. } => {
+                if self.check_allocated(st, loc, &[*range]) {
+                    self.enqueue(st, t, key, ItemKind::Work, vec![*stream], vec![], vec![]);
+                }
+                self.advance(st, t);
+            }
+            OpKind::Expect { range, stream: None, writer } => {
+                if self.check_allocated(st, loc, &[*range]) {
+                    self.host_access(st, loc, MemAccess { range: *range, write: false });
+                }
+                let c = st.host.threads[t as usize].clock.clone();
+                self.check_expect(st, loc, *range, *writer, &c);
+                self.advance(st, t);
+            }
         }
     }
 

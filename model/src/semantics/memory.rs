@@ -52,6 +52,11 @@ impl<'p> Semantics<'p> {
             }
         }
         st.memory.races.extend(races);
+        if a.write {
+            if let Some(e) = end {
+                self.note_write_end(st, who.loc(), e);
+            }
+        }
         // Sorted, so that commuting steps give equal states (the explorer merges them).
         let pos = st.memory.accesses.partition_point(|x| x < &new);
         st.memory.accesses.insert(pos, new);
@@ -76,6 +81,32 @@ impl<'p> Semantics<'p> {
             if changed {
                 st.memory.accesses[lo..hi].sort();
             }
+        }
+    }
+
+    /// V1: remembers when the writes of item `k` (kind `kind`) ended, for the ops a value assertion names.
+    pub(crate) fn note_item_writes(&self, st: &mut State, k: ItemKey, kind: &ItemKind, end: Epoch) {
+        for (loc, a) in self.item_accesses(k, kind) {
+            if a.write {
+                self.note_write_end(st, loc, end);
+            }
+        }
+    }
+
+    /// V1: remembers when the write of `loc` ended, if a value assertion names it.
+    fn note_write_end(&self, st: &mut State, loc: OpLoc, end: Epoch) {
+        if self.expected_writers.contains(&loc) {
+            st.memory.write_ends.insert(loc, end);
+        }
+    }
+
+    /// V1: value assertion `check` (reading `range` at clock `at`) sees what `writer` wrote only if that write has
+    /// ended and its end happens before the read; otherwise the read is stale.
+    pub(crate) fn check_expect(&self, st: &mut State, check: OpLoc, range: BufRange, writer: u32, at: &VClock) {
+        let writer = OpLoc { thread: check.thread, op: writer };
+        let seen = st.memory.write_ends.get(&writer).is_some_and(|e| e.happens_before(at));
+        if !seen {
+            st.memory.stale.insert(StaleRead { check, writer, range });
         }
     }
 

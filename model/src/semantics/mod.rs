@@ -56,6 +56,8 @@ pub struct Semantics<'p> {
     future: Vec<forget::ThreadFuture>,
     /// Per global stream: how many threads ever enqueue work on it (`forget.rs`).
     future_issuers: Vec<usize>,
+    /// The ops a value assertion names as its writer (V1): their write ends are kept in `MemoryState::write_ends`.
+    expected_writers: std::collections::BTreeSet<OpLoc>,
 }
 
 impl<'p> Semantics<'p> {
@@ -90,7 +92,27 @@ impl<'p> Semantics<'p> {
                 future_issuers[*s] += 1;
             }
         }
-        Semantics { program, profile, thread_of, thread_base, stream_base, agents, infos, reduction, future, future_issuers }
+        let mut expected_writers = std::collections::BTreeSet::new();
+        for (t, (r, ti)) in thread_of.iter().enumerate() {
+            for op in &program.ranks[*r as usize].threads[*ti as usize].ops {
+                if let OpKind::Expect { writer, .. } = op.kind {
+                    expected_writers.insert(OpLoc { thread: t as ThreadId, op: writer });
+                }
+            }
+        }
+        Semantics {
+            program,
+            profile,
+            thread_of,
+            thread_base,
+            stream_base,
+            agents,
+            infos,
+            reduction,
+            future,
+            future_issuers,
+            expected_writers,
+        }
     }
 
     /// The initial state: every thread at its first op, every queue empty, every clock zero.
@@ -128,7 +150,7 @@ impl<'p> Semantics<'p> {
                 init_arrived: Default::default(),
                 issuer: Default::default(),
             },
-            memory: MemoryState { accesses: vec![], races: Default::default() },
+            memory: MemoryState { accesses: vec![], races: Default::default(), write_ends: Default::default(), stale: Default::default() },
             pool: PoolState { allocated: Default::default(), free: vec![], alloc_count: Default::default() },
             undefined: None,
         }

@@ -348,6 +348,19 @@ pub struct MemoryState {
     pub accesses: Vec<Access>,
     /// Races found on the way here.
     pub races: BTreeSet<Race>,
+    /// The end of the write of every op that a value assertion names as its writer, once that write has ended (V1).
+    pub write_ends: BTreeMap<OpLoc, Epoch>,
+    /// Value assertions that failed on the way here (V1).
+    pub stale: BTreeSet<StaleRead>,
+}
+
+/// A failed value assertion (V1): the read `check` (an `Expect`) does not see the value op `writer` wrote to
+/// `range`, because that write does not happen before the read (it comes later, or nothing orders the two).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct StaleRead {
+    pub check: OpLoc,
+    pub writer: OpLoc,
+    pub range: BufRange,
 }
 
 /// The caching allocator (P4).

@@ -139,6 +139,9 @@ impl<'p> Semantics<'p> {
             let Some(&(_, block)) = blocks.iter().find(|(b, _)| *b == a.range.buf) else { continue };
             self.access(st, who, a, block, &c, if finite { Some(epoch) } else { None });
         }
+        if let OpKind::Expect { range, writer, .. } = self.op(k.loc()).kind {
+            self.check_expect(st, k.loc(), range, writer, &c);
+        }
         let item = st.streams.items.get_mut(&k).expect("started item exists");
         item.start = Some(c.clone());
         fx.started.push(k);
@@ -165,6 +168,10 @@ impl<'p> Semantics<'p> {
         }
         self.end_accesses(st, k, &blocks, epoch);
         fx.ended.push(k);
+        if !self.expected_writers.is_empty() {
+            let kind = st.item(k).kind.clone();
+            self.note_item_writes(st, k, &kind, epoch);
+        }
     }
 
     /// S3: the record captures the stream's work at the moment of the call; later waits bind to it.

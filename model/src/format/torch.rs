@@ -1,0 +1,461 @@
+//! The PyTorch dialect: `torch.distributed` and `torch.cuda` calls written as ops of the surface format
+//! (`DistSend`, `BatchIsendIrecv`, `WorkWait`, `WithStream`, ...), lowered during SPMD expansion to the model's ops
+//! exactly as `ProcessGroupNCCL` issues them. Each lowering rule cites its PyTorch source; `docs/program-format.md`
+//! ("The PyTorch dialect") lists them and `docs/semantics.md` (P1-P5) gives the rules.
+//!
+//! What the lowering adds to the program: one internal NCCL stream per rank, `nccl` (non-blocking, as
+//! ProcessGroupNCCL's streams come from the CUDA stream pool: S2), the communicator `world` when the program declares
+//! none (the default process group over every rank), and per call site the events ProcessGroupNCCL records: the
+//! `syncStream` event `torch.pre.N` and the work end events `torch.end.N.J`. A call site inside a loop re-records
+//! its events every iteration (S3: a wait binds to the latest record at the time of the wait).
+
+use super::expand::{Env, Item, Leaf};
+use super::issues::{Issue, Issues};
+use super::span_index::{field, index};
+use super::expand::Scope;
+use super::expr::Value;
+use super::surface::{BufArg, ExprArg, Peer, Root, SOp, SP2PKind, SProgram, STorchInit, STorchVersion, SimplePeer};
+use super::decls::Decls;
+use crate::program::{Comm, StreamKind};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+
+/// The internal NCCL stream of every rank.
+pub const NCCL_STREAM: &str = "nccl";
+/// The default process group's communicator, declared when the program declares none.
+pub const WORLD: &str = "world";
+/// The one-element tensor `dist.barrier()` all-reduces, on every rank.
+pub const BARRIER_TENSOR: &str = "torch.barrier";
+
+/// The call sites of a program's PyTorch calls (by the value path of the call) and the version they are lowered as.
+#[derive(Debug, Default)]
+pub struct TorchDecls {
+    /// Whether the program makes any PyTorch call.
+    pub used: bool,
+    pub version: STorchVersion,
+    pub init: STorchInit,
+    /// Call site number and number of works, by path.
+    sites: BTreeMap<String, (u32, usize)>,
+}
+
+/// The op lists nested in `op` (written at `path`), with their paths, as expansion walks them.
+fn children<'a>(op: &'a SOp, path: &str) -> Vec<(&'a [SOp], String)> {
+    match op {
+        SOp::Group { ops } => vec![(ops, field(path, 0))],
+        SOp::OnRanks { ops, .. } | SOp::Repeat { ops, .. } => vec![(ops, field(path, 1))],
+        SOp::Parity { even, odd } => vec![(even, field(path, "even")), (odd, field(path, "odd"))],
+        SOp::For { ops, .. } => vec![(ops, field(path, 2))],
+        SOp::If { then, otherwise, .. } => vec![(then, field(path, 1)), (otherwise, field(path, 2))],
+        SOp::WithStream { ops, .. } => vec![(ops, field(path, 1))],
+        _ => vec![],
+    }
+}
+
+/// Whether `op` is a call of the dialect, and how many works (end events) it creates.
+fn works_of(op: &SOp) -> Option<usize> {
+    match op {
+        SOp::DistSend { .. } | SOp::DistRecv { .. } | SOp::Isend { .. } | SOp::Irecv { .. } => Some(1),
+        SOp::DistAllReduce { .. }
+        | SOp::DistBroadcast { .. }
+        | SOp::DistAllGather { .. }
+        | SOp::DistReduceScatter { .. }
+        | SOp::DistBarrier => Some(1),
+        SOp::BatchIsendIrecv { ops, .. } => Some(ops.len()),
+        SOp::InitProcessGroup
+        | SOp::WorkWait { .. }
+        | SOp::CudaSynchronize
+        | SOp::Empty { .. }
+        | SOp::Del { .. }
+        | SOp::WithStream { .. }
+        | SOp::Compute { .. }
+        | SOp::RecordEvent { .. }
+        | SOp::WaitEvent { .. } => Some(0),
+        _ => None,
+    }
+}
+
+/// Finds the program's PyTorch calls and declares what their lowering uses (module docs) in `d`.
+pub fn declare(p: &SProgram, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
+    let mut t = TorchDecls {
+        used: p.torch.is_some(),
+        version: p.torch.as_ref().map(|t| t.version).unwrap_or_default(),
+        init: p.torch.as_ref().map(|t| t.init).unwrap_or_default(),
+        ..Default::default()
+    };
+    // In document order, so that call site numbers (and event names) read top to bottom. Recursion is bounded by
+    // the parser's MAX_NESTING_DEPTH.
+    fn walk(ops: &[SOp], base: &str, t: &mut TorchDecls, next: &mut u32) {
+        for (i, op) in ops.iter().enumerate() {
+            let path = index(base, i);
+            if let Some(works) = works_of(op) {
+                t.used = true;
+                if works > 0 {
+                    t.sites.insert(path.clone(), (*next, works));
+                    *next += 1;
+                }
+            }
+            for (kids, kpath) in children(op, &path) {
+                walk(kids, &kpath, t, next);
+            }
+        }
+    }
+    let mut next = 0u32;
+    for th in &d.threads {
+        walk(th.ops, &th.ops_path, &mut t, &mut next);
+    }
+    if !t.used {
+        return t;
+    }
+    if let Some(s) = d.stream_idx.keys().find(|s| *s == NCCL_STREAM || s.starts_with("nccl.")) {
+        issues.push(
+            Issue::new("streams", format!("stream name `{s}` is reserved in a program with PyTorch calls"))
+                .help("`nccl` and `nccl.A:B` name ProcessGroupNCCL's internal NCCL streams; rename yours"),
+        );
+    } else {
+        d.streams.push((NCCL_STREAM.to_string(), StreamKind::NonBlocking));
+        d.stream_idx.insert(NCCL_STREAM.to_string(), d.streams.len() as u32);
+    }
+    if let Some(e) = d.events.iter().find(|e| e.starts_with("torch.")) {
+        issues.push(Issue::new("events", format!("event name `{e}` is reserved in a program with PyTorch calls")));
+    }
+    if let Some(b) = d.buffers.iter().find(|b| b.name.starts_with("torch.")) {
+        issues.push(Issue::new("buffers", format!("buffer name `{}` is reserved in a program with PyTorch calls", b.name)));
+    } else {
+        d.buffer_idx.insert(BARRIER_TENSOR.to_string(), d.buffers.len() as u32);
+        d.buffers.push(crate::program::Buffer { name: BARRIER_TENSOR.to_string(), bytes: 4, space: crate::program::MemSpace::Device, pooled: false });
+        d.buffer_size_known.push(true);
+    }
+    for (n, works) in t.sites.values() {
+        let mut names = vec![pre_event(*n)];
+        names.extend((0..*works).map(|j| end_event(*n, j)));
+        for name in names {
+            d.event_idx.insert(name.clone(), d.events.len() as u32);
+            d.events.push(name);
+        }
+    }
+    if d.comms.is_empty() && d.ranks > 0 {
+        d.comms.push(Comm { name: WORLD.to_string(), members: (0..d.ranks).collect(), explicit_init: false });
+        d.comm_idx.insert(WORLD.to_string(), 0);
+    }
+    t
+}
+
+/// The 2-rank communicator ProcessGroupNCCL creates for P2P between `lo` < `hi` (key "lo:hi", P2).
+fn pair_comm(lo: u32, hi: u32) -> String {
+    format!("torch.p2p.{lo}:{hi}")
+}
+
+/// Its NCCL stream.
+fn pair_stream(lo: u32, hi: u32) -> String {
+    format!("{NCCL_STREAM}.{lo}:{hi}")
+}
+
+/// Declares the pair communicators and streams that lazily initialised process groups used (P2), once every thread
+/// has been expanded: only pairs that some op uses, so that streams stay few.
+pub fn declare_pairs(pairs: &BTreeSet<(u32, u32)>, d: &mut Decls) {
+    for &(lo, hi) in pairs {
+        d.streams.push((pair_stream(lo, hi), StreamKind::NonBlocking));
+        d.stream_idx.insert(pair_stream(lo, hi), d.streams.len() as u32);
+        d.comm_idx.insert(pair_comm(lo, hi), d.comms.len() as u32);
+        d.comms.push(Comm { name: pair_comm(lo, hi), members: vec![lo, hi], explicit_init: true });
+    }
+}
+
+fn pre_event(site: u32) -> String {
+    format!("torch.pre.{site}")
+}
+
+fn end_event(site: u32, work: usize) -> String {
+    format!("torch.end.{site}.{work}")
+}
+
+/// What lowering tracks while one thread of one rank is expanded: the current stream (`with torch.cuda.stream`),
+/// the works by name, and whether the process group exists yet.
+pub struct TorchCx<'t> {
+    pub decls: &'t TorchDecls,
+    /// The current stream: `sL` (PyTorch's default stream is the legacy default stream) unless inside `WithStream`.
+    pub current: Vec<String>,
+    /// Work name -> its end events.
+    pub works: BTreeMap<String, Vec<String>>,
+    pub initialized: bool,
+    /// The communicator of the default process group (`world`; `None`: the program's only one).
+    pub comm: Option<String>,
+    /// The names of `Pooled` buffers (caching-allocator tensors, P4).
+    pub pooled: BTreeSet<String>,
+    /// Pair communicators this thread has created (lazy init, P2).
+    pub inited_pairs: BTreeSet<(u32, u32)>,
+    /// Pair communicators some thread uses: declared after expansion (`declare_pairs`).
+    pub pairs: BTreeSet<(u32, u32)>,
+}
+
+impl<'t> TorchCx<'t> {
+    pub fn new(decls: &'t TorchDecls, d: &Decls) -> TorchCx<'t> {
+        let comm = d.comm_idx.contains_key(WORLD).then(|| WORLD.to_string());
+        TorchCx {
+            decls,
+            current: vec!["sL".to_string()],
+            works: BTreeMap::new(),
+            initialized: false,
+            comm,
+            inited_pairs: BTreeSet::new(),
+            pairs: BTreeSet::new(),
+            pooled: d.buffers.iter().filter(|b| b.pooled).map(|b| b.name.clone()).collect(),
+        }
+    }
+
+    fn current(&self) -> String {
+        self.current.last().cloned().unwrap_or_else(|| "sL".to_string())
+    }
+}
+
+/// Appends the model ops of PyTorch call `op` (written at `path`, with loop variables `env`) to `out`. Returns the
+/// number of ops appended; `None` (nothing done) when `op` is not a call of the dialect. `WithStream` is expanded
+/// by the caller, which pushes its stream on `tcx.current`.
+#[allow(clippy::too_many_arguments)]
+pub fn lower<'a>(
+    op: &'a SOp,
+    path: &str,
+    rank: u32,
+    ranks: u32,
+    env: &Option<Rc<Env<'a>>>,
+    tcx: &mut TorchCx,
+    issues: &mut Issues,
+    out: &mut Vec<Item<'a>>,
+) -> Option<usize> {
+    works_of(op)?;
+    let start = out.len();
+    let p: Rc<str> = Rc::from(path);
+    let push = |out: &mut Vec<Item<'a>>, leaf: Leaf<'a>| out.push(Item { leaf, path: p.clone(), env: env.clone() });
+    let owned = |out: &mut Vec<Item<'a>>, op: SOp| push(out, Leaf::Owned(Rc::new(op)));
+    let cur = tcx.current();
+    let nccl = NCCL_STREAM.to_string();
+    let comm = tcx.comm.clone();
+    let site = tcx.decls.sites.get(path).map(|s| s.0);
+    let is_dist = !matches!(
+        op,
+        SOp::InitProcessGroup
+            | SOp::CudaSynchronize
+            | SOp::Compute { .. }
+            | SOp::RecordEvent { .. }
+            | SOp::WaitEvent { .. }
+            | SOp::Empty { .. }
+            | SOp::Del { .. }
+    );
+    // ProcessGroupNCCL records every tensor of a collective or P2P op on the NCCL stream
+    // (`c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), ncclStream)`, unless
+    // TORCH_NCCL_AVOID_RECORD_STREAMS), so that freeing it early cannot hand its block to other work too soon (P4).
+    let record = |out: &mut Vec<Item<'a>>, tensor: &BufArg, stream: &str| {
+        let name = super::expr::interpolate(tensor.name(), &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v));
+        if name.is_ok_and(|n| tcx.pooled.contains(n.as_ref())) {
+            owned(out, SOp::RecordStream { buf: tensor.name().to_string(), stream: stream.to_string() });
+        }
+    };
+    if is_dist && !tcx.initialized {
+        issues.push(
+            Issue::new(path, "a torch.distributed call before dist.init_process_group")
+                .help("call InitProcessGroup first, as PyTorch requires")
+                .on_rank(rank),
+        );
+    }
+    // ProcessGroupNCCL.cpp `syncStream`: `ncclEvent.record(getCurrentCUDAStream()); ncclEvent.block(ncclStream)`,
+    // before every collective and point-to-point op (P1).
+    let sync_stream = |out: &mut Vec<Item<'a>>, n: u32| {
+        owned(out, SOp::Record { event: pre_event(n), stream: cur.clone() });
+        owned(out, SOp::Wait { event: pre_event(n), stream: nccl.clone() });
+    };
+    let p2p = |send: bool, tensor: &BufArg, peer: &Peer| -> SOp {
+        if send {
+            SOp::Send { to: peer.clone(), buf: tensor.clone(), stream: nccl.clone(), comm: comm.clone() }
+        } else {
+            SOp::Recv { from: peer.clone(), buf: tensor.clone(), stream: nccl.clone(), comm: comm.clone() }
+        }
+    };
+    match op {
+        // `init_process_group("nccl")`: the default group's communicator exists from the start in the model (its
+        // NCCL connections are still set up lazily at first use, N7); the call only has to come first.
+        SOp::InitProcessGroup => tcx.initialized = true,
+        // `dist.send`/`dist.recv` are `pg.send([t], dst, tag).wait()` (torch/distributed/distributed_c10d.py), and
+        // ProcessGroupNCCL::pointToPoint runs syncStream, the NCCL call on the NCCL stream, then records the work's
+        // end event there; WorkNCCL::wait makes the current stream wait on it (P1). A lazily initialised group runs
+        // it on the 2-rank communicator of the pair (key "lo:hi", `getKeySendRecv`) and its own NCCL stream,
+        // created by the first call that needs it (ncclCommInitRank: N8); an eagerly initialised one on its own
+        // communicator (PR 132900; P2).
+        SOp::DistSend { tensor, dst: peer } | SOp::DistRecv { tensor, src: peer } | SOp::Isend { tensor, dst: peer, .. } | SOp::Irecv { tensor, src: peer, .. } => {
+            let n = site?;
+            let send = matches!(op, SOp::DistSend { .. } | SOp::Isend { .. });
+            let pair = match tcx.decls.init {
+                STorchInit::Lazy => peer_rank(peer, rank, ranks, env).map(|p| (rank.min(p), rank.max(p), p)),
+                STorchInit::Eager => None,
+            };
+            let (stream, comm, peer) = match pair {
+                Some((lo, hi, p)) => {
+                    tcx.pairs.insert((lo, hi));
+                    if tcx.inited_pairs.insert((lo, hi)) {
+                        owned(out, SOp::CommInit { comm: pair_comm(lo, hi) });
+                    }
+                    (pair_stream(lo, hi), Some(pair_comm(lo, hi)), Peer::Rank { rank: ExprArg::int(p.to_string(), i64::from(p)) })
+                }
+                None => (nccl.clone(), comm.clone(), peer.clone()),
+            };
+            owned(out, SOp::Record { event: pre_event(n), stream: cur.clone() });
+            owned(out, SOp::Wait { event: pre_event(n), stream: stream.clone() });
+            owned(
+                out,
+                if send {
+                    SOp::Send { to: peer, buf: tensor.clone(), stream: stream.clone(), comm }
+                } else {
+                    SOp::Recv { from: peer, buf: tensor.clone(), stream: stream.clone(), comm }
+                },
+            );
+            record(out, tensor, &stream);
+            owned(out, SOp::Record { event: end_event(n, 0), stream });
+            match op {
+                SOp::Isend { work, .. } | SOp::Irecv { work, .. } => {
+                    tcx.works.insert(work.clone(), vec![end_event(n, 0)]);
+                }
+                _ => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
+            }
+        }
+        // `batch_isend_irecv`: one NCCL group around the ops (P3). Before PR 82450 each op's work recorded its end
+        // event on the NCCL stream inside the open group (enqueued before the group's kernels, N10); since then the
+        // coalesced work's end event is recorded after ncclGroupEnd (ProcessGroupNCCL::endCoalescing).
+        SOp::BatchIsendIrecv { ops, works } => {
+            let n = site?;
+            sync_stream(out, n);
+            push(out, Leaf::GroupStart);
+            let inside = tcx.decls.version == STorchVersion::Before82450;
+            for (j, o) in ops.iter().enumerate() {
+                // At the P2POp's own position, so that messages about it point there.
+                let at: Rc<str> = Rc::from(index(&field(path, 0), j).as_str());
+                let leaf = Leaf::Owned(Rc::new(p2p(o.op == SP2PKind::Isend, &o.tensor, &o.peer)));
+                out.push(Item { leaf, path: at.clone(), env: env.clone() });
+                record(out, &o.tensor, &nccl);
+                if inside {
+                    let record = SOp::Record { event: end_event(n, j), stream: nccl.clone() };
+                    out.push(Item { leaf: Leaf::Owned(Rc::new(record)), path: at, env: env.clone() });
+                }
+            }
+            push(out, Leaf::GroupEnd);
+            if !inside {
+                for j in 0..ops.len() {
+                    owned(out, SOp::Record { event: end_event(n, j), stream: nccl.clone() });
+                }
+            }
+            tcx.works.insert(works.clone(), (0..ops.len()).map(|j| end_event(n, j)).collect());
+        }
+        // WorkNCCL::wait -> synchronizeStreams: the current stream waits on the work's end event; the host does not
+        // block (P1).
+        SOp::WorkWait { work } => match tcx.works.get(work) {
+            Some(events) => {
+                for e in events.clone() {
+                    owned(out, SOp::Wait { event: e, stream: cur.clone() });
+                }
+            }
+            None => {
+                let known: Vec<&str> = tcx.works.keys().map(String::as_str).collect();
+                let help = if let Some(s) = super::diagnostic::did_you_mean(work, known.iter().copied()) {
+                    format!("did you mean `{s}`?")
+                } else if known.is_empty() {
+                    "no work exists yet here: Isend, Irecv, BatchIsendIrecv and `async_op:` collectives name theirs".to_string()
+                } else {
+                    format!("works here: {}", known.join(", "))
+                };
+                issues.push(Issue::new(field(path, 0), format!("unknown work `{work}`")).help(help).on_rank(rank));
+            }
+        },
+        // `dist.all_reduce` / `broadcast` / `all_gather_into_tensor` / `reduce_scatter_tensor`:
+        // ProcessGroupNCCL::collective runs syncStream, the collective on the NCCL stream and records the end event;
+        // without `async_op` the Python wrapper calls `work.wait()` (P1).
+        SOp::DistAllReduce { async_op, .. }
+        | SOp::DistBroadcast { async_op, .. }
+        | SOp::DistAllGather { async_op, .. }
+        | SOp::DistReduceScatter { async_op, .. } => {
+            let n = site?;
+            sync_stream(out, n);
+            let (stream, comm) = (nccl.clone(), comm.clone());
+            let coll = match op {
+                SOp::DistBroadcast { tensor, src: Root::Rank { rank }, .. } => SOp::Broadcast {
+                    root: Root::Rank { rank: rank.clone() },
+                    buf: Some(tensor.clone()),
+                    send: None,
+                    recv: None,
+                    stream,
+                    comm,
+                },
+                SOp::DistAllGather { output, input, .. } => {
+                    SOp::AllGather { send: input.clone(), recv: output.clone(), stream, comm }
+                }
+                SOp::DistReduceScatter { output, input, .. } => {
+                    SOp::ReduceScatter { send: input.clone(), recv: output.clone(), stream, comm }
+                }
+                SOp::DistAllReduce { tensor, .. } => SOp::AllReduce { buf: Some(tensor.clone()), send: None, recv: None, stream, comm },
+                _ => return None,
+            };
+            owned(out, coll);
+            match op {
+                SOp::DistAllGather { output, input, .. } | SOp::DistReduceScatter { output, input, .. } => {
+                    record(out, input, &nccl);
+                    record(out, output, &nccl);
+                }
+                SOp::DistAllReduce { tensor, .. } | SOp::DistBroadcast { tensor, .. } => record(out, tensor, &nccl),
+                _ => {}
+            }
+            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
+            match async_op {
+                Some(w) => {
+                    tcx.works.insert(w.clone(), vec![end_event(n, 0)]);
+                }
+                None => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
+            }
+        }
+        // `dist.barrier()`: ProcessGroupNCCL::barrier all-reduces a one-element tensor, and its work's wait, besides
+        // the stream wait, synchronizes the current stream with the host (`if (barrierTensor_.defined()) ...
+        // cudaStreamSynchronize(currentStream)` in WorkNCCL::synchronize).
+        SOp::DistBarrier => {
+            let n = site?;
+            sync_stream(out, n);
+            let buf = Some(BufArg::Whole(BARRIER_TENSOR.to_string()));
+            owned(out, SOp::AllReduce { buf, send: None, recv: None, stream: nccl.clone(), comm: comm.clone() });
+            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
+            owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() });
+            owned(out, SOp::StreamSync { stream: cur });
+        }
+        // `torch.cuda.synchronize()` is cudaDeviceSynchronize (P5).
+        SOp::CudaSynchronize => owned(out, SOp::DeviceSync),
+        // The caching allocator (P4): `torch.empty` allocates on the current stream, `del` frees.
+        SOp::Empty { tensor } => owned(out, SOp::Alloc { buf: tensor.clone(), stream: cur }),
+        SOp::Del { tensor } => owned(out, SOp::Free { buf: tensor.clone() }),
+        // A tensor operation runs on the current stream (torch.cuda.current_stream()).
+        SOp::Compute { name, reads, writes, duration } => owned(
+            out,
+            SOp::Kernel { name: name.clone(), stream: cur.clone(), reads: reads.clone(), writes: writes.clone(), duration: duration.clone() },
+        ),
+        // `torch.cuda.Event.record(stream=None)` / `.wait(stream=None)` use the current stream (S3).
+        SOp::RecordEvent { event } => owned(out, SOp::Record { event: event.clone(), stream: cur }),
+        SOp::WaitEvent { event } => owned(out, SOp::Wait { event: event.clone(), stream: cur }),
+        _ => return None,
+    }
+    Some(out.len() - start)
+}
+
+/// The global rank `peer` names for `rank` (of `ranks`, in the default group where member position = rank), when
+/// it evaluates to an existing other rank; `None` leaves the op on the group's communicator, where resolution
+/// reports what is wrong with the peer.
+fn peer_rank(peer: &Peer, rank: u32, ranks: u32, env: &Option<Rc<Env>>) -> Option<u32> {
+    let scope = Scope { rank, ranks, env: env.as_deref() };
+    let simple = match peer {
+        Peer::Next => SimplePeer::Next,
+        Peer::Prev => SimplePeer::Prev,
+        Peer::Rank { rank } => SimplePeer::Rank { rank: rank.clone() },
+        Peer::Parity { even, odd } => if rank.is_multiple_of(2) { even.clone() } else { odd.clone() },
+    };
+    let p = match simple {
+        SimplePeer::Next => (rank + 1) % ranks,
+        SimplePeer::Prev => (rank + ranks - 1) % ranks,
+        SimplePeer::Rank { rank: e } => match scope.eval(&e) {
+            Ok(Value::Int(v)) => u32::try_from(v).ok()?,
+            _ => return None,
+        },
+    };
+    (p < ranks && p != rank).then_some(p)
+}
