@@ -152,7 +152,7 @@ fn without(text: &str, remove: &[(usize, usize)]) -> String {
 /// What makes two findings "the same kind of problem": the kind; for a deadlock, whether the wait-for graph closes
 /// a cycle and the rules its edges cite (a send-before-recv cycle stays one, instead of shrinking to a lone recv that
 /// waits forever); for undefined behaviour, the rule broken; for a race, the kinds of the two ops (a send against a
-/// kernel stays one).
+/// kernel stays one); for a stale read (V1), the kind of the expected writer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Signature {
     pub kind: String,
@@ -188,6 +188,10 @@ pub fn signature(sem: &Semantics, f: &RenderedFinding) -> Signature {
         Problem::DataRace(r) => {
             sig.ops = vec![sem.info(r.first.who.loc()).name, sem.info(r.second.who.loc()).name];
             sig.ops.sort_unstable();
+        }
+        Problem::StaleRead(r) => {
+            sig.rules.insert(Rule::V1);
+            sig.ops = vec![sem.info(r.writer).name];
         }
     }
     sig
@@ -329,6 +333,6 @@ mod tests {
     fn without_drops_nested_ranges_inside_removed_ones() {
         assert_eq!(without("0123456789", &[(2, 6), (3, 4), (8, 9)]), "01679");
         // A removed op alone on its line takes the line with it.
-        assert_eq!(without("[\n    A,\n    B,\n]", &[(6, 9)]), "[\n    B,\n]");
+        assert_eq!(without("[\n    A,\n    B,\n]", &[(6, 8)]), "[\n    B,\n]");
     }
 }

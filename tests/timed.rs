@@ -128,6 +128,24 @@ fn one_f_one_b_makespan_is_m_plus_s_minus_1_slots_of_3_ms() {
     }
 }
 
+/// The same formula at 1024 stages (M = 2 keeps it to seconds: about 60,000 steps on 1024 ranks). With M < S,
+/// 1F1B still fills, the last stage runs its M pairs back to back, and the last backward drains through S − 1 stages:
+/// (S − 1) × 1 ms + M × 3 ms + (S − 1) × 2 ms = (M + S − 1) × 3 ms.
+#[test]
+fn one_f_one_b_makespan_holds_at_1024_stages() {
+    let (s, m) = (1024u64, 2u64);
+    let prog = one_f_one_b(s as u32, m as u32, Variant::Correct);
+    let prof = portable();
+    let sem = Semantics::new(&prog, &prof);
+    let base = (m + s - 1) * 3_000_000;
+    let ideal = timed_run(&sem, &CostModel::ideal(), &TimedOptions::default());
+    assert_eq!(ideal.outcome, Outcome::Completed);
+    assert!(ideal.makespan_ns >= base && ideal.makespan_ns <= base + 2 * (m + s), "ideal {} vs {base}", ideal.makespan_ns);
+    let real = timed_run(&sem, &CostModel { connect_ns: 0, ..CostModel::h200_nvlink() }, &TimedOptions::default());
+    let ratio = real.makespan_ns as f64 / base as f64;
+    assert!((1.0..=1.0169).contains(&ratio), "predicted {} ns vs {base} ns (ratio {ratio})", real.makespan_ns);
+}
+
 #[test]
 fn same_seed_same_bytes_report_and_chrome_trace() {
     let prog = one_f_one_b(4, 6, Variant::Race);
