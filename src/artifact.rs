@@ -77,6 +77,21 @@ pub fn load(path: &Path) -> Result<Artifact, String> {
     Ok(a)
 }
 
+/// The program file an artifact read from `artifact_path` names: its recorded path when that exists (relative to
+/// the working directory), else the same file name next to the artifact, else the recorded path relative to the
+/// artifact's folder; `None` when none exists.
+pub fn program_path(artifact_path: &Path, a: &Artifact) -> Option<PathBuf> {
+    let dir = artifact_path.parent().unwrap_or(Path::new("."));
+    let mut candidates = vec![a.program.clone()];
+    if let Some(name) = a.program.file_name() {
+        candidates.push(dir.join(name));
+    }
+    if a.program.is_relative() {
+        candidates.push(dir.join(&a.program));
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}
+
 /// How a replay ended.
 #[derive(Debug)]
 pub enum Replayed {

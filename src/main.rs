@@ -206,15 +206,16 @@ enum Command {
         /// Seed of tie-breaking between steps that fire at the same time (and of --jitter).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Add a uniform draw from 0..=NS nanoseconds to every step's cost.
-        #[arg(long, default_value_t = 0)]
+        /// Add a uniform draw from 0..=NS nanoseconds to every step's cost (at most 10^12, 1000 s).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000_000))]
         jitter: u64,
         /// Write the execution as Chrome trace-event JSON (open in https://ui.perfetto.dev or chrome://tracing).
         #[arg(long)]
         timeline: Option<PathBuf>,
-        /// Also print a compact text timeline (one row per host thread and stream) this many columns wide.
-        #[arg(long)]
-        lanes: Option<usize>,
+        /// Also print a compact text timeline (one row per host thread and stream) this many columns wide (10 to
+        /// 1000; text output only).
+        #[arg(long, value_parser = clap::value_parser!(u16).range(10..=1000))]
+        lanes: Option<u16>,
         /// Compare the prediction with a hardware run of the program (an observation from `cuorder-hw run`):
         /// makespan and kernel end times (text output).
         #[arg(long)]
@@ -491,7 +492,7 @@ fn main() -> ExitCode {
                     }
                 };
                 let timed = match cuorder_sim::timed::timed_replay(&sem, &model, &tr.schedule) {
-                    Ok(t) => t,
+                    Ok(t) => cuorder_sim::timed::TimedRun { seed: tr.seed.unwrap_or(0), ..t },
                     Err(d) => {
                         err(&format!("error: {d}\n"));
                         return ExitCode::from(2);
@@ -514,7 +515,15 @@ fn main() -> ExitCode {
         Command::Time { program, profile, costs, seed, jitter, timeline, lanes, compare, format, max_steps } => {
             let (prof, prog) = match load_both(&profile, &program, color) {
                 Ok(x) => x,
-                Err(e) => return fail(e),
+                Err(e) => {
+                    return match format {
+                        Format::Text => fail(e),
+                        Format::Json => {
+                            say(&cuorder::json::load_error("time", &e.issues).to_json());
+                            ExitCode::from(2)
+                        }
+                    }
+                }
             };
             let model = match cuorder::timing::load_costs(&costs) {
                 Ok(m) => m,
@@ -544,7 +553,7 @@ fn main() -> ExitCode {
                     let mut text = cuorder::timing::report_text(&sem, &run, &sum, &file);
                     if let Some(w) = lanes {
                         text.push('\n');
-                        text.push_str(&cuorder::timing::lanes_text(&sem, &run, w));
+                        text.push_str(&cuorder::timing::lanes_text(&sem, &run, usize::from(w)));
                     }
                     if let Some(obs) = &compare {
                         let obs = match cuorder::traces::load_trace(obs, &prog) {
@@ -553,10 +562,8 @@ fn main() -> ExitCode {
                         };
                         match cuorder::timing::accuracy(&sem, &run, &obs) {
                             Ok(a) => text.push_str(&format!("\n{}\n", a.to_text())),
-                            Err(e) => {
-                                err(&format!("error: --compare: {e}\n"));
-                                return ExitCode::from(2);
-                            }
+                            // A hardware run that hung is a result, not bad input: say it beside the prediction.
+                            Err(e) => text.push_str(&format!("\nagainst the hardware run: {e}\n")),
                         }
                     }
                     say(&text);
@@ -688,7 +695,17 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let path = program.unwrap_or_else(|| a.program.clone());
+            let path = match program.or_else(|| cuorder::artifact::program_path(&artifact, &a)) {
+                Some(p) => p,
+                None => {
+                    err(&format!(
+                        "error: {}: the program this artifact records, {}, is not there (nor next to the artifact); pass --program FILE\n",
+                        artifact.display(),
+                        a.program.display()
+                    ));
+                    return ExitCode::from(2);
+                }
+            };
             let (prog, _) = match load_program(&path, color) {
                 Ok(x) => x,
                 Err(e) => return fail(e),
@@ -725,7 +742,17 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let path = program.unwrap_or_else(|| a.program.clone());
+            let path = match program.or_else(|| cuorder::artifact::program_path(&artifact, &a)) {
+                Some(p) => p,
+                None => {
+                    err(&format!(
+                        "error: {}: the program this artifact records, {}, is not there (nor next to the artifact); pass --program FILE\n",
+                        artifact.display(),
+                        a.program.display()
+                    ));
+                    return ExitCode::from(2);
+                }
+            };
             // Load once through the normal path for its diagnostics.
             let (_, text) = match load_program(&path, color) {
                 Ok(x) => x,

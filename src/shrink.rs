@@ -197,28 +197,51 @@ pub fn signature(sem: &Semantics, f: &RenderedFinding) -> Signature {
     sig
 }
 
-/// The first finding with signature `want` in `text`, if it loads: the exhaustive search under the budget, then
-/// random walks.
-fn oracle(name: &str, text: &str, profile: &Profile, want: &Signature, opt: &ShrinkOptions) -> Option<(Program, RenderedFinding, cuorder_model::verdict::ProblemKey)> {
+type Found = (Program, RenderedFinding, cuorder_model::verdict::ProblemKey);
+
+/// The first finding of `sem`'s program that `wanted` accepts: seeded random walks first (cheap, and they find
+/// send-before-recv deadlocks and races at once), then the exhaustive search under the state budget.
+fn search(sem: &Semantics, opt: &ShrinkOptions, wanted: impl Fn(&RenderedFinding) -> bool) -> Option<(RenderedFinding, cuorder_model::verdict::ProblemKey)> {
+    let s = sample(sem, &SampleOptions { strategy: Strategy::Random, seed: 0, executions: opt.walks, time_limit: None, first: false, jobs: 1, max_steps: 1_000_000 });
+    let exhaustive = || cuorder_sim::explore::explore(sem, &Limits { max_states: opt.max_states, ..Limits::default() });
+    for ex in [s.exploration].into_iter().chain(std::iter::once_with(exhaustive)) {
+        let rep = crate::report::build_report(sem, &ex);
+        if let Some(i) = rep.findings.iter().position(&wanted) {
+            return Some((rep.findings.into_iter().nth(i)?, ex.keys[i].clone()));
+        }
+    }
+    None
+}
+
+/// The first finding with signature `want` in `text`, if it loads.
+fn oracle(name: &str, text: &str, profile: &Profile, want: &Signature, opt: &ShrinkOptions) -> Option<Found> {
     let prog = cuorder_model::format::load(name, text).ok()?;
     let sem = Semantics::new(&prog, profile);
-    let wanted = |f: &RenderedFinding| signature(&sem, f) == *want;
-    // Seeded random walks first (cheap, and they find send-before-recv deadlocks and races at once), then the
-    // exhaustive search under the state budget.
-    let s = sample(&sem, &SampleOptions { strategy: Strategy::Random, seed: 0, executions: opt.walks, time_limit: None, first: false, jobs: 1, max_steps: 1_000_000 });
-    let rep = crate::report::build_report(&sem, &s.exploration);
-    if let Some(i) = rep.findings.iter().position(wanted) {
-        let key = s.exploration.keys[i].clone();
-        let f = rep.findings.into_iter().nth(i)?;
-        return Some((prog, f, key));
-    }
-    let limits = Limits { max_states: opt.max_states, ..Limits::default() };
-    let ex = cuorder_sim::explore::explore(&sem, &limits);
-    let rep = crate::report::build_report(&sem, &ex);
-    let i = rep.findings.iter().position(wanted)?;
-    let key = ex.keys[i].clone();
-    let f = rep.findings.into_iter().nth(i)?;
+    let (f, key) = search(&sem, opt, |f| signature(&sem, f) == *want)?;
     Some((prog, f, key))
+}
+
+/// Replaces `best` with the first candidate that keeps the problem; counts the candidates tried in `tried`.
+fn try_candidates(
+    name: &str,
+    profile: &Profile,
+    want: &Signature,
+    opt: &ShrinkOptions,
+    tried: &mut usize,
+    best: &mut (String, Found),
+    candidates: impl Iterator<Item = String>,
+) -> bool {
+    for cand in candidates {
+        if *tried >= opt.max_candidates {
+            return false;
+        }
+        *tried += 1;
+        if let Some(found) = oracle(name, &cand, profile, want, opt) {
+            *best = (cand, found);
+            return true;
+        }
+    }
+    false
 }
 
 /// The `ranks: N` field of the program text, if written: (byte range of N, N).
@@ -237,81 +260,45 @@ pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &Shrin
     let want = {
         let prog = cuorder_model::format::load(name, text).map_err(|_| format!("{name} does not load"))?;
         let sem = Semantics::new(&prog, profile);
-        let limits = Limits { max_states: opt.max_states, ..Limits::default() };
-        let ex = cuorder_sim::explore::explore(&sem, &limits);
-        let mut rep = crate::report::build_report(&sem, &ex);
-        if !rep.findings.iter().any(|f| f.kind == kind) {
-            let s = sample(&sem, &SampleOptions { strategy: Strategy::Random, seed: 0, executions: opt.walks, time_limit: None, first: false, jobs: 1, max_steps: 1_000_000 });
-            rep = crate::report::build_report(&sem, &s.exploration);
-        }
-        let f = rep.findings.iter().find(|f| f.kind == kind).ok_or_else(none)?;
-        signature(&sem, f)
+        let (f, _) = search(&sem, opt, |f| f.kind == kind).ok_or_else(none)?;
+        signature(&sem, &f)
     };
-    let (prog0, f0, key0) = oracle(name, text, profile, &want, opt).ok_or_else(none)?;
-    let (ops_before, ranks_before) = (op_count(&prog0), prog0.ranks.len() as u32);
-    let mut best = (text.to_string(), prog0, f0, key0);
-    let mut candidates = 0usize;
-    // Fewer ranks first: every later candidate is then smaller.
-    while let Some((a, b, n)) = ranks_field(&best.0) {
-        if n <= 1 || candidates >= opt.max_candidates {
-            break;
-        }
-        let cand = format!("{}{}{}", &best.0[..a], n - 1, &best.0[b..]);
-        candidates += 1;
-        match oracle(name, &cand, profile, &want, opt) {
-            Some((p, f, k)) => best = (cand, p, f, k),
-            None => break,
-        }
-    }
-    // ddmin over the ops and threads as written, then fewer ranks again, until neither helps.
+    let found = oracle(name, text, profile, &want, opt).ok_or_else(none)?;
+    let (ops_before, ranks_before) = (op_count(&found.0), found.0.ranks.len() as u32);
+    let mut best = (text.to_string(), found);
+    let mut tried = 0usize;
+    let fewer_ranks = |t: &str| ranks_field(t).filter(|f| f.2 > 1).map(|(a, b, n)| format!("{}{}{}", &t[..a], n - 1, &t[b..]));
+    // Fewer ranks, then ddmin over the ops and threads as written, until neither helps.
     loop {
         let before = best.0.len();
+        while let Some(cand) = fewer_ranks(&best.0) {
+            if !try_candidates(name, profile, &want, opt, &mut tried, &mut best, std::iter::once(cand)) {
+                break;
+            }
+        }
         let mut chunks = 2usize;
         loop {
-        let spans = op_spans(&best.0, &best.1);
-        if spans.is_empty() || candidates >= opt.max_candidates {
-            break;
-        }
-        let n = chunks.min(spans.len());
-        let size = spans.len().div_ceil(n);
-        let mut reduced = false;
-        for c in spans.chunks(size) {
-            if candidates >= opt.max_candidates {
+            let spans = op_spans(&best.0, &best.1 .0);
+            if spans.is_empty() || tried >= opt.max_candidates {
                 break;
             }
-            let cand = without(&best.0, c);
-            candidates += 1;
-            if let Some((p, f, k)) = oracle(name, &cand, profile, &want, opt) {
-                best = (cand, p, f, k);
-                reduced = true;
+            let n = chunks.min(spans.len());
+            let size = spans.len().div_ceil(n);
+            let text = best.0.clone();
+            if try_candidates(name, profile, &want, opt, &mut tried, &mut best, spans.chunks(size).map(|c| without(&text, c))) {
+                chunks = (chunks - 1).max(2);
+            } else if n >= spans.len() {
                 break;
+            } else {
+                chunks = (chunks * 2).min(spans.len());
             }
         }
-        if reduced {
-            chunks = (chunks - 1).max(2);
-        } else if n >= spans.len() {
-            break;
-        } else {
-            chunks = (chunks * 2).min(spans.len());
-        }
-        }
-        while let Some((a, b, n)) = ranks_field(&best.0) {
-            if n <= 1 || candidates >= opt.max_candidates {
-                break;
-            }
-            let cand = format!("{}{}{}", &best.0[..a], n - 1, &best.0[b..]);
-            candidates += 1;
-            match oracle(name, &cand, profile, &want, opt) {
-                Some((p, f, k)) => best = (cand, p, f, k),
-                None => break,
-            }
-        }
-        if best.0.len() == before || candidates >= opt.max_candidates {
+        if best.0.len() == before || tried >= opt.max_candidates {
             break;
         }
     }
-    let (text, program, finding, key) = best;
-    Ok(Shrunk { ops_after: op_count(&program), ranks_after: program.ranks.len() as u32, text, program, finding, key, ops_before, ranks_before, candidates })
+    let (text, (program, finding, key)) = best;
+    Ok(Shrunk { ops_after: op_count(&program), ranks_after: program.ranks.len() as u32, text, program, finding, key, ops_before, ranks_before, candidates: tried })
 }
 
 #[cfg(test)]

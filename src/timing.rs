@@ -113,7 +113,7 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     let timed: Vec<_> = sum.critical_path.iter().filter(|c| c.end_ns > c.start_ns).collect();
     let _ = writeln!(
         s,
-        "\ncritical path: {} steps, {} of them taking time (in order; each enabled by the one before):",
+        "\ncritical path: {} step(s), {} of them taking time (in order; each enabled by the one before):",
         sum.critical_path.len(),
         timed.len()
     );
@@ -376,7 +376,10 @@ pub fn load_costs(spec: &str) -> Result<CostModel, String> {
     let text = std::fs::read_to_string(spec).map_err(|e| {
         format!("{spec}: not a built-in cost model ({}) and cannot be read as a file: {e}", CostModel::BUILTIN.join(", "))
     })?;
-    CostModel::from_ron(&text).map_err(|e| format!("{spec}: {e}"))
+    let mut m = CostModel::from_ron(&text).map_err(|e| format!("{spec}: {e}"))?;
+    // Reports name the file, so that an edited copy of a built-in is not mistaken for it.
+    m.name = format!("{} ({spec})", m.name);
+    Ok(m)
 }
 
 /// Writes [`chrome_trace`] to `path` (compact JSON, final newline).

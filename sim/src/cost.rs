@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// Latency and bandwidth of one transport, as the α-β (Hockney) model: moving `n` bytes costs
 /// `latency_ns + n / bandwidth_bytes_per_s` seconds.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Link {
     /// α: time of an empty message, ns.
     pub latency_ns: u64,
@@ -44,6 +45,7 @@ pub enum CollectiveAlgorithm {
 /// The cost model: what each host call, stream item and NCCL step costs. Loaded from RON
 /// (`cuorder time --costs FILE`) or built in ([`CostModel::h200_nvlink`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CostModel {
     pub name: String,
     /// Where the figures come from, in words.

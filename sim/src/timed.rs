@@ -116,7 +116,8 @@ pub struct TimedRun {
 pub struct TimedOptions {
     /// Seed of the tie-breaking (and jitter) generator.
     pub seed: u64,
-    /// Each step's cost is increased by a uniform draw from `0..=jitter_ns` (0: none), ns.
+    /// Each step's cost is increased by a uniform draw from `0..=jitter_ns` (0: none; `u64::MAX` draws from
+    /// `0..u64::MAX`), ns. Times saturate at `u64::MAX` ns.
     pub jitter_ns: u64,
     /// Stop after this many steps ([`Outcome::StepLimit`]).
     pub max_steps: usize,
@@ -431,10 +432,10 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
     let add = |st: &State, s: &Step, now: u64, last: Option<u32>, rng: &mut Rng, pending: &mut HashMap<Step, (Pending, u64)>, heap: &mut BinaryHeap<Reverse<(u64, u64, Step)>>| {
         let mut c = step_cost(sem, costs, st, s);
         if opt.jitter_ns > 0 {
-            c += rng.below(opt.jitter_ns + 1);
+            c = c.saturating_add(rng.below(opt.jitter_ns.saturating_add(1).max(1)));
         }
         let tie = rng.below(u64::MAX);
-        let p = Pending { fire: now + c, cost: c, by: last };
+        let p = Pending { fire: now.saturating_add(c), cost: c, by: last };
         pending.insert(s.clone(), (p, tie));
         heap.push(Reverse((p.fire, tie, s.clone())));
     };
@@ -574,7 +575,7 @@ fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
                 Some(p) => p,
                 None => {
                     let c = step_cost(sem, costs, &st, s);
-                    Pending { fire: now + c, cost: c, by: last }
+                    Pending { fire: now.saturating_add(c), cost: c, by: last }
                 }
             };
             next.insert(s.clone(), p);

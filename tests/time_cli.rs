@@ -1,0 +1,93 @@
+//! `cuorder time`, `run --timeline`, `replay` and `shrink` at their edges (found by a new user trying the README;
+//! each test names what broke): out-of-range `--lanes` and `--jitter` are refused instead of panicking, `--format
+//! json` load errors are JSON, a cost file with an unknown field is refused and a loaded file is named in reports,
+//! `run --seed N --timeline` records N, and an artifact moved with its program still replays.
+
+use std::process::Command;
+
+fn cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cuorder")).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+const L3: &str = "examples/streams/L3-event-orders-streams.ron";
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("cuorder-time-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+#[test]
+fn lanes_65536_panicked_formatting_now_refused() {
+    let (code, _, err) = cli(&["time", L3, "--lanes", "65536"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let (code, out, _) = cli(&["time", L3, "--lanes", "1000"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("legend:"));
+}
+
+#[test]
+fn jitter_u64_max_panicked_in_rng_now_refused() {
+    let (code, _, err) = cli(&["time", L3, "--jitter", "18446744073709551615"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn time_json_load_errors_are_json() {
+    let bad = tmp("bad.ron");
+    std::fs::write(&bad, "Program(ranks: 1, threads: [Thread(\"main\", [Kernel(\"k\", stream: \"nope\")])])\n").unwrap();
+    let (code, out, _) = cli(&["time", bad.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 2);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["command"], "time");
+    assert!(v["errors"][0]["line"].is_u64(), "{out}");
+}
+
+#[test]
+fn cost_file_unknown_field_refused_and_file_named_in_reports() {
+    let (_, ron_text, _) = cli(&["costs", "h200-nvlink"]);
+    let extra = tmp("extra.ron");
+    std::fs::write(&extra, ron_text.replacen("launch_ns:", "extra_knob: 5,\n    launch_ns:", 1)).unwrap();
+    let (code, _, err) = cli(&["time", L3, "--costs", extra.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("extra_knob"), "{err}");
+    let good = tmp("good.ron");
+    std::fs::write(&good, &ron_text).unwrap();
+    let (code, out, _) = cli(&["time", L3, "--costs", good.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains(&format!("costs h200-nvlink ({})", good.display())), "{out}");
+}
+
+#[test]
+fn run_seed_3_timeline_recorded_seed_0() {
+    let t = tmp("r3.json");
+    let (code, _, err) = cli(&["run", L3, "--seed", "3", "--timeline", t.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&t).unwrap()).unwrap();
+    assert_eq!(v["otherData"]["seed"], 3);
+}
+
+#[test]
+fn artifact_moved_with_its_program_still_replays() {
+    let d = std::env::temp_dir().join(format!("cuorder-moved-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/megatron-batch-p2p-race.ron"), d.join("p.ron")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cuorder")).args(["explore", "p.ron", "--first", "--save", "finds"]).current_dir(&d).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    // The artifact records "p.ron" (relative to where explore ran); replay it from elsewhere, program beside it.
+    std::fs::rename(d.join("p.ron"), d.join("finds/p.ron")).unwrap();
+    let art = std::fs::read_dir(d.join("finds")).unwrap().map(|e| e.unwrap().path()).find(|p| p.to_string_lossy().contains("finding-1")).unwrap();
+    let (code, out, err) = cli(&["replay", art.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("reproduced"), "{out}");
+    // Gone altogether: a clear error naming the recorded path and --program.
+    std::fs::remove_file(d.join("finds/p.ron")).unwrap();
+    let (code, _, err) = cli(&["shrink", art.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("p.ron, is not there") && err.contains("--program FILE"), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
