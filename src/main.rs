@@ -406,6 +406,26 @@ fn fail(e: LoadError) -> ExitCode {
 }
 
 /// The profile and the program a command names.
+/// A saved finding and the program file it is about (`--program`, or found by [`cuorder::artifact::program_path`]);
+/// errors are printed, and their exit code (2) returned.
+fn artifact_and_program(artifact: &std::path::Path, program: Option<PathBuf>) -> Result<(cuorder::artifact::Artifact, PathBuf), ExitCode> {
+    let a = cuorder::artifact::load(artifact).map_err(|e| {
+        err(&format!("error: {e}\n"));
+        ExitCode::from(2)
+    })?;
+    match program.or_else(|| cuorder::artifact::program_path(artifact, &a)) {
+        Some(p) => Ok((a, p)),
+        None => {
+            err(&format!(
+                "error: {}: the program this artifact records, {}, is not there (nor next to the artifact); pass --program FILE\n",
+                artifact.display(),
+                a.program.display()
+            ));
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
 fn load_both(
     profile: &str,
     program: &std::path::Path,
@@ -688,23 +708,9 @@ fn main() -> ExitCode {
             ExitCode::from(if sampled_clean { 3 } else { rep.exit_code() as u8 })
         }
         Command::Replay { artifact, program } => {
-            let a = match cuorder::artifact::load(&artifact) {
-                Ok(a) => a,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let path = match program.or_else(|| cuorder::artifact::program_path(&artifact, &a)) {
-                Some(p) => p,
-                None => {
-                    err(&format!(
-                        "error: {}: the program this artifact records, {}, is not there (nor next to the artifact); pass --program FILE\n",
-                        artifact.display(),
-                        a.program.display()
-                    ));
-                    return ExitCode::from(2);
-                }
+            let (a, path) = match artifact_and_program(&artifact, program) {
+                Ok(x) => x,
+                Err(code) => return code,
             };
             let (prog, _) = match load_program(&path, color) {
                 Ok(x) => x,
@@ -735,23 +741,9 @@ fn main() -> ExitCode {
             }
         }
         Command::Shrink { artifact, program, out, max_states, max_candidates } => {
-            let a = match cuorder::artifact::load(&artifact) {
-                Ok(a) => a,
-                Err(e) => {
-                    err(&format!("error: {e}\n"));
-                    return ExitCode::from(2);
-                }
-            };
-            let path = match program.or_else(|| cuorder::artifact::program_path(&artifact, &a)) {
-                Some(p) => p,
-                None => {
-                    err(&format!(
-                        "error: {}: the program this artifact records, {}, is not there (nor next to the artifact); pass --program FILE\n",
-                        artifact.display(),
-                        a.program.display()
-                    ));
-                    return ExitCode::from(2);
-                }
+            let (a, path) = match artifact_and_program(&artifact, program) {
+                Ok(x) => x,
+                Err(code) => return code,
             };
             // Load once through the normal path for its diagnostics.
             let (_, text) = match load_program(&path, color) {

@@ -3,7 +3,7 @@
 //! the ranks a step affects equal the full `Semantics::enabled` (as sets). A step that changes what a rank outside
 //! its groups may do would break this.
 
-use std::path::Path;
+mod common;
 
 use cuorder_model::profile::Profile;
 use cuorder_model::program::{Program, RankId};
@@ -12,20 +12,7 @@ use cuorder_sim::pipeline::{pipeline, PipelineOptions, Schedule, Variant};
 use cuorder_sim::rng::Rng;
 
 fn programs() -> Vec<(String, Program)> {
-    let mut out = vec![];
-    for dir in ["examples", "examples/streams", "tests/cases"] {
-        let mut files: Vec<_> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "ron"))
-            .collect();
-        files.sort();
-        for f in files {
-            if let Ok((p, _)) = cuorder::load_program(&f, false) {
-                out.push((f.display().to_string(), p));
-            }
-        }
-    }
+    let mut out = common::programs_in(&["examples", "examples/streams", "tests/cases"]);
     for (schedule, stages, mb) in [(Schedule::OneFOneB, 4, 4), (Schedule::Gpipe, 3, 3), (Schedule::Interleaved, 3, 3)] {
         for variant in [Variant::Correct, Variant::Bug, Variant::Race] {
             if schedule == Schedule::Gpipe && variant == Variant::Bug {

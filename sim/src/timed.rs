@@ -397,6 +397,59 @@ impl Recorder {
     }
 }
 
+/// What a timed execution has done so far: the steps, when each fired, what enabled it, and the recorder.
+struct Log {
+    rec: Recorder,
+    schedule: Vec<Step>,
+    times: Vec<u64>,
+    enabled_by: Vec<Option<u32>>,
+    host_op: Vec<Option<(u32, bool)>>,
+}
+
+impl Log {
+    fn new(sem: &Semantics) -> Log {
+        Log { rec: Recorder::new(sem), schedule: vec![], times: vec![], enabled_by: vec![], host_op: vec![] }
+    }
+
+    /// Applies `step` to `st` at time `t` (it cost `cost` ns and became enabled after step `by`) and records it.
+    #[allow(clippy::too_many_arguments)]
+    fn fire(&mut self, sem: &Semantics, costs: &CostModel, st: &mut State, step: Step, t: u64, cost: u64, by: Option<u32>) {
+        let before = match &step {
+            Step::Host { thread, .. } => {
+                let th = &st.host.threads[*thread as usize];
+                Some((th.pc, th.wait.is_some()))
+            }
+            _ => None,
+        };
+        let overhead = if matches!(step, Step::Item(_)) { costs.item_overhead_ns } else { 0 };
+        let fx = sem.apply(st, &step);
+        self.rec.record(sem, before, &step, &fx, st, t, cost, overhead);
+        self.schedule.push(step);
+        self.times.push(t);
+        self.enabled_by.push(by);
+        self.host_op.push(before);
+    }
+
+    fn finish(self, sem: &Semantics, costs: &CostModel, seed: u64, makespan_ns: u64, outcome: Outcome) -> TimedRun {
+        TimedRun {
+            program: sem.program.name.clone(),
+            profile: sem.profile.name.clone(),
+            costs: costs.name.clone(),
+            seed,
+            schedule: self.schedule,
+            makespan_ns,
+            times_ns: self.times,
+            enabled_by: self.enabled_by,
+            host_op: self.host_op,
+            spans: self.rec.spans,
+            flows: self.rec.flows,
+            races: self.rec.races,
+            race_marks: self.rec.race_marks,
+            outcome,
+        }
+    }
+}
+
 /// Runs `sem`'s program once, timed by `costs` (module docs).
 ///
 /// The engine keeps the enabled steps by rank ([`Semantics::enabled_for_rank`]) and recomputes, after each step,
@@ -408,7 +461,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
     use std::collections::BinaryHeap;
     let mut rng = Rng::new(opt.seed);
     let mut st = sem.initial();
-    let mut rec = Recorder::new(sem);
+    let mut log = Log::new(sem);
     let groups = sem.rank_groups();
     let nranks = sem.program.ranks.len();
     let mut mark = vec![false; nranks];
@@ -423,10 +476,6 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
     let mut cache: Vec<Vec<Step>> = (0..nranks as RankId).map(|r| owned(&st, r)).collect();
     let mut pending: HashMap<Step, (Pending, u64)> = HashMap::new();
     let mut heap: BinaryHeap<Reverse<(u64, u64, Step)>> = BinaryHeap::new();
-    let mut schedule: Vec<Step> = vec![];
-    let mut times: Vec<u64> = vec![];
-    let mut enabled_by: Vec<Option<u32>> = vec![];
-    let mut host_op: Vec<Option<(u32, bool)>> = vec![];
     let mut now = 0u64;
     let every = crate::strategy::forget_every(sem);
     let add = |st: &State, s: &Step, now: u64, last: Option<u32>, rng: &mut Rng, pending: &mut HashMap<Step, (Pending, u64)>, heap: &mut BinaryHeap<Reverse<(u64, u64, Step)>>| {
@@ -462,28 +511,15 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         let Some(step) = next else {
             break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) };
         };
-        if schedule.len() >= opt.max_steps {
+        if log.schedule.len() >= opt.max_steps {
             break Outcome::StepLimit(opt.max_steps);
         }
         let (p, _) = pending.remove(&step).expect("a popped step is pending");
         let t = p.fire.max(now);
-        let before = match &step {
-            Step::Host { thread, .. } => {
-                let th = &st.host.threads[*thread as usize];
-                Some((th.pc, th.wait.is_some()))
-            }
-            _ => None,
-        };
-        let overhead = if matches!(step, Step::Item(_)) { costs.item_overhead_ns } else { 0 };
         let written = sem.step_ranks(&st, &step);
-        let fx = sem.apply(&mut st, &step);
-        rec.record(sem, before, &step, &fx, &st, t, p.cost.min(t), overhead);
+        log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
         now = t;
-        schedule.push(step);
-        times.push(t);
-        enabled_by.push(p.by);
-        host_op.push(before);
-        let last = Some(schedule.len() as u32 - 1);
+        let last = Some(log.schedule.len() as u32 - 1);
         groups.affected(&written, &mut mark, &mut affected);
         for &r in &affected {
             let new = owned(&st, r);
@@ -499,26 +535,11 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             }
             cache[r as usize] = new;
         }
-        if schedule.len() % every == 0 {
+        if log.schedule.len() % every == 0 {
             sem.forget(&mut st);
         }
     };
-    TimedRun {
-        program: sem.program.name.clone(),
-        profile: sem.profile.name.clone(),
-        costs: costs.name.clone(),
-        seed: opt.seed,
-        schedule,
-        makespan_ns: now,
-        times_ns: times,
-        enabled_by,
-        host_op,
-        spans: rec.spans,
-        flows: rec.flows,
-        races: rec.races,
-        race_marks: rec.race_marks,
-        outcome,
-    }
+    log.finish(sem, costs, opt.seed, now, outcome)
 }
 
 /// Times a given schedule (an explored execution, a witness): each step fires at the later of its discrete-event
@@ -549,12 +570,8 @@ struct Pending {
 /// Times a fixed schedule by full enabled sets (one per step): [`timed_replay`].
 fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
     let mut st = sem.initial();
-    let mut rec = Recorder::new(sem);
+    let mut log = Log::new(sem);
     let mut pending: HashMap<Step, Pending> = HashMap::new();
-    let mut schedule: Vec<Step> = vec![];
-    let mut times: Vec<u64> = vec![];
-    let mut enabled_by: Vec<Option<u32>> = vec![];
-    let mut host_op: Vec<Option<(u32, bool)>> = vec![];
     let mut now = 0u64;
     let every = crate::strategy::forget_every(sem);
     let outcome = loop {
@@ -565,10 +582,10 @@ fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
         if enabled.is_empty() {
             break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) };
         }
-        if schedule.len() >= sched.len() {
+        if log.schedule.len() >= sched.len() {
             break Outcome::StepLimit(sched.len());
         }
-        let last = schedule.len().checked_sub(1).map(|i| i as u32);
+        let last = log.schedule.len().checked_sub(1).map(|i| i as u32);
         let mut next: HashMap<Step, Pending> = HashMap::with_capacity(enabled.len());
         for s in &enabled {
             let p = match pending.remove(s) {
@@ -581,52 +598,20 @@ fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
             next.insert(s.clone(), p);
         }
         pending = next;
-        let Some(i) = enabled.iter().position(|s| *s == sched[schedule.len()]) else {
-            break Outcome::StepLimit(schedule.len());
+        let Some(i) = enabled.iter().position(|s| *s == sched[log.schedule.len()]) else {
+            break Outcome::StepLimit(log.schedule.len());
         };
         let step = enabled.swap_remove(i);
         let p = pending.remove(&step).expect("the step is pending");
         // Logical time counts steps: the i-th step happens at time i + 1, whenever it became enabled.
         let t = if costs.logical { now + 1 } else { p.fire.max(now) };
-        let cost = p.cost.min(t);
-        let before = match &step {
-            Step::Host { thread, .. } => {
-                let th = &st.host.threads[*thread as usize];
-                Some((th.pc, th.wait.is_some()))
-            }
-            _ => None,
-        };
-        let overhead = match &step {
-            Step::Item(_) => costs.item_overhead_ns,
-            _ => 0,
-        };
-        let fx = sem.apply(&mut st, &step);
-        rec.record(sem, before, &step, &fx, &st, t, cost, overhead);
+        log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
         now = t;
-        schedule.push(step);
-        times.push(t);
-        enabled_by.push(p.by);
-        host_op.push(before);
-        if schedule.len() % every == 0 {
+        if log.schedule.len() % every == 0 {
             sem.forget(&mut st);
         }
     };
-    TimedRun {
-        program: sem.program.name.clone(),
-        profile: sem.profile.name.clone(),
-        costs: costs.name.clone(),
-        seed: 0,
-        schedule,
-        makespan_ns: now,
-        times_ns: times,
-        enabled_by,
-        host_op,
-        spans: rec.spans,
-        flows: rec.flows,
-        races: rec.races,
-        race_marks: rec.race_marks,
-        outcome,
-    }
+    log.finish(sem, costs, 0, now, outcome)
 }
 
 /// Busy and idle time of one stream over `[0, makespan]`.

@@ -35,3 +35,22 @@ pub fn check_file(rel: &str, profile: &str) -> (Report, String) {
 pub fn without_stats(text: &str) -> String {
     text.lines().filter(|l| !l.trim_start().starts_with("profile ")).collect::<Vec<_>>().join("\n") + "\n"
 }
+
+/// Every program that loads in the given folders (relative to the crate root), sorted by path: (path, program).
+pub fn programs_in(dirs: &[&str]) -> Vec<(String, cuorder_model::program::Program)> {
+    let mut out = vec![];
+    for dir in dirs {
+        let mut files: Vec<_> = std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "ron"))
+            .collect();
+        files.sort();
+        for f in files {
+            if let Ok((p, _)) = cuorder::load_program(&f, false) {
+                out.push((f.display().to_string(), p));
+            }
+        }
+    }
+    out
+}
