@@ -207,9 +207,23 @@ pub struct TimeOut {
     pub makespan_ns: u64,
     pub steps: u64,
     pub races: u64,
+    /// What this execution found, in time order: races, then a deadlock or undefined behaviour at the end.
+    pub findings: Vec<TimeFinding>,
     pub ranks: Vec<RankOut>,
     pub streams: Vec<StreamOut>,
     pub critical_path: Vec<CriticalOut>,
+}
+
+/// One finding of a timed execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeFinding {
+    /// `data race`, `deadlock` or `undefined`.
+    pub kind: String,
+    /// When: the start of the access that raced, or when the last step happened before the stall.
+    pub at_ns: u64,
+    /// The finding as the text output prints it (the two ops and the buffer; the wait-for edges; the rule).
+    pub text: String,
 }
 
 /// One rank's compute time and bubble fraction.
@@ -261,6 +275,22 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
         makespan_ns: sum.makespan_ns,
         steps: run.schedule.len() as u64,
         races: run.races.len() as u64,
+        findings: run
+            .race_marks
+            .iter()
+            .map(|m| TimeFinding { kind: "data race".into(), at_ns: m.at_ns, text: crate::timeline::race_text(sem, &run.races[m.race]) })
+            .chain(match &run.outcome {
+                Outcome::Deadlock(d) => {
+                    Some(TimeFinding { kind: "deadlock".into(), at_ns: run.makespan_ns, text: crate::timeline::stuck_text(d).trim_end().to_string() })
+                }
+                Outcome::Undefined(u) => Some(TimeFinding {
+                    kind: "undefined".into(),
+                    at_ns: run.makespan_ns,
+                    text: format!("rule {}: {}", u.rule, u.message),
+                }),
+                _ => None,
+            })
+            .collect(),
         ranks: sum.ranks.iter().map(|r| RankOut { rank: r.rank, compute_ns: r.compute_ns, bubble_fraction: r.bubble_fraction }).collect(),
         streams: sum
             .streams

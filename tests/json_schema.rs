@@ -50,6 +50,7 @@ fn json_output_matches_the_documented_schema() {
         (vec!["check", bad.to_str().unwrap()], 2),
         (vec!["time", "examples/megatron-batch-p2p-race.ron"], 1),
         (vec!["time", "examples/nccl-1456-grouped.ron"], 0),
+        (vec!["time", "examples/nccl-1456-send-first.ron"], 1),
     ];
     let doc = documented();
     let mut printed = BTreeSet::new();
