@@ -406,24 +406,27 @@ fn fail(e: LoadError) -> ExitCode {
 }
 
 /// The profile and the program a command names.
-/// A saved finding and the program file it is about (`--program`, or found by [`cuorder::artifact::program_path`]);
-/// errors are printed, and their exit code (2) returned.
-fn artifact_and_program(artifact: &std::path::Path, program: Option<PathBuf>) -> Result<(cuorder::artifact::Artifact, PathBuf), ExitCode> {
+/// A saved finding, the program file it is about (`--program`, or found by [`cuorder::artifact::program_path`]),
+/// and that program loaded, with its text; errors are printed, and their exit code (2) returned.
+fn artifact_and_program(
+    artifact: &std::path::Path,
+    program: Option<PathBuf>,
+    color: bool,
+) -> Result<(cuorder::artifact::Artifact, PathBuf, cuorder_model::program::Program, String), ExitCode> {
     let a = cuorder::artifact::load(artifact).map_err(|e| {
         err(&format!("error: {e}\n"));
         ExitCode::from(2)
     })?;
-    match program.or_else(|| cuorder::artifact::program_path(artifact, &a)) {
-        Some(p) => Ok((a, p)),
-        None => {
-            err(&format!(
-                "error: {}: the program this artifact records, {}, is not there (nor next to the artifact); pass --program FILE\n",
-                artifact.display(),
-                a.program.display()
-            ));
-            Err(ExitCode::from(2))
-        }
-    }
+    let Some(path) = program.or_else(|| cuorder::artifact::program_path(artifact, &a)) else {
+        err(&format!(
+            "error: {}: the program this artifact records, {}, is not there (nor next to the artifact); pass --program FILE\n",
+            artifact.display(),
+            a.program.display()
+        ));
+        return Err(ExitCode::from(2));
+    };
+    let (prog, text) = load_program(&path, color).map_err(fail)?;
+    Ok((a, path, prog, text))
 }
 
 fn load_both(
@@ -708,19 +711,13 @@ fn main() -> ExitCode {
             ExitCode::from(if sampled_clean { 3 } else { rep.exit_code() as u8 })
         }
         Command::Replay { artifact, program } => {
-            let (a, path) = match artifact_and_program(&artifact, program) {
+            let (a, path, prog, text) = match artifact_and_program(&artifact, program, color) {
                 Ok(x) => x,
                 Err(code) => return code,
             };
-            let (prog, _) = match load_program(&path, color) {
-                Ok(x) => x,
-                Err(e) => return fail(e),
-            };
-            if let Ok(bytes) = std::fs::read(&path) {
-                let h = cuorder::artifact::program_hash(&bytes);
-                if h != a.program_hash {
-                    eprintln!("warning: {} changed since the finding was saved (hash {h}, saved {})", path.display(), a.program_hash);
-                }
+            let h = cuorder::artifact::program_hash(text.as_bytes());
+            if h != a.program_hash {
+                eprintln!("warning: {} changed since the finding was saved (hash {h}, saved {})", path.display(), a.program_hash);
             }
             let sem = Semantics::new(&prog, &a.profile);
             match cuorder::artifact::replay_artifact(&sem, &a) {
@@ -741,14 +738,10 @@ fn main() -> ExitCode {
             }
         }
         Command::Shrink { artifact, program, out, max_states, max_candidates } => {
-            let (a, path) = match artifact_and_program(&artifact, program) {
+            // Loaded once through the normal path for its diagnostics.
+            let (a, path, _, text) = match artifact_and_program(&artifact, program, color) {
                 Ok(x) => x,
                 Err(code) => return code,
-            };
-            // Load once through the normal path for its diagnostics.
-            let (_, text) = match load_program(&path, color) {
-                Ok(x) => x,
-                Err(e) => return fail(e),
             };
             let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
             let opt = cuorder::shrink::ShrinkOptions { max_states, max_candidates, ..Default::default() };

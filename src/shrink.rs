@@ -257,13 +257,13 @@ fn ranks_field(text: &str) -> Option<(usize, usize, u32)> {
 /// Errors: the program does not load, or the problem is not found in it to begin with (within the budgets).
 pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &ShrinkOptions) -> Result<Shrunk, String> {
     let none = || format!("no {kind} found in {name} under profile {} within the budgets (nothing to shrink)", profile.name);
-    let want = {
-        let prog = cuorder_model::format::load(name, text).map_err(|_| format!("{name} does not load"))?;
-        let sem = Semantics::new(&prog, profile);
-        let (f, _) = search(&sem, opt, |f| f.kind == kind).ok_or_else(none)?;
-        signature(&sem, &f)
-    };
-    let found = oracle(name, text, profile, &want, opt).ok_or_else(none)?;
+    // The first finding of the kind sets the signature every candidate must keep; it is also the original's finding.
+    let prog = cuorder_model::format::load(name, text).map_err(|_| format!("{name} does not load"))?;
+    let sem = Semantics::new(&prog, profile);
+    let (f, key) = search(&sem, opt, |f| f.kind == kind).ok_or_else(none)?;
+    let want = signature(&sem, &f);
+    drop(sem);
+    let found = (prog, f, key);
     let (ops_before, ranks_before) = (op_count(&found.0), found.0.ranks.len() as u32);
     let mut best = (text.to_string(), found);
     let mut tried = 0usize;
