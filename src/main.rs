@@ -400,6 +400,17 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     cuorder_model::format::parse_size(s)
 }
 
+/// [`fail`], or with `--format json` the JSON load-error document of `command` (docs/json.md).
+fn fail_as(format: Format, command: &str, e: LoadError) -> ExitCode {
+    match format {
+        Format::Text => fail(e),
+        Format::Json => {
+            say(&cuorder::json::load_error(command, &e.issues).to_json());
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn fail(e: LoadError) -> ExitCode {
     err(&e.rendered);
     ExitCode::from(2)
@@ -446,15 +457,7 @@ fn main() -> ExitCode {
         Command::Check { program, profile, format, budgets } => {
             let (prof, prog) = match load_both(&profile, &program, color) {
                 Ok(x) => x,
-                Err(e) => {
-                    return match format {
-                        Format::Text => fail(e),
-                        Format::Json => {
-                            say(&cuorder::json::load_error("check", &e.issues).to_json());
-                            ExitCode::from(2)
-                        }
-                    }
-                }
+                Err(e) => return fail_as(format, "check", e),
             };
             let rep = report::check(&prog, &prof, &budgets.limits());
             match format {
@@ -538,15 +541,7 @@ fn main() -> ExitCode {
         Command::Time { program, profile, costs, seed, jitter, timeline, lanes, compare, format, max_steps } => {
             let (prof, prog) = match load_both(&profile, &program, color) {
                 Ok(x) => x,
-                Err(e) => {
-                    return match format {
-                        Format::Text => fail(e),
-                        Format::Json => {
-                            say(&cuorder::json::load_error("time", &e.issues).to_json());
-                            ExitCode::from(2)
-                        }
-                    }
-                }
+                Err(e) => return fail_as(format, "time", e),
             };
             let model = match cuorder::timing::load_costs(&costs) {
                 Ok(m) => m,
