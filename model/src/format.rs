@@ -59,7 +59,13 @@ pub const DEFAULT_KERNEL_NS: u64 = 10_000;
 /// Parses, expands and validates the program `text`; `name` becomes [`Program::name`]. On failure, every error found
 /// (or the one syntax error that stopped parsing), in source order.
 pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
-    let mut index = SpanIndex::build(text);
+    // The light index places ops and desugars; every error path builds the full one for its diagnostics.
+    let full_index = || {
+        let mut index = SpanIndex::build(text);
+        index.alias_positional(surface::POSITIONAL);
+        index
+    };
+    let mut index = SpanIndex::build_light(text);
     let desugared = desugar::desugar(text, &index);
     let surface: SProgram = ron::Options::default()
         .with_default_extension(Extensions::IMPLICIT_SOME)
@@ -67,7 +73,7 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
         .from_str(&desugared.text)
         .map_err(|e| {
             let at = diagnostic::offset_of_line_byte_col(&desugared.text, e.position.line, e.position.col);
-            vec![ron_error::diagnostic(text, &index, desugared.original_offset(at), &e.code)]
+            vec![ron_error::diagnostic(text, &SpanIndex::build(text), desugared.original_offset(at), &e.code)]
         })?;
     index.alias_positional(surface::POSITIONAL);
     let mut issues = Issues::default();
@@ -102,7 +108,7 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
     torch::declare_pairs(&pairs, &mut decls);
     let decls = decls;
     if budget.exhausted {
-        return Err(issues.into_diagnostics(text, &index, ranks_of_path));
+        return Err(issues.into_diagnostics(text, &full_index(), ranks_of_path));
     }
 
     let mut resolver = Resolver::new(&decls, &index, &mut issues);
@@ -122,7 +128,7 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
     let barriers = std::mem::take(&mut resolver.barriers);
     checks::check(&threads, &decls, &mut issues);
     if !issues.is_empty() {
-        return Err(issues.into_diagnostics(text, &index, ranks_of_path));
+        return Err(issues.into_diagnostics(text, &full_index(), ranks_of_path));
     }
 
     let lines = LineIndex::new(text);

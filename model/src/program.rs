@@ -123,6 +123,23 @@ pub struct Comm {
     pub explicit_init: bool,
 }
 
+impl Comm {
+    /// The position of global rank `r` among the members (its rank within the communicator), if it is one. O(1)
+    /// when member `r` is rank `r` (a world communicator), O(members) otherwise.
+    pub fn position(&self, r: RankId) -> Option<usize> {
+        member_position(&self.members, r)
+    }
+}
+
+/// The position of global rank `r` in `members`, if there: O(1) when `members[r] == r` (a world communicator, so
+/// that checking every op of a 1000-rank program stays linear), O(members) otherwise.
+pub fn member_position(members: &[RankId], r: RankId) -> Option<usize> {
+    if members.get(r as usize) == Some(&r) {
+        return Some(r as usize);
+    }
+    members.iter().position(|&m| m == r)
+}
+
 /// A host barrier: every listed (rank, thread) must arrive before any leaves; the n-th arrival of each participant
 /// belongs to the n-th round.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

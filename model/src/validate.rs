@@ -198,11 +198,11 @@ impl Checker<'_> {
             self.err(at, format!("communicator {} does not exist (the program has {})", c.0, self.p.comms.len()));
             return false;
         };
-        if !comm.members.contains(&acting) {
+        if comm.position(acting).is_none() {
             self.err(at, format!("rank {acting} is not a member of communicator `{}`", comm.name));
         }
         for &(r, what) in peers {
-            if !comm.members.contains(&r) {
+            if comm.position(r).is_none() {
                 self.err(at, format!("{what} rank {r} is not a member of communicator `{}`", comm.name));
             }
         }
@@ -355,7 +355,7 @@ impl Checker<'_> {
                     Some(c) => {
                         if !c.explicit_init {
                             self.err(&at, format!("CommInit of `{}`, which exists before the program starts", c.name));
-                        } else if !c.members.contains(&rank) {
+                        } else if c.position(rank).is_none() {
                             self.err(&at, format!("rank {rank} is not a member of communicator `{}`", c.name));
                         } else if !inited.insert(*comm) {
                             self.err(&at, format!("`{}` is initialized twice by this thread", c.name));

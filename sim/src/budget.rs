@@ -1,13 +1,14 @@
 //! Estimates of what the explorer holds in memory, for its memory budget ([`crate::explore::Limits`]): the heap
-//! and inline bytes of a model state, counted from its collections (vector clocks dominate).
+//! and inline bytes of a model state, counted from its collections (vector clocks dominate; a clock's shared base
+//! is counted as its fair share among the clocks holding it).
 
 use std::mem::size_of;
 
 use cuorder_model::clock::VClock;
-use cuorder_model::semantics::{ItemKind, State};
+use cuorder_model::semantics::{Access, ItemKind, State};
 
 fn clock(c: &VClock) -> usize {
-    size_of::<VClock>() + c.0.capacity() * size_of::<u32>()
+    size_of::<VClock>() + c.heap_bytes()
 }
 
 fn opt_clock(c: &Option<VClock>) -> usize {
@@ -43,7 +44,9 @@ pub fn state_bytes(st: &State) -> usize {
     n += st.nccl.coll.values().map(|m| NODE + m.len() * (NODE + 24)).sum::<usize>();
     n += (st.nccl.eager_used.len() + st.nccl.connected.len() + st.nccl.issuer.len()) * (NODE + 32);
     n += st.nccl.init_arrived.values().map(|m| NODE + m.values().map(|c| NODE + clock(c)).sum::<usize>()).sum::<usize>();
-    n += st.memory.accesses.iter().map(|a| size_of_val(a) + clock(&a.start)).sum::<usize>();
+    for list in st.memory.accesses.values() {
+        n += NODE + list.capacity() * size_of::<Access>() + list.iter().map(|a| clock(&a.start)).sum::<usize>();
+    }
     n += st.memory.races.iter().map(|r| NODE + size_of_val(r) + clock(&r.first.start) + clock(&r.second.start)).sum::<usize>();
     n += st.pool.allocated.len() * (NODE + 64) + st.pool.free.len() * 64 + st.pool.alloc_count.len() * (NODE + 12);
     n

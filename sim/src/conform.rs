@@ -117,11 +117,11 @@ fn may_see(sem: &Semantics, st: &State, r: &Access, depth: u32) -> MaySee {
         return None;
     }
     let cand: Vec<&Access> =
-        st.memory.accesses.iter().filter(|w| w.write && overlaps(w, r) && !same_item(w, r) && !hb(r, w)).collect();
+        st.memory.all_accesses().filter(|w| w.write && overlaps(w, r) && !same_item(w, r) && !hb(r, w)).collect();
     let mut out = BTreeSet::new();
     // A kernel that reads and writes the same bytes may see its own writes: its threads run concurrently (the
     // hardware executor's blocks probe, spin and stamp independently; traces/hw/cover-2026-12-01).
-    for w in st.memory.accesses.iter().filter(|w| w.write && overlaps(w, r) && same_item(w, r)) {
+    for w in st.memory.all_accesses().filter(|w| w.write && overlaps(w, r) && same_item(w, r)) {
         if matches!(sem.op(w.who.loc()).kind, OpKind::Kernel { .. }) {
             out.insert(MVersion::Op(w.who.loc()));
         }
@@ -139,7 +139,7 @@ fn may_see(sem: &Semantics, st: &State, r: &Access, depth: u32) -> MaySee {
             OpKind::Memcpy { .. } => {
                 // Data moved by a copy: what the copy's own read of its source saw (by the copy, or by its host when
                 // a synchronous pageable copy staged the source; S5).
-                let src = st.memory.accesses.iter().find(|a| !a.write && a.who.loc() == loc);
+                let src = st.memory.all_accesses().find(|a| !a.write && a.who.loc() == loc);
                 match src.map(|a| may_see(sem, st, a, depth + 1)) {
                     Some(Some(v)) => out.extend(v),
                     _ => return None,
@@ -154,7 +154,7 @@ fn may_see(sem: &Semantics, st: &State, r: &Access, depth: u32) -> MaySee {
                 let send = seq.and_then(|(k, _)| st.matching(*k));
                 let send_read = send.and_then(|at| {
                     let who = Accessor::Item { item: at.0, loc: st.comm_op(at).1.loc };
-                    st.memory.accesses.iter().find(|a| !a.write && a.who == who)
+                    st.memory.all_accesses().find(|a| !a.write && a.who == who)
                 });
                 match send_read.map(|a| may_see(sem, st, a, depth + 1)) {
                     Some(Some(v)) => out.extend(v),
@@ -303,7 +303,7 @@ pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conforman
         let mut union: BTreeSet<MVersion> = BTreeSet::new();
         let mut anything = false;
         for st in &read_states {
-            let Some(r) = st.memory.accesses.iter().find(|a| !a.write && a.who.loc() == loc && a.range == ro.range) else {
+            let Some(r) = st.memory.all_accesses().find(|a| !a.write && a.who.loc() == loc && a.range == ro.range) else {
                 continue;
             };
             present = true;

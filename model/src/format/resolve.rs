@@ -12,6 +12,7 @@ use super::surface::{BufArg, Duration, ExprArg, Peer, Root, SOp, SWriter, Simple
 use super::units::{parse_duration, DURATION_HELP};
 use super::DEFAULT_KERNEL_NS;
 use crate::program::{
+    member_position,
     BarrierDecl, BufRange, BufRef, CollectiveKind, CommId, EventRef, MemSpace, OpKind, RankId, StreamRef,
 };
 use std::collections::BTreeMap;
@@ -323,7 +324,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
     /// Checks that `rank` (acting through `stream_name`) is a member of `comm`; its position when it is.
     fn member(&mut self, cx: &Ctx, comm: CommId, rank: RankId, stream_name: &str, path: &str) -> Option<usize> {
         let c = &self.d.comms[comm.0 as usize];
-        if let Some(pos) = c.members.iter().position(|&m| m == rank) {
+        if let Some(pos) = member_position(&c.members, rank) {
             return Some(pos);
         }
         let who = if rank == cx.rank {
@@ -355,13 +356,14 @@ impl<'a, 'i> Resolver<'a, 'i> {
         };
         let c = &self.d.comms[comm.0 as usize];
         let (m, me) = (c.members.len(), c.members[pos]);
-        let (name, members) = (c.name.clone(), list_ranks(&c.members));
+        let name = c.name.clone();
         let r = match simple {
             SimplePeer::Next => c.members[(pos + 1) % m],
             SimplePeer::Prev => c.members[(pos + m - 1) % m],
             SimplePeer::Rank { rank: ref arg } => {
                 let r = self.rank_value(cx, arg, "peer rank", path)?;
-                if !c.members.contains(&r) {
+                if member_position(&c.members, r).is_none() {
+                    let members = list_ranks(&c.members);
                     self.err(cx, Issue::new(path, format!("peer rank {r} is not a member of `{name}` (members: {members})")));
                     return None;
                 }
@@ -761,11 +763,11 @@ impl<'a, 'i> Resolver<'a, 'i> {
             rs.push(r.range);
         }
         let (send_r, recv_r) = (rs[0], *rs.last()?);
-        let members = self.d.comms[c.0 as usize].members.clone();
+        let members = &self.d.comms[c.0 as usize].members;
         let m = members.len() as u64;
         if let Some(root) = root {
-            if !members.contains(&root) {
-                let cname = self.d.comms[c.0 as usize].name.clone();
+            if member_position(members, root).is_none() {
+                let (cname, members) = (self.d.comms[c.0 as usize].name.clone(), members.clone());
                 self.err(
                     cx,
                     Issue::new(f("root"), format!("root rank {root} is not a member of `{cname}` (members: {})", list_ranks(&members))),

@@ -56,7 +56,20 @@ pub struct SpanIndex {
 impl SpanIndex {
     /// Scans `text`. Malformed or truncated input yields the spans of whatever could be recognised.
     pub fn build(text: &str) -> SpanIndex {
-        let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional: Vec::new(), quoted: Vec::new() };
+        SpanIndex::scan(text, false)
+    }
+
+    /// As [`SpanIndex::build`], but records only the values that can hold or be an operation: groups, tuples,
+    /// lists, maps and identifiers, not the strings and numbers in them. Enough to place every op (its origin) and
+    /// to desugar; about a third of the nodes of a generated program, so loading a million-op program does not
+    /// spend most of its time naming leaves (issue 9, "scale"). Diagnostics use the full index.
+    pub fn build_light(text: &str) -> SpanIndex {
+        SpanIndex::scan(text, true)
+    }
+
+    fn scan(text: &str, light: bool) -> SpanIndex {
+        let (positional, quoted) = (Vec::new(), Vec::new());
+        let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional, quoted, light };
         s.skip_trivia();
         s.value(Some(""), 0);
         SpanIndex { nodes: s.nodes, positional: s.positional, quoted: s.quoted }
@@ -157,7 +170,8 @@ pub fn index(path: &str, i: usize) -> String {
 /// The opening delimiters `(`, `[`, `{` that are still open at the end of `text` (strings and comments skipped),
 /// outermost first, as (byte offset, delimiter).
 pub fn unclosed_delimiters(text: &str) -> Vec<(usize, char)> {
-    let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional: Vec::new(), quoted: Vec::new() };
+    let (positional, quoted) = (Vec::new(), Vec::new());
+    let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional, quoted, light: false };
     let mut open: Vec<(usize, char)> = Vec::new();
     loop {
         s.skip_trivia();
@@ -199,6 +213,8 @@ struct Scanner<'a> {
     nodes: BTreeMap<String, Node>,
     positional: Vec<(usize, usize)>,
     quoted: Vec<(usize, usize)>,
+    /// Record only values that can hold or be an op ([`SpanIndex::build_light`]).
+    light: bool,
 }
 
 /// A character that continues a value into an expression (`stage + 1`, `0..M`, `i >= 2`).
@@ -217,6 +233,21 @@ fn is_ident_char(c: u8) -> bool {
 impl Scanner<'_> {
     fn peek(&self) -> Option<u8> {
         self.b.get(self.pos).copied()
+    }
+
+    /// Whether the value starting here is recorded: always in a full index; in a light one, unless it is a string,
+    /// a character or a number.
+    fn records_here(&self) -> bool {
+        if !self.light {
+            return true;
+        }
+        match self.peek() {
+            Some(b'(' | b'[' | b'{') => true,
+            Some(b'r') => !self.raw_string_ahead(1),
+            Some(b'b') => !matches!(self.peek_at(1), Some(b'"' | b'r')),
+            Some(c) => is_ident_start(c),
+            None => false,
+        }
     }
 
     fn peek_at(&self, ahead: usize) -> Option<u8> {
@@ -505,6 +536,7 @@ impl Scanner<'_> {
                 (None, Some(g)) => is_expr_slot(g, &positional.to_string()),
                 (_, None) => false,
             };
+            let path = path.filter(|_| self.records_here());
             let child = match field_name {
                 Some(n) => path.map(|p| field(p, n)),
                 None => {
@@ -540,7 +572,7 @@ impl Scanner<'_> {
                 _ => {}
             }
             let before = self.pos;
-            let child = path.map(|p| index(p, i));
+            let child = path.filter(|_| self.records_here()).map(|p| index(p, i));
             self.operand(child.as_deref(), depth + 1, false);
             i += 1;
             if self.pos == before {
@@ -718,5 +750,39 @@ Program(
         let idx = SpanIndex::build(t);
         assert_eq!(text_of(t, &idx, "ranks"), "2");
         assert_eq!(text_of(t, &idx, "threads[0].1[0].name"), "\"k\"");
+    }
+
+    /// The light index (issue 9, "scale") is the full one without the leaves: every node it records is in the full
+    /// index with the same span and name, and every op, group, list and identifier of the full index is in it, for
+    /// the sample and every example program.
+    #[test]
+    fn light_index_keeps_every_op() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        let mut texts = vec![SAMPLE.to_string()];
+        for sub in ["", "streams", "torch"] {
+            for e in std::fs::read_dir(dir.join(sub)).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_some_and(|x| x == "ron") {
+                    texts.push(std::fs::read_to_string(p).unwrap());
+                }
+            }
+        }
+        assert!(texts.len() > 10);
+        for t in &texts {
+            let (full, light) = (SpanIndex::build(t), SpanIndex::build_light(t));
+            assert!(light.nodes.len() < full.nodes.len());
+            for (p, n) in &light.nodes {
+                let f = full.get(p).unwrap_or_else(|| panic!("light-only node {p}"));
+                assert_eq!((f.span.start, f.span.end, &f.name), (n.span.start, n.span.end, &n.name), "{p}");
+            }
+            for (p, n) in &full.nodes {
+                let first = t.as_bytes()[n.span.start];
+                if n.name.is_some() || matches!(first, b'(' | b'[' | b'{') {
+                    assert!(light.get(p).is_some(), "light index lacks {p}");
+                }
+            }
+            assert_eq!(light.positional, full.positional);
+            assert_eq!(light.quoted, full.quoted);
+        }
     }
 }

@@ -48,14 +48,18 @@ impl<'p> Semantics<'p> {
         self.forget_accesses(st);
     }
 
-    /// N3, C1: table entries of P2P pairs and collectives whose every part is done.
+    /// N3, C1: table entries of P2P pairs and collectives whose every part is done. A send that finished eagerly
+    /// stays `Buffered` after its recv drained the buffer (N2): once the recv is done, the pair is finished too.
     fn forget_matching(&self, st: &mut State) {
         let done = |st: &State, at: (ItemKey, u32)| st.comm_op(at).1.status == CommOpStatus::Done;
         let finished: Vec<P2pKey> = st
             .nccl
             .p2p
             .iter()
-            .filter(|(k, at)| !k.recv && done(st, **at) && st.nccl.p2p.get(&k.other()).is_some_and(|r| done(st, *r)))
+            .filter(|(k, at)| {
+                let sent = st.comm_op(**at).1.status != CommOpStatus::Pending;
+                !k.recv && sent && st.nccl.p2p.get(&k.other()).is_some_and(|r| done(st, *r))
+            })
             .map(|(k, _)| *k)
             .collect();
         for k in finished {
@@ -139,16 +143,31 @@ impl<'p> Semantics<'p> {
         }
     }
 
-    /// FastTrack: ended accesses that happen before every future access's start.
+    /// FastTrack: ended accesses that happen before every future access's start. Per rank of the memory: only the
+    /// threads and streams that can still touch a rank's memory bound what can race there, and only at the agents
+    /// whose ended accesses to it are kept, so one pass costs what the in-flight work holds, not threads × agents
+    /// (issue 9, "scale").
     fn forget_accesses(&self, st: &mut State) {
-        if st.memory.accesses.iter().all(|a| a.end.is_none()) {
+        // Per rank of the memory: (agent, bound) for every agent with a kept ended access there; the bound is the
+        // least time any future access there can start at (u32::MAX: none can).
+        let mut need: Vec<Vec<(u32, u32)>> = vec![vec![]; self.program.ranks.len()];
+        for (block, list) in &st.memory.accesses {
+            let need = &mut need[block.buf.rank as usize];
+            for e in list.iter().filter_map(|a| a.end) {
+                if !need.iter().any(|x| x.0 == e.agent) {
+                    need.push((e.agent, u32::MAX));
+                }
+            }
+        }
+        if need.iter().all(Vec::is_empty) {
             return;
         }
-        // Pointwise minimum of the lower bounds of every future access's clock (u32::MAX: no bound).
-        let mut f = vec![u32::MAX; self.agents];
-        let mut bound = |clocks: &[&VClock]| {
-            for (a, x) in f.iter_mut().enumerate() {
-                *x = (*x).min(clocks.iter().map(|c| c.0[a]).max().unwrap_or(0));
+        let mut bound = |ranks: &[RankId], clocks: &[&VClock]| {
+            for &r in ranks {
+                for (agent, f) in need[r as usize].iter_mut() {
+                    let b = clocks.iter().map(|c| c.get(*agent as usize)).max().unwrap_or(0);
+                    *f = (*f).min(b);
+                }
             }
         };
         let nthreads = st.host.threads.len();
@@ -157,12 +176,12 @@ impl<'p> Semantics<'p> {
             // A blocked thread resumes its current op; a running one is about to call `pc`.
             let pc = ts.pc;
             if fut.last_host_access.is_some_and(|l| l >= pc) {
-                bound(&[&ts.clock]);
+                bound(&fut.host_ranks, &[&ts.clock]);
             }
             // Items it will still issue on stream s start at its clock joined with s's clock, or later.
             for &(s, last) in &fut.last_on_stream {
                 if last >= pc {
-                    bound(&[&ts.clock, &st.streams.stream_clock[s]]);
+                    bound(&self.stream_ranks[s], &[&ts.clock, &st.streams.stream_clock[s]]);
                 }
             }
         }
@@ -180,14 +199,17 @@ impl<'p> Semantics<'p> {
                 }
                 first_of[k.thread as usize] = true;
                 seen += 1;
-                bound(&[&item.issue, &st.streams.stream_clock[s]]);
+                bound(&self.stream_ranks[s], &[&item.issue, &st.streams.stream_clock[s]]);
                 if seen == self.future_issuers[s] {
                     break;
                 }
             }
         }
-        let f = VClock(f);
-        st.memory.accesses.retain(|a| !a.end.is_some_and(|e| e.happens_before(&f)));
+        st.memory.accesses.retain(|block, list| {
+            let need = &need[block.buf.rank as usize];
+            list.retain(|a| !a.end.is_some_and(|e| need.iter().any(|&(agent, f)| agent == e.agent && f >= e.time)));
+            !list.is_empty()
+        });
     }
 }
 
@@ -196,6 +218,8 @@ impl<'p> Semantics<'p> {
 /// enqueues work there.
 pub(crate) struct ThreadFuture {
     pub last_host_access: Option<u32>,
+    /// The ranks whose memory its host accesses name (ascending).
+    pub host_ranks: Vec<RankId>,
     pub last_on_stream: Vec<(usize, u32)>,
 }
 
@@ -204,16 +228,20 @@ impl ThreadFuture {
         // Where each op enqueues its work (an NCCL op inside a group: at the group end; N4).
         let at = super::reduction::effect_points(ops, infos);
         let mut last_host_access = None;
+        let mut host_ranks = vec![];
         let mut last: std::collections::BTreeMap<usize, u32> = Default::default();
         for (i, (op, info)) in ops.iter().zip(infos).enumerate() {
             if matches!(op.kind, OpKind::HostAccess { .. } | OpKind::Memcpy { .. }) {
                 last_host_access = Some(i as u32);
+                host_ranks.extend(info.accesses.iter().map(|a| a.range.buf.rank));
             }
             if let Some(s) = info.stream {
                 let e = last.entry(stream_index(s)).or_insert(at[i]);
                 *e = (*e).max(at[i]);
             }
         }
-        ThreadFuture { last_host_access, last_on_stream: last.into_iter().collect() }
+        host_ranks.sort_unstable();
+        host_ranks.dedup();
+        ThreadFuture { last_host_access, host_ranks, last_on_stream: last.into_iter().collect() }
     }
 }

@@ -21,9 +21,8 @@ impl<'p> Semantics<'p> {
         let new = Access { who, block, range: a.range, write: a.write, start: at.clone(), end };
         let (lo, hi) = (a.range.offset, a.range.offset + a.range.len);
         let mut races = vec![];
-        // The list is sorted by block first: only this block's accesses can conflict.
-        let first = st.memory.accesses.partition_point(|x| x.block < block);
-        for old in st.memory.accesses[first..].iter().take_while(|x| x.block == block) {
+        // Only this block's accesses can conflict.
+        for old in st.memory.accesses.get(&block).into_iter().flatten() {
             if !(old.write || a.write) {
                 continue;
             }
@@ -58,28 +57,28 @@ impl<'p> Semantics<'p> {
             }
         }
         // Sorted, so that commuting steps give equal states (the explorer merges them).
-        let pos = st.memory.accesses.partition_point(|x| x < &new);
-        st.memory.accesses.insert(pos, new);
+        let list = st.memory.accesses.entry(block).or_default();
+        let pos = list.partition_point(|x| x < &new);
+        list.insert(pos, new);
     }
 
     /// Fills in the end of every access of item `k` once it has ended; `blocks` are the blocks the item touches
-    /// (the list is sorted by block, so only their ranges are visited).
+    /// (only their lists are visited).
     pub(crate) fn end_accesses(&self, st: &mut State, k: ItemKey, blocks: &[(BufRef, BlockId)], epoch: Epoch) {
         let mut done: Vec<BlockId> = blocks.iter().map(|(_, b)| *b).collect();
         done.sort_unstable();
         done.dedup();
         for block in done {
-            let lo = st.memory.accesses.partition_point(|x| x.block < block);
-            let hi = lo + st.memory.accesses[lo..].iter().take_while(|x| x.block == block).count();
+            let Some(list) = st.memory.accesses.get_mut(&block) else { continue };
             let mut changed = false;
-            for a in &mut st.memory.accesses[lo..hi] {
+            for a in list.iter_mut() {
                 if matches!(a.who, Accessor::Item { item, .. } if item == k) {
                     a.end = Some(epoch);
                     changed = true;
                 }
             }
             if changed {
-                st.memory.accesses[lo..hi].sort();
+                list.sort();
             }
         }
     }

@@ -56,8 +56,13 @@ pub struct Semantics<'p> {
     future: Vec<forget::ThreadFuture>,
     /// Per global stream: how many threads ever enqueue work on it (`forget.rs`).
     future_issuers: Vec<usize>,
+    /// Per global stream: the ranks whose memory its items may touch, ascending (`forget.rs`).
+    stream_ranks: Vec<Vec<RankId>>,
     /// The ops a value assertion names as its writer (V1): their write ends are kept in `MemoryState::write_ends`.
     expected_writers: std::collections::BTreeSet<OpLoc>,
+    /// Per rank, ascending: the threads with an NCCL op acting on that rank (the only ones that can wait for a
+    /// connection set-up there; N7).
+    nccl_threads_of: Vec<Vec<ThreadId>>,
 }
 
 impl<'p> Semantics<'p> {
@@ -100,7 +105,30 @@ impl<'p> Semantics<'p> {
                 }
             }
         }
+        let mut stream_ranks: Vec<Vec<RankId>> = vec![vec![]; streams as usize];
+        for info in infos.iter().flatten() {
+            if let Some(s) = info.stream {
+                let ranks = info.accesses.iter().map(|a| a.range.buf.rank);
+                stream_ranks[(stream_base[s.rank as usize] + s.index) as usize].extend(ranks);
+            }
+        }
+        for r in &mut stream_ranks {
+            r.sort_unstable();
+            r.dedup();
+        }
+        let mut nccl_threads_of: Vec<Vec<ThreadId>> = vec![vec![]; program.ranks.len()];
+        for (t, info) in infos.iter().enumerate() {
+            let nccl = info.iter().filter(|i| i.comm.is_some());
+            let mut ranks: Vec<RankId> = nccl.filter_map(|i| i.acting_rank).collect();
+            ranks.sort_unstable();
+            ranks.dedup();
+            for r in ranks {
+                nccl_threads_of[r as usize].push(t as ThreadId);
+            }
+        }
         Semantics {
+            nccl_threads_of,
+            stream_ranks,
             program,
             profile,
             thread_of,
@@ -150,7 +178,12 @@ impl<'p> Semantics<'p> {
                 init_arrived: Default::default(),
                 issuer: Default::default(),
             },
-            memory: MemoryState { accesses: vec![], races: Default::default(), write_ends: Default::default(), stale: Default::default() },
+            memory: MemoryState {
+                accesses: Default::default(),
+                races: Default::default(),
+                write_ends: Default::default(),
+                stale: Default::default(),
+            },
             pool: PoolState { allocated: Default::default(), free: vec![], alloc_count: Default::default() },
             undefined: None,
         }

@@ -344,14 +344,23 @@ pub struct NcclState {
 /// Memory accesses and the races found (race detection).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MemoryState {
-    /// Every access made so far, sorted (so that commuting steps give equal states).
-    pub accesses: Vec<Access>,
+    /// Every access made so far (and not forgotten), per block, each block's list sorted (so that commuting steps
+    /// give equal states); no block has an empty list. Per block, so that recording an access costs what that
+    /// block holds, not what the whole program touched (issue 9, "scale").
+    pub accesses: BTreeMap<BlockId, Vec<Access>>,
     /// Races found on the way here.
     pub races: BTreeSet<Race>,
     /// The end of the write of every op that a value assertion names as its writer, once that write has ended (V1).
     pub write_ends: BTreeMap<OpLoc, Epoch>,
     /// Value assertions that failed on the way here (V1).
     pub stale: BTreeSet<StaleRead>,
+}
+
+impl MemoryState {
+    /// Every access kept, sorted (by block first).
+    pub fn all_accesses(&self) -> impl Iterator<Item = &Access> + '_ {
+        self.accesses.values().flatten()
+    }
 }
 
 /// A failed value assertion (V1): the read `check` (an `Expect`) does not see the value op `writer` wrote to

@@ -107,11 +107,13 @@ impl<'p> Semantics<'p> {
     pub(crate) fn connect_steps_from(&self, st: &State, a: usize, out: &mut Vec<Step>) {
         let Some(Wait::Connect { need: pa, .. }) = &st.host.threads[a].wait else { return };
         for ((comm, ra, rb), need_a) in pa {
-            for (b, tb) in st.host.threads.iter().enumerate() {
+            // Only a thread with NCCL ops acting on `rb` can wait for this set-up (ascending, as the steps are listed).
+            for &b in &self.nccl_threads_of[*rb as usize] {
+                let b = b as usize;
                 if b == a {
                     continue;
                 }
-                let Some(Wait::Connect { need: pb, .. }) = &tb.wait else { continue };
+                let Some(Wait::Connect { need: pb, .. }) = &st.host.threads[b].wait else { continue };
                 if (b, *rb) < (a, *ra) {
                     continue;
                 }
