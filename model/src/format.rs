@@ -18,6 +18,7 @@ mod issues;
 mod resolve;
 mod ron_error;
 mod span_index;
+mod split;
 mod torch;
 mod surface;
 mod units;
@@ -100,6 +101,7 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
         }
     }
     torch::declare_pairs(&pairs, &mut decls);
+    split::declare(&expanded, &mut decls, &mut issues);
     let decls = decls;
     if budget.exhausted {
         return Err(issues.into_diagnostics(text, &index, ranks_of_path));
@@ -176,7 +178,20 @@ fn takes_part_in_matching(item: &expand::Item) -> bool {
         expand::Leaf::Owned(op) => op,
         expand::Leaf::GroupStart | expand::Leaf::GroupEnd => return false,
     };
-    matches!(op, Send { .. } | Recv { .. } | AllReduce { .. } | Broadcast { .. } | AllGather { .. } | ReduceScatter { .. })
+    matches!(
+        op,
+        Send { .. }
+            | Recv { .. }
+            | AllReduce { .. }
+            | Broadcast { .. }
+            | AllGather { .. }
+            | ReduceScatter { .. }
+            | AllToAll { .. }
+            | Reduce { .. }
+            | Gather { .. }
+            | Scatter { .. }
+            | CommSplit { .. }
+    )
 }
 
 #[cfg(test)]
