@@ -56,6 +56,9 @@ pub fn declare(expanded: &[(RankId, u32, &str, Vec<Item>)], d: &mut Decls, issue
         }
     }
     let mut created: BTreeMap<String, Rc<str>> = BTreeMap::new();
+    // The names of rejected calls: declared afterwards (if nothing else declares them) so that the calls' ops do not
+    // also fail as "unknown communicator"; the load fails anyway.
+    let mut rejected: BTreeMap<String, RankId> = BTreeMap::new();
     for ((parent, _), list) in calls {
         let Some(&pi) = d.comm_idx.get(&parent) else { continue };
         let pmembers = d.comms[pi as usize].members.clone();
@@ -65,7 +68,8 @@ pub fn declare(expanded: &[(RankId, u32, &str, Vec<Item>)], d: &mut Decls, issue
             let Some(pos) = pmembers.iter().position(|m| *m == c.rank) else { continue };
             let (new, color) = match (&c.new, c.color) {
                 (None, None) => continue,
-                (Some(_), None) => {
+                (Some(n), None) => {
+                    rejected.insert(n.clone(), c.rank);
                     issues.push(
                         Issue::new(&*c.path, "a CommSplit that names its `new` communicator needs a `color`")
                             .help("ranks that pass the same color join the same communicator; leave out both `new` and `color` for NCCL_SPLIT_NOCOLOR")
@@ -84,6 +88,7 @@ pub fn declare(expanded: &[(RankId, u32, &str, Vec<Item>)], d: &mut Decls, issue
                 (Some(n), Some(col)) => (n, col),
             };
             if color < 0 {
+                rejected.insert(new.clone(), c.rank);
                 issues.push(
                     Issue::new(field(&c.path, "color"), format!("color {color} is negative"))
                         .help("colors are non-negative; NCCL_SPLIT_NOCOLOR is written by leaving out `new` and `color`")
@@ -95,6 +100,7 @@ pub fn declare(expanded: &[(RankId, u32, &str, Vec<Item>)], d: &mut Decls, issue
             match by_color.get_mut(&color) {
                 Some((name, first, members)) => {
                     if name != new {
+                        rejected.insert(new.clone(), c.rank);
                         issues.push(
                             Issue::new(field(&c.path, "new"), format!("color {color} joins `{new}` here, but `{name}` on an earlier rank"))
                                 .help("every rank that passes one color to the same split joins one communicator: name it the same")
@@ -138,6 +144,12 @@ pub fn declare(expanded: &[(RankId, u32, &str, Vec<Item>)], d: &mut Decls, issue
             created.insert(name.clone(), path);
             d.comm_idx.insert(name.clone(), d.comms.len() as u32);
             d.comms.push(Comm { name, members: members.into_iter().map(|(_, _, r)| r).collect(), explicit_init: true });
+        }
+    }
+    for (name, rank) in rejected {
+        if !d.comm_idx.contains_key(&name) {
+            d.comm_idx.insert(name.clone(), d.comms.len() as u32);
+            d.comms.push(Comm { name, members: vec![rank], explicit_init: true });
         }
     }
 }
