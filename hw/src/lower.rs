@@ -876,7 +876,7 @@ mod tests {
         let half = BufRange { len: 4, ..bx };
         for kind in [
             OpKind::CommSplit { parent: CommId(0), seq: 0, comm: Some(CommId(1)) },
-            OpKind::Collective { comm: CommId(0), kind: CollectiveKind::AllToAll, send: bx, recv: bx, stream: sref(0, s) },
+            OpKind::Collective { comm: CommId(0), kind: CollectiveKind::AllToAll, send: bx, recv: half, stream: sref(0, s) },
             OpKind::Collective { comm: CommId(0), kind: CollectiveKind::Gather { root: 1 }, send: half, recv: half, stream: sref(0, s) },
         ] {
             p.ranks[0].threads[0].ops.push(cuorder_model::program::Op { kind, origin: Default::default() });
