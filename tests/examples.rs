@@ -25,6 +25,8 @@ const TORCH_EXPECTED: &[(&str, &str, &[&str])] = &[
     // Before PR 82450 (the file's version): req.wait() orders nothing (P3, N10).
     ("megatron-batch-p2p.ron", "portable", &["data race always", "data race always", "data race always", "data race always"]),
     ("megatron-batch-p2p-synchronize.ron", "portable", &[]),
+    // The experts read the all-to-all's output before work.wait() (P1): a race on every rank.
+    ("new-group-all-to-all.ron", "portable", &["data race always", "data race always", "data race always", "data race always"]),
 ];
 
 fn check_torch_example(file: &str, profile: &str) -> String {
@@ -56,6 +58,21 @@ fn torch_megatron_batch_p2p_races_before_pr_82450_and_is_clean_since() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/torch/megatron-batch-p2p.ron");
     let since = std::fs::read_to_string(path).unwrap().replace("version: Before82450", "version: Since82450");
     assert_eq!(kinds(&common::check_text("megatron-batch-p2p-since", &since, "portable")), Vec::<String>::new());
+}
+
+#[test]
+fn torch_new_group_all_to_all_races_before_the_wait_and_is_clean_after() {
+    let text = check_torch_example("new-group-all-to-all.ron", "portable");
+    // Each group's all-to-all runs on the communicator split from `world` for it (eager init: ncclCommSplit).
+    assert!(text.contains("all_to_all(tokens -> recv, nccl, torch.group.ep1) (line 24:9)"), "{text}");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/torch/new-group-all-to-all.ron");
+    let bug = std::fs::read_to_string(path).unwrap();
+    let fixed = bug.replace(
+        "        Compute(\"experts\", reads: [\"recv\"], writes: [\"out\"]),\n        WorkWait(\"a2a\"),",
+        "        WorkWait(\"a2a\"),\n        Compute(\"experts\", reads: [\"recv\"], writes: [\"out\"]),",
+    );
+    assert_ne!(fixed, bug);
+    assert_eq!(kinds(&common::check_text("new-group-all-to-all-fixed", &fixed, "portable")), Vec::<String>::new());
 }
 
 #[test]

@@ -65,7 +65,8 @@ fn every_operation_has_an_example() {
         "RecordStream(", "OnRanks(", "Parity(even: [", "Repeat(", "Slice(", "to: Next", "from: Prev", "Rank(",
         "Parity(even: Next", "For(", "If(stage", "then: [", "Rank(stage + 1)", "{i}", "Expect(", "written_by: Kernel(",
         "InitProcessGroup", "DistSend(", "DistRecv(", "Isend(", "Irecv(", "BatchIsendIrecv(", "P2POp(", "WorkWait(",
-        "DistAllReduce(", "DistBroadcast(", "DistAllGather(", "DistReduceScatter(", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
+        "DistAllReduce(", "DistBroadcast(", "DistAllGather(", "DistReduceScatter(", "AllToAll(", "Reduce(", "Gather(", "Scatter(", "CommSplit(", "NewGroup(",
+        "DistAllToAllSingle(", "DistReduce(", "DistGather(", "DistScatter(", "group: ", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
     ] {
         assert!(examples.contains(op), "no example uses `{op}`");
     }

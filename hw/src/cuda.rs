@@ -407,6 +407,16 @@ pub fn comm_init_rank(nranks: i32, id: ncclUniqueId, rank: i32) -> Result<ncclCo
     Ok(c)
 }
 
+/// `ncclCommSplit(parent, color, key, &new, NULL)` (N8: every member of `parent` must call it). Returns the new
+/// communicator, null for `color == NCCL_SPLIT_NOCOLOR` (-1).
+pub fn comm_split(parent: ncclComm_t, color: i32, key: i32) -> Result<ncclComm_t, HwError> {
+    let mut c = std::ptr::null_mut();
+    // SAFETY: `parent` is a live communicator; out-parameter call; a null config inherits the parent's.
+    let r = unsafe { nc::ncclCommSplit(parent, color, key, &mut c, std::ptr::null_mut()) };
+    nccl_check(r, "ncclCommSplit", Some(parent))?;
+    Ok(c)
+}
+
 /// `ncclSend` of `bytes` bytes (`ncclUint8`).
 ///
 /// # Safety
@@ -563,4 +573,48 @@ pub unsafe fn stream_destroy(s: CUstream) -> Result<(), HwError> {
 /// A live event, destroyed once.
 pub unsafe fn event_destroy(e: CUevent) -> Result<(), HwError> {
     check(cu::cuEventDestroy_v2(e), "cuEventDestroy")
+}
+
+/// `ncclAlltoAll` (NCCL >= 2.28) of `bytes_per_rank` bytes to and from each member (`ncclUint8`).
+///
+/// # Safety
+/// As [`all_reduce_max`]: `send` and `recv` device-accessible for `bytes_per_rank` × members bytes.
+pub unsafe fn all_to_all(send: CUdeviceptr, recv: CUdeviceptr, bytes_per_rank: usize, comm: ncclComm_t, s: CUstream) -> Result<(), HwError> {
+    let r = nc::ncclAlltoAll(send as *const c_void, recv as *mut c_void, bytes_per_rank, nc::ncclDataType_t::ncclUint8, comm, s as nc::cudaStream_t);
+    nccl_check(r, "ncclAlltoAll", Some(comm))
+}
+
+/// `ncclReduce(max)` of `count` elements of `dt` to communicator rank `root`.
+///
+/// # Safety
+/// As [`all_reduce_max`].
+pub unsafe fn reduce_max(
+    send: CUdeviceptr,
+    recv: CUdeviceptr,
+    count: usize,
+    dt: ncclDataType_t,
+    root: i32,
+    comm: ncclComm_t,
+    s: CUstream,
+) -> Result<(), HwError> {
+    let r = nc::ncclReduce(send as *const c_void, recv as *mut c_void, count, dt, nc::ncclRedOp_t::ncclMax, root, comm, s as nc::cudaStream_t);
+    nccl_check(r, "ncclReduce", Some(comm))
+}
+
+/// `ncclGather` (NCCL >= 2.28) of `send_bytes` bytes per member to communicator rank `root` (`ncclUint8`).
+///
+/// # Safety
+/// As [`all_reduce_max`]: on the root `recv` holds `send_bytes` × members bytes.
+pub unsafe fn gather(send: CUdeviceptr, recv: CUdeviceptr, send_bytes: usize, root: i32, comm: ncclComm_t, s: CUstream) -> Result<(), HwError> {
+    let r = nc::ncclGather(send as *const c_void, recv as *mut c_void, send_bytes, nc::ncclDataType_t::ncclUint8, root, comm, s as nc::cudaStream_t);
+    nccl_check(r, "ncclGather", Some(comm))
+}
+
+/// `ncclScatter` (NCCL >= 2.28) of `recv_bytes` bytes per member from communicator rank `root` (`ncclUint8`).
+///
+/// # Safety
+/// As [`all_reduce_max`]: on the root `send` holds `recv_bytes` × members bytes.
+pub unsafe fn scatter(send: CUdeviceptr, recv: CUdeviceptr, recv_bytes: usize, root: i32, comm: ncclComm_t, s: CUstream) -> Result<(), HwError> {
+    let r = nc::ncclScatter(send as *const c_void, recv as *mut c_void, recv_bytes, nc::ncclDataType_t::ncclUint8, root, comm, s as nc::cudaStream_t);
+    nccl_check(r, "ncclScatter", Some(comm))
 }

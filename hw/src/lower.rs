@@ -65,6 +65,9 @@ impl Tracing {
     }
 }
 
+/// `NCCL_SPLIT_NOCOLOR` (nccl.h): a rank that joins no communicator of a split.
+pub const SPLIT_NOCOLOR: i32 = -1;
+
 /// One lowered op. Streams, events and buffers are indices into the op's own rank's declarations; `comm` indexes
 /// [`Program::comms`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,10 +91,15 @@ pub enum Step {
     /// The `round`-th (0-based) arrival of this thread at host barrier `barrier`.
     Barrier { barrier: u32, round: u64 },
     CommInit { comm: u32 },
+    /// `ncclCommSplit(parent, color, key, &new)` (N8). `color` is the index of the communicator this rank joins
+    /// (one color per communicator the split creates), `NCCL_SPLIT_NOCOLOR` (-1) for none (`comm: None`); `key` is
+    /// this rank's position in the new communicator, whose members the program lists in key order.
+    CommSplit { parent: u32, color: i32, key: i32, comm: Option<u32> },
     /// `peer` is the peer's position in the communicator.
     Send { comm: u32, peer: i32, buf: ByteRange, stream: u32, trace: Tracing },
     Recv { comm: u32, peer: i32, buf: ByteRange, stream: u32, trace: Tracing },
-    /// `root` is the root's position in the communicator (Broadcast only).
+    /// `root` is the root's position in the communicator (rooted kinds: Broadcast, Reduce, Gather, Scatter; 0
+    /// otherwise).
     Collective { comm: u32, kind: CollectiveKind, root: i32, send: ByteRange, recv: ByteRange, stream: u32, trace: Tracing },
     GroupStart,
     /// `outermost`: this end launches the group; `end_markers`: (stream, slot) of every traced op in the group,
@@ -596,6 +604,30 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                         }
                         Step::CommInit { comm: comm.0 }
                     }
+                    OpKind::CommSplit { parent, comm, .. } => {
+                        match p.comms.get(parent.0 as usize) {
+                            None => cx.err(format!("communicator index {} does not exist", parent.0)),
+                            Some(c) if !c.members.contains(&ri) => {
+                                cx.err(format!("rank {ri} is not a member of communicator `{}`", c.name))
+                            }
+                            Some(_) => {}
+                        }
+                        let (color, key) = match comm.map(|c| (c, p.comms.get(c.0 as usize))) {
+                            None => (SPLIT_NOCOLOR, 0),
+                            Some((c, Some(nc))) => match nc.members.iter().position(|&m| m == ri) {
+                                Some(pos) => (c.0 as i32, pos as i32),
+                                None => {
+                                    cx.err(format!("rank {ri} is not a member of communicator `{}`", nc.name));
+                                    (SPLIT_NOCOLOR, 0)
+                                }
+                            },
+                            Some((c, None)) => {
+                                cx.err(format!("communicator index {} does not exist", c.0));
+                                (SPLIT_NOCOLOR, 0)
+                            }
+                        };
+                        Step::CommSplit { parent: parent.0, color, key, comm: comm.map(|c| c.0) }
+                    }
                     OpKind::Send { comm, peer, buf, stream } | OpKind::Recv { comm, peer, buf, stream } => {
                         let pos = cx.comm_peer(comm.0, *peer).unwrap_or(0);
                         if *peer == ri {
@@ -791,6 +823,69 @@ mod tests {
         assert!(has(3, "peer rank 7"), "{text:#?}");
         assert!(has(4, "without a matching"), "{text:#?}");
         assert!(has(5, "exceeds buffer"), "{text:#?}");
+    }
+
+    /// The new collectives lower with the root's position in the communicator, and a split with the joined
+    /// communicator's index as color and the rank's position in it as key (NOCOLOR for a rank that joins none).
+    #[test]
+    fn split_and_rooted_collectives_lower_with_positions() {
+        use cuorder_model::program::{CollectiveKind, Comm};
+        let mut b = Builder::new("split", 3);
+        let s = b.stream("s", StreamKind::NonBlocking);
+        let x = b.buffer("x", 48, MemSpace::Device, false);
+        let y = b.buffer("y", 16, MemSpace::Device, false);
+        let mut p = b.finish();
+        // comm 0: world (0, 1, 2); comm 1: "pair" = ranks 2 and 0, in key order (2 first).
+        p.comms.push(Comm { name: "pair".into(), members: vec![2, 0], explicit_init: true });
+        for r in 0..3u32 {
+            let (bx, by) = (BufRange { buf: BufRef { rank: r, index: x }, offset: 0, len: 48 }, BufRange { buf: BufRef { rank: r, index: y }, offset: 0, len: 16 });
+            let joined = (r != 1).then_some(CommId(1));
+            let ops = vec![
+                OpKind::CommSplit { parent: CommId(0), seq: 0, comm: joined },
+                OpKind::Collective { comm: CommId(0), kind: CollectiveKind::Gather { root: 2 }, send: by, recv: bx, stream: sref(r, s) },
+                OpKind::Collective { comm: CommId(0), kind: CollectiveKind::Scatter { root: 1 }, send: bx, recv: by, stream: sref(r, s) },
+                OpKind::Collective { comm: CommId(0), kind: CollectiveKind::AllToAll, send: bx, recv: bx, stream: sref(r, s) },
+                OpKind::Collective { comm: CommId(0), kind: CollectiveKind::Reduce { root: 0 }, send: by, recv: by, stream: sref(r, s) },
+            ];
+            for kind in ops {
+                p.ranks[r as usize].threads[0].ops.push(cuorder_model::program::Op { kind, origin: Default::default() });
+            }
+        }
+        let plan = lower(&p).unwrap();
+        assert_eq!(plan.ranks[0].threads[0][0], Step::CommSplit { parent: 0, color: 1, key: 1, comm: Some(1) });
+        assert_eq!(plan.ranks[1].threads[0][0], Step::CommSplit { parent: 0, color: SPLIT_NOCOLOR, key: 0, comm: None });
+        assert_eq!(plan.ranks[2].threads[0][0], Step::CommSplit { parent: 0, color: 1, key: 0, comm: Some(1) });
+        let root = |st: &Step| match st {
+            Step::Collective { root, .. } => *root,
+            other => panic!("not a collective: {other:?}"),
+        };
+        let t = &plan.ranks[1].threads[0];
+        assert_eq!((root(&t[1]), root(&t[2]), root(&t[3]), root(&t[4])), (2, 1, 0, 0));
+    }
+
+    /// Sizes that do not fit a kind, and a split into a communicator the rank is not in, are errors of that op.
+    #[test]
+    fn bad_new_collectives_and_splits_are_reported() {
+        use cuorder_model::program::{CollectiveKind, Comm};
+        let mut b = Builder::new("bad", 2);
+        let s = b.stream("s", StreamKind::NonBlocking);
+        let x = b.buffer("x", 12, MemSpace::Device, false);
+        let mut p = b.finish();
+        p.comms.push(Comm { name: "solo".into(), members: vec![1], explicit_init: true });
+        let bx = BufRange { buf: BufRef { rank: 0, index: x }, offset: 0, len: 12 };
+        let half = BufRange { len: 4, ..bx };
+        for kind in [
+            OpKind::CommSplit { parent: CommId(0), seq: 0, comm: Some(CommId(1)) },
+            OpKind::Collective { comm: CommId(0), kind: CollectiveKind::AllToAll, send: bx, recv: half, stream: sref(0, s) },
+            OpKind::Collective { comm: CommId(0), kind: CollectiveKind::Gather { root: 1 }, send: half, recv: half, stream: sref(0, s) },
+        ] {
+            p.ranks[0].threads[0].ops.push(cuorder_model::program::Op { kind, origin: Default::default() });
+        }
+        let text: Vec<String> = lower(&p).unwrap_err().iter().map(|e| e.to_string()).collect();
+        let has = |op: u32, needle: &str| text.iter().any(|t| t.starts_with(&format!("op (rank 0, thread 0, op {op})")) && t.contains(needle));
+        assert!(has(0, "not a member of communicator `solo`"), "{text:#?}");
+        assert!(has(1, "sizes do not fit"), "{text:#?}");
+        assert!(has(2, "sizes do not fit"), "{text:#?}");
     }
 
     #[test]

@@ -851,6 +851,13 @@ fn exec(rt: &Rt, t: u32, i: u32, step: &Step, depth: &mut u32) -> Result<Option<
             let p = cuda::comm_init_rank(c.members.len() as i32, id, pos as i32)?;
             let _ = rt.comms[*comm as usize].set(CommPtr(p));
         }
+        Step::CommSplit { parent, color, key, comm } => {
+            let pc = rt.comm(*parent)?;
+            let new = cuda::comm_split(pc, *color, *key)?;
+            if let Some(c) = comm {
+                let _ = rt.comms[*c as usize].set(CommPtr(new));
+            }
+        }
         Step::Send { comm, peer, buf, stream, trace } | Step::Recv { comm, peer, buf, stream, trace } => {
             let c = rt.comm(*comm)?;
             let s = rt.stream(*stream);
@@ -888,6 +895,16 @@ fn exec(rt: &Rt, t: u32, i: u32, step: &Step, depth: &mut u32) -> Result<Option<
                     }
                     CollectiveKind::Broadcast { .. } => cuda::broadcast(sa, ra, recv.len as usize, *root, c, s)?,
                     CollectiveKind::AllGather => cuda::all_gather(sa, ra, send.len as usize, c, s)?,
+                    CollectiveKind::AllToAll => {
+                        let members = rt.program.comms[*comm as usize].members.len().max(1) as u64;
+                        cuda::all_to_all(sa, ra, (send.len / members) as usize, c, s)?
+                    }
+                    CollectiveKind::Reduce { .. } => {
+                        let (n, dt) = words(send.len);
+                        cuda::reduce_max(sa, ra, n, dt, *root, c, s)?
+                    }
+                    CollectiveKind::Gather { .. } => cuda::gather(sa, ra, send.len as usize, *root, c, s)?,
+                    CollectiveKind::Scatter { .. } => cuda::scatter(sa, ra, recv.len as usize, *root, c, s)?,
                 }
             }
             if *depth == 0 {

@@ -95,6 +95,10 @@ impl Program {
             }
             OpKind::Barrier { barrier } => format!("barrier({})", self.barriers[*barrier as usize].name),
             OpKind::CommInit { comm: c } => format!("comm_init({})", comm(c)),
+            OpKind::CommSplit { parent, comm: c, .. } => match c {
+                Some(c) => format!("comm_split({} -> {})", comm(parent), comm(c)),
+                None => format!("comm_split({}, no color)", comm(parent)),
+            },
             OpKind::Send { comm: c, peer, buf, stream } => {
                 format!("send(to r{peer}, {}, {}, {}, {})", self.range_label(buf), bytes(buf.len), s(stream), comm(c))
             }
@@ -116,6 +120,10 @@ impl Program {
                     CollectiveKind::Broadcast { root } => format!("broadcast[root r{root}]"),
                     CollectiveKind::AllGather => "all_gather".into(),
                     CollectiveKind::ReduceScatter => "reduce_scatter".into(),
+                    CollectiveKind::AllToAll => "all_to_all".into(),
+                    CollectiveKind::Reduce { root } => format!("reduce[root r{root}]"),
+                    CollectiveKind::Gather { root } => format!("gather[root r{root}]"),
+                    CollectiveKind::Scatter { root } => format!("scatter[root r{root}]"),
                 };
                 format!("{k}({} -> {}, {}, {})", self.range_label(send), self.range_label(recv), s(stream), comm(c))
             }

@@ -18,6 +18,7 @@ mod issues;
 mod resolve;
 mod ron_error;
 mod span_index;
+mod split;
 mod torch;
 mod surface;
 mod units;
@@ -96,16 +97,20 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
     let mut budget = Budget::new();
     let mut expanded = Vec::new();
     let mut pairs = std::collections::BTreeSet::new();
+    let mut groups = BTreeMap::new();
     for r in 0..ranks {
         for (ti, &t) in decls.rank_threads[r as usize].iter().enumerate() {
             let decl = &decls.threads[t];
             let mut tcx = torch::TorchCx::new(&torch_decls, &decls);
             let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut tcx, &mut issues);
             pairs.append(&mut tcx.pairs);
+            groups.append(&mut tcx.lazy_groups);
             expanded.push((r, ti as u32, decl.name, items));
         }
     }
     torch::declare_pairs(&pairs, &mut decls);
+    torch::declare_groups(&groups, &mut decls);
+    split::declare(&expanded, &mut decls, &mut issues);
     let decls = decls;
     if budget.exhausted {
         return Err(issues.into_diagnostics(text, &full_index(), ranks_of_path));
@@ -182,7 +187,20 @@ fn takes_part_in_matching(item: &expand::Item) -> bool {
         expand::Leaf::Owned(op) => op,
         expand::Leaf::GroupStart | expand::Leaf::GroupEnd => return false,
     };
-    matches!(op, Send { .. } | Recv { .. } | AllReduce { .. } | Broadcast { .. } | AllGather { .. } | ReduceScatter { .. })
+    matches!(
+        op,
+        Send { .. }
+            | Recv { .. }
+            | AllReduce { .. }
+            | Broadcast { .. }
+            | AllGather { .. }
+            | ReduceScatter { .. }
+            | AllToAll { .. }
+            | Reduce { .. }
+            | Gather { .. }
+            | Scatter { .. }
+            | CommSplit { .. }
+    )
 }
 
 #[cfg(test)]

@@ -109,6 +109,7 @@ impl OpKind {
             OpKind::HostAccess { write: true, .. } => "HostWrite",
             OpKind::Barrier { .. } => "Barrier",
             OpKind::CommInit { .. } => "CommInit",
+            OpKind::CommSplit { .. } => "CommSplit",
             OpKind::Send { .. } => "Send",
             OpKind::Recv { .. } => "Recv",
             OpKind::GroupStart => "GroupStart",
@@ -230,6 +231,13 @@ impl OpKind {
                 nccl: Some(NcclRole::Init),
                 ..OpInfo::base(self.name(), Some(caller), None, vec![])
             },
+            // N8: a split is an arrival at a rendezvous of the parent's members, like an init; its communicator is
+            // the parent (what the call synchronizes over).
+            OpKind::CommSplit { parent, .. } => OpInfo {
+                comm: Some(*parent),
+                nccl: Some(NcclRole::Init),
+                ..OpInfo::base(self.name(), Some(caller), None, vec![])
+            },
             OpKind::Send { comm, peer, buf, stream } => {
                 nccl(*comm, *stream, &[*buf], &mut fp);
                 ranks.push(buf.buf.rank);
@@ -253,13 +261,15 @@ impl OpKind {
             OpKind::Collective { comm, kind, send, recv, stream } => {
                 nccl(*comm, *stream, &[*send, *recv], &mut fp);
                 ranks.extend([send.buf.rank, recv.buf.rank]);
-                // C1: a broadcast's send buffer is read by the root only.
-                let reads_send = kind.reads_send(stream.rank);
+                // C1: a broadcast's or scatter's send buffer is read by the root only, a reduce's or gather's recv
+                // buffer written by the root only.
                 let mut acc = vec![];
-                if reads_send {
+                if kind.reads_send(stream.rank) {
                     acc.push(MemAccess { range: *send, write: false });
                 }
-                acc.push(MemAccess { range: *recv, write: true });
+                if kind.writes_recv(stream.rank) {
+                    acc.push(MemAccess { range: *recv, write: true });
+                }
                 OpInfo {
                     comm: Some(*comm),
                     nccl: Some(NcclRole::Collective { kind: *kind }),
@@ -337,7 +347,13 @@ impl OpKind {
             OpKind::Memset { dst, .. } | OpKind::Memcpy { dst, .. } => vec![*dst],
             OpKind::HostAccess { range, write: true } => vec![*range],
             OpKind::Recv { buf, .. } => vec![*buf],
-            OpKind::Collective { recv, .. } => vec![*recv],
+            OpKind::Collective { recv, kind, stream, .. } => {
+                if kind.writes_recv(stream.rank) {
+                    vec![*recv]
+                } else {
+                    vec![]
+                }
+            }
             OpKind::HostAccess { write: false, .. }
             | OpKind::EventRecord { .. }
             | OpKind::StreamWaitEvent { .. }
@@ -349,6 +365,7 @@ impl OpKind {
             | OpKind::HostSleep { .. }
             | OpKind::Barrier { .. }
             | OpKind::CommInit { .. }
+            | OpKind::CommSplit { .. }
             | OpKind::Send { .. }
             | OpKind::GroupStart
             | OpKind::GroupEnd

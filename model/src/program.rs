@@ -173,7 +173,12 @@ pub struct Origin {
     pub column: Option<u32>,
 }
 
-/// Kind of NCCL collective (C1).
+/// Kind of NCCL collective (C1). Roots are *global* ranks.
+///
+/// `AllToAll`, `Gather` and `Scatter` are NCCL ≥ 2.28's `ncclAlltoAll`, `ncclGather` and `ncclScatter`, which NCCL
+/// translates into grouped point-to-point tasks (a "one-shot" algorithm: NVIDIA/nccl design note *NCCL
+/// alltoall/gather/scatter api*); [`CollectiveKind::needs_all`] and [`CollectiveKind::may_end_alone`] give the
+/// ordering that follows (C1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum CollectiveKind {
     AllReduce,
@@ -181,6 +186,15 @@ pub enum CollectiveKind {
     Broadcast { root: RankId },
     AllGather,
     ReduceScatter,
+    /// `ncclAlltoAll`: member i sends the j-th of its `members` equal blocks of `send` to member j, which stores it
+    /// as the i-th block of `recv` (send = recv bytes, a multiple of the member count).
+    AllToAll,
+    /// `ncclReduce` to the member with this global rank: only the root's `recv` is written.
+    Reduce { root: RankId },
+    /// `ncclGather` to `root`: recv = send × members, written on the root only.
+    Gather { root: RankId },
+    /// `ncclScatter` from `root`: send = recv × members, read on the root only.
+    Scatter { root: RankId },
 }
 
 impl CollectiveKind {
@@ -191,14 +205,23 @@ impl CollectiveKind {
             CollectiveKind::Broadcast { .. } => "Broadcast",
             CollectiveKind::AllGather => "AllGather",
             CollectiveKind::ReduceScatter => "ReduceScatter",
+            CollectiveKind::AllToAll => "AllToAll",
+            CollectiveKind::Reduce { .. } => "Reduce",
+            CollectiveKind::Gather { .. } => "Gather",
+            CollectiveKind::Scatter { .. } => "Scatter",
         }
     }
 
     /// The root's global rank, for rooted collectives.
     pub fn root(self) -> Option<RankId> {
         match self {
-            CollectiveKind::Broadcast { root } => Some(root),
-            CollectiveKind::AllReduce | CollectiveKind::AllGather | CollectiveKind::ReduceScatter => None,
+            CollectiveKind::Broadcast { root }
+            | CollectiveKind::Reduce { root }
+            | CollectiveKind::Gather { root }
+            | CollectiveKind::Scatter { root } => Some(root),
+            CollectiveKind::AllReduce | CollectiveKind::AllGather | CollectiveKind::ReduceScatter | CollectiveKind::AllToAll => {
+                None
+            }
         }
     }
 
@@ -206,24 +229,72 @@ impl CollectiveKind {
     /// ("recv = send × members").
     pub fn sizes_fit(self, send_bytes: u64, recv_bytes: u64, members: u64) -> (bool, &'static str) {
         match self {
-            CollectiveKind::AllReduce | CollectiveKind::Broadcast { .. } => (send_bytes == recv_bytes, "recv = send"),
-            CollectiveKind::AllGather => (send_bytes.checked_mul(members) == Some(recv_bytes), "recv = send × members"),
-            CollectiveKind::ReduceScatter => (recv_bytes.checked_mul(members) == Some(send_bytes), "send = recv × members"),
+            CollectiveKind::AllReduce | CollectiveKind::Broadcast { .. } | CollectiveKind::Reduce { .. } => {
+                (send_bytes == recv_bytes, "recv = send")
+            }
+            CollectiveKind::AllGather | CollectiveKind::Gather { .. } => {
+                (send_bytes.checked_mul(members) == Some(recv_bytes), "recv = send × members")
+            }
+            CollectiveKind::ReduceScatter | CollectiveKind::Scatter { .. } => {
+                (recv_bytes.checked_mul(members) == Some(send_bytes), "send = recv × members")
+            }
+            CollectiveKind::AllToAll => (
+                send_bytes == recv_bytes && members > 0 && send_bytes % members == 0,
+                "recv = send, a multiple of the member count (one block per member)",
+            ),
         }
     }
 
     /// The per-member byte count every member must agree on (C1): the send size, or the recv size where the send
-    /// side differs per member (broadcast: only the root sends; reduce-scatter: recv is the per-rank part).
+    /// side differs per member (broadcast: only the root sends; reduce-scatter and scatter: recv is the per-rank
+    /// part).
     pub fn agreed_bytes(self, send_bytes: u64, recv_bytes: u64) -> u64 {
         match self {
-            CollectiveKind::AllReduce | CollectiveKind::AllGather => send_bytes,
-            CollectiveKind::Broadcast { .. } | CollectiveKind::ReduceScatter => recv_bytes,
+            CollectiveKind::AllReduce
+            | CollectiveKind::AllGather
+            | CollectiveKind::AllToAll
+            | CollectiveKind::Reduce { .. }
+            | CollectiveKind::Gather { .. } => send_bytes,
+            CollectiveKind::Broadcast { .. } | CollectiveKind::ReduceScatter | CollectiveKind::Scatter { .. } => recv_bytes,
         }
     }
 
-    /// Whether a member with global rank `rank` reads its send buffer (C1: a broadcast's only the root).
+    /// Whether a member with global rank `rank` reads its send buffer (C1: of a broadcast or scatter, only the
+    /// root).
     pub fn reads_send(self, rank: RankId) -> bool {
-        self.root().is_none_or(|root| root == rank)
+        match self {
+            CollectiveKind::Broadcast { root } | CollectiveKind::Scatter { root } => root == rank,
+            _ => true,
+        }
+    }
+
+    /// Whether a member with global rank `rank` writes its recv buffer (C1: of a reduce or gather, only the root;
+    /// NCCL docs: "recvbuff is only used on rank root").
+    pub fn writes_recv(self, rank: RankId) -> bool {
+        match self {
+            CollectiveKind::Reduce { root } | CollectiveKind::Gather { root } => root == rank,
+            _ => true,
+        }
+    }
+
+    /// Whether the part of member `rank` can end only once every member's part runs (C1). `false` for the parts
+    /// that are one point-to-point exchange with the root under the hood: a gather's non-root part (its send to the
+    /// root) and a scatter's non-root part (its recv from the root), which need only the root's part.
+    pub fn needs_all(self, rank: RankId) -> bool {
+        match self {
+            CollectiveKind::Gather { root } | CollectiveKind::Scatter { root } => root == rank,
+            _ => true,
+        }
+    }
+
+    /// Whether the part of member `rank` only sends, so that it may end before the parts it sends to run, like an
+    /// eager send (N2), within the profile's eager window: a broadcast root, a scatter root, a gather's non-root.
+    pub fn may_end_alone(self, rank: RankId) -> bool {
+        match self {
+            CollectiveKind::Broadcast { root } | CollectiveKind::Scatter { root } => root == rank,
+            CollectiveKind::Gather { root } => root != rank,
+            _ => false,
+        }
     }
 }
 
@@ -259,6 +330,11 @@ pub enum OpKind {
     Barrier { barrier: u32 },
     /// `ncclCommInitRank` on a blocking communicator: blocks until every member has called it (N8).
     CommInit { comm: CommId },
+    /// `ncclCommSplit(parent, color, key, &comm)`: the `seq`-th split of `parent` by this rank (from 0), a collective
+    /// call over the parent's members that blocks until every member of `parent` has made its `seq`-th split (N8).
+    /// `comm` is the communicator this rank joins (its members share its color, ordered by key), `None` for
+    /// `NCCL_SPLIT_NOCOLOR`. The new communicator is usable by this thread after the call.
+    CommSplit { parent: CommId, seq: u32, comm: Option<CommId> },
     /// `ncclSend` of `buf.len` bytes to global rank `peer` (N1-N4).
     Send { comm: CommId, peer: RankId, buf: BufRange, stream: StreamRef },
     /// `ncclRecv` of `buf.len` bytes from global rank `peer`.
@@ -267,7 +343,8 @@ pub enum OpKind {
     GroupStart,
     /// `ncclGroupEnd` (N4): the outermost one launches what the group collected.
     GroupEnd,
-    /// A collective on `comm` (C1): reads `send`, writes `recv` (for Broadcast only the root reads `send`).
+    /// A collective on `comm` (C1): reads `send`, writes `recv` (of a broadcast or scatter only the root reads `send`;
+    /// of a reduce or gather only the root writes `recv`).
     Collective { comm: CommId, kind: CollectiveKind, send: BufRange, recv: BufRange, stream: StreamRef },
     /// Caching-allocator allocation of a pooled buffer on `stream` (P4).
     Alloc { buf: BufRef, stream: StreamRef },

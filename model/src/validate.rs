@@ -286,11 +286,13 @@ impl Checker<'_> {
         let p = self.p;
         let mut depth: u32 = 0;
         let mut inited: BTreeSet<CommId> = BTreeSet::new();
+        let mut splits: std::collections::BTreeMap<CommId, u32> = Default::default();
         for (oi, op) in thread.ops.iter().enumerate() {
             let at = At { rank, thread: ti, op: oi as u32, origin: &op.origin };
             // An explicitly initialized communicator is usable only after this thread's CommInit (N8).
             let uses = match &op.kind {
                 OpKind::Send { comm, .. } | OpKind::Recv { comm, .. } | OpKind::Collective { comm, .. } => Some(*comm),
+                OpKind::CommSplit { parent, .. } => Some(*parent),
                 _ => None,
             };
             if let Some(c) = uses.and_then(|c| p.comms.get(c.0 as usize).map(|x| (c, x))) {
@@ -359,6 +361,39 @@ impl Checker<'_> {
                             self.err(&at, format!("rank {rank} is not a member of communicator `{}`", c.name));
                         } else if !inited.insert(*comm) {
                             self.err(&at, format!("`{}` is initialized twice by this thread", c.name));
+                        }
+                    }
+                },
+                // N8: a split is a call over its parent (this rank a member, the parent usable here); the `seq`-th
+                // split of the parent by this thread; the communicator joined is created by it, holds this rank and
+                // only members of the parent.
+                OpKind::CommSplit { parent, seq, comm } => match p.comms.get(parent.0 as usize) {
+                    None => self.err(&at, format!("communicator {} does not exist (the program has {})", parent.0, p.comms.len())),
+                    Some(pc) => {
+                        let n = splits.entry(*parent).or_default();
+                        if *seq != *n {
+                            self.err(&at, format!("split #{seq} of `{}`, but this thread's split #{n} of it", pc.name));
+                        }
+                        *n += 1;
+                        if !pc.members.contains(&rank) {
+                            self.err(&at, format!("rank {rank} is not a member of communicator `{}`", pc.name));
+                        }
+                        match comm.map(|c| (c, p.comms.get(c.0 as usize))) {
+                            None => {}
+                            Some((c, None)) => {
+                                self.err(&at, format!("communicator {} does not exist (the program has {})", c.0, p.comms.len()))
+                            }
+                            Some((c, Some(nc))) => {
+                                if !nc.explicit_init {
+                                    self.err(&at, format!("CommSplit into `{}`, which exists before the program starts", nc.name));
+                                } else if !nc.members.contains(&rank) {
+                                    self.err(&at, format!("rank {rank} is not a member of communicator `{}`", nc.name));
+                                } else if let Some(m) = nc.members.iter().find(|m| !pc.members.contains(m)) {
+                                    self.err(&at, format!("`{}` has rank {m}, which is not a member of its parent `{}`", nc.name, pc.name));
+                                } else if !inited.insert(c) {
+                                    self.err(&at, format!("`{}` is created twice by this thread", nc.name));
+                                }
+                            }
                         }
                     }
                 },

@@ -249,12 +249,16 @@ impl CostModel {
         let ring = match kind {
             K::AllReduce => 2 * (p - 1) * a + transfer_ns(2 * (p - 1) * bytes / p, bw),
             K::AllGather | K::ReduceScatter => (p - 1) * a + transfer_ns((p - 1) * bytes, bw),
-            K::Broadcast { .. } => (p - 1) * a + transfer_ns(bytes, bw),
+            K::Broadcast { .. } | K::Reduce { .. } => (p - 1) * a + transfer_ns(bytes, bw),
+            // One-shot point-to-point (NCCL >= 2.28): every pair at once, one latency; all-to-all moves
+            // (p - 1) / p of each rank's buffer, gather and scatter move (p - 1) per-rank parts through the root.
+            K::AllToAll => a + transfer_ns((p - 1) * bytes / p, bw),
+            K::Gather { .. } | K::Scatter { .. } => a + transfer_ns((p - 1) * bytes, bw),
         };
         let tree = match kind {
             K::AllReduce => 2 * log2p * a + transfer_ns(2 * bytes, bw),
-            K::Broadcast { .. } => log2p * a + transfer_ns(bytes, bw),
-            K::AllGather | K::ReduceScatter => ring,
+            K::Broadcast { .. } | K::Reduce { .. } => log2p * a + transfer_ns(bytes, bw),
+            K::AllGather | K::ReduceScatter | K::AllToAll | K::Gather { .. } | K::Scatter { .. } => ring,
         };
         match self.collective_algorithm {
             CollectiveAlgorithm::Ring => ring,

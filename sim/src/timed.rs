@@ -171,6 +171,7 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
                 | OpKind::DeviceSynchronize { .. }
                 | OpKind::Barrier { .. }
                 | OpKind::CommInit { .. }
+                | OpKind::CommSplit { .. }
                 | OpKind::Send { .. }
                 | OpKind::Recv { .. }
                 | OpKind::GroupStart

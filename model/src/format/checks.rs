@@ -93,6 +93,13 @@ fn comm_init(threads: &[ThreadOps], d: &Decls, issues: &mut Issues) {
                     have.insert((*comm, t.rank));
                     None
                 }
+                // N8: the communicator a split creates exists on this rank after it; the parent must be usable.
+                OpKind::CommSplit { parent, comm, .. } => {
+                    if let Some(c) = comm {
+                        have.insert((*c, t.rank));
+                    }
+                    Some((*parent, t.rank))
+                }
                 OpKind::Send { comm, stream, .. }
                 | OpKind::Recv { comm, stream, .. }
                 | OpKind::Collective { comm, stream, .. } => Some((*comm, stream.rank)),

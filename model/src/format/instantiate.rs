@@ -36,6 +36,12 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         SOp::HostWrite { buf } => SOp::HostWrite { buf: t.buf(buf, &f("0")) },
         SOp::Barrier { name } => SOp::Barrier { name: t.text(name, &f("0")) },
         SOp::CommInit { comm } => SOp::CommInit { comm: t.text(comm, &f("0")) },
+        SOp::CommSplit { comm, new, color, key } => SOp::CommSplit {
+            comm: t.text(comm, &f("0")),
+            new: t.opt(new, &f("new")),
+            color: color.as_ref().map(|e| t.rank(e, &f("color"))),
+            key: key.as_ref().map(|e| t.rank(e, &f("key"))),
+        },
         SOp::Send { to, buf, stream, comm } => SOp::Send {
             to: t.peer(to, &f("to")),
             buf: t.buf(buf, &f("buf")),
@@ -75,6 +81,34 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
             stream: t.text(stream, &f("stream")),
             comm: t.opt(comm, &f("comm")),
         },
+        SOp::AllToAll { send, recv, stream, comm } => SOp::AllToAll {
+            send: t.buf(send, &f("send")),
+            recv: t.buf(recv, &f("recv")),
+            stream: t.text(stream, &f("stream")),
+            comm: t.opt(comm, &f("comm")),
+        },
+        SOp::Reduce { root: Root::Rank { rank }, buf, send, recv, stream, comm } => SOp::Reduce {
+            root: Root::Rank { rank: t.rank(rank, &field(&f("root"), 0)) },
+            buf: t.opt_buf(buf, &f("buf")),
+            send: t.opt_buf(send, &f("send")),
+            recv: t.opt_buf(recv, &f("recv")),
+            stream: t.text(stream, &f("stream")),
+            comm: t.opt(comm, &f("comm")),
+        },
+        SOp::Gather { root: Root::Rank { rank }, send, recv, stream, comm } => SOp::Gather {
+            root: Root::Rank { rank: t.rank(rank, &field(&f("root"), 0)) },
+            send: t.buf(send, &f("send")),
+            recv: t.buf(recv, &f("recv")),
+            stream: t.text(stream, &f("stream")),
+            comm: t.opt(comm, &f("comm")),
+        },
+        SOp::Scatter { root: Root::Rank { rank }, send, recv, stream, comm } => SOp::Scatter {
+            root: Root::Rank { rank: t.rank(rank, &field(&f("root"), 0)) },
+            send: t.buf(send, &f("send")),
+            recv: t.buf(recv, &f("recv")),
+            stream: t.text(stream, &f("stream")),
+            comm: t.opt(comm, &f("comm")),
+        },
         SOp::Alloc { buf, stream } => SOp::Alloc { buf: t.text(buf, &f("0")), stream: t.text(stream, &f("stream")) },
         SOp::Free { buf } => SOp::Free { buf: t.text(buf, &f("0")) },
         SOp::RecordStream { buf, stream } => {
@@ -105,6 +139,11 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         | SOp::DistBroadcast { .. }
         | SOp::DistAllGather { .. }
         | SOp::DistReduceScatter { .. }
+        | SOp::DistAllToAllSingle { .. }
+        | SOp::DistReduce { .. }
+        | SOp::DistGather { .. }
+        | SOp::DistScatter { .. }
+        | SOp::NewGroup { .. }
         | SOp::CudaSynchronize
         | SOp::DistBarrier
         | SOp::Empty { .. }

@@ -585,6 +585,22 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 let _ = self.member(cx, c, cx.rank, "", &f("0"))?;
                 Some(OpKind::CommInit { comm: c })
             }
+            // N8: the communicator joined was declared from every rank's split after expansion (`split.rs`).
+            SOp::CommSplit { comm: name, new, .. } => {
+                let parent = self.comm(cx, Some(name), &f("0"));
+                let joined = match new {
+                    Some(n) => Some(self.comm(cx, Some(n), &f("new"))),
+                    None => None,
+                };
+                let parent = parent?;
+                let _ = self.member(cx, parent, cx.rank, "", &f("0"))?;
+                let comm = match joined {
+                    Some(c) => Some(c?),
+                    None => None,
+                };
+                let seq = earlier.iter().filter(|(k, _)| matches!(k, OpKind::CommSplit { parent: q, .. } if *q == parent)).count() as u32;
+                Some(OpKind::CommSplit { parent, seq, comm })
+            }
             SOp::Send { to: peer, buf, stream, comm } | SOp::Recv { from: peer, buf, stream, comm } => {
                 let is_send = matches!(op, SOp::Send { .. });
                 let c = self.comm(cx, comm.as_ref(), p);
@@ -609,14 +625,22 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 self.collective(cx, p, CollectiveKind::AllReduce, None, buf, send, recv, stream, comm)
             }
             SOp::Broadcast { root, buf, send, recv, stream, comm } => {
-                let Root::Rank { rank: arg } = root;
-                // A root of a rank that exists is checked for membership by `collective` (as before expressions existed).
-                let r = match arg.literal().map(u32::try_from) {
-                    Some(Ok(r)) => r,
-                    _ => self.rank_value(cx, arg, "root rank", &f("root"))?,
-                };
-                let kind = CollectiveKind::Broadcast { root: r };
-                self.collective(cx, p, kind, Some(r), buf, send, recv, stream, comm)
+                let r = self.root(cx, root, &f("root"))?;
+                self.collective(cx, p, CollectiveKind::Broadcast { root: r }, Some(r), buf, send, recv, stream, comm)
+            }
+            SOp::Reduce { root, buf, send, recv, stream, comm } => {
+                let r = self.root(cx, root, &f("root"))?;
+                self.collective(cx, p, CollectiveKind::Reduce { root: r }, Some(r), buf, send, recv, stream, comm)
+            }
+            SOp::Gather { root, send, recv, stream, comm } | SOp::Scatter { root, send, recv, stream, comm } => {
+                let r = self.root(cx, root, &f("root"))?;
+                let kind = if matches!(op, SOp::Gather { .. }) { CollectiveKind::Gather { root: r } } else { CollectiveKind::Scatter { root: r } };
+                let (s, rv) = (Some(send.clone()), Some(recv.clone()));
+                self.collective(cx, p, kind, Some(r), &None, &s, &rv, stream, comm)
+            }
+            SOp::AllToAll { send, recv, stream, comm } => {
+                let (s, r) = (Some(send.clone()), Some(recv.clone()));
+                self.collective(cx, p, CollectiveKind::AllToAll, None, &None, &s, &r, stream, comm)
             }
             SOp::AllGather { send, recv, stream, comm } => {
                 let (s, r) = (Some(send.clone()), Some(recv.clone()));
@@ -656,6 +680,11 @@ impl<'a, 'i> Resolver<'a, 'i> {
             | SOp::DistBroadcast { .. }
             | SOp::DistAllGather { .. }
             | SOp::DistReduceScatter { .. }
+            | SOp::DistAllToAllSingle { .. }
+            | SOp::DistReduce { .. }
+            | SOp::DistGather { .. }
+            | SOp::DistScatter { .. }
+            | SOp::NewGroup { .. }
             | SOp::CudaSynchronize
             | SOp::DistBarrier
             | SOp::Empty { .. }
@@ -723,6 +752,15 @@ impl<'a, 'i> Resolver<'a, 'i> {
             return None;
         }
         Some(OpKind::Expect { range, stream: s, writer: w as u32 })
+    }
+
+    /// The global rank a collective's `root:` names (membership is checked by `collective`).
+    fn root(&mut self, cx: &Ctx, root: &Root, path: &str) -> Option<RankId> {
+        let Root::Rank { rank: arg } = root;
+        match arg.literal().map(u32::try_from) {
+            Some(Ok(r)) => Some(r),
+            _ => self.rank_value(cx, arg, "root rank", path),
+        }
     }
 
     /// A collective: in place (`buf`) or `send` + `recv`, with the size rules of its kind.

@@ -28,6 +28,11 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
     ("HostWrite", &["buf"]),
     ("Barrier", &["name"]),
     ("CommInit", &["comm"]),
+    ("CommSplit", &["comm"]),
+    ("NewGroup", &["name", "ranks"]),
+    ("DistReduce", &["tensor"]),
+    ("DistGather", &["tensor"]),
+    ("DistScatter", &["tensor"]),
     ("Group", &["ops"]),
     ("Alloc", &["buf"]),
     ("Free", &["buf"]),
@@ -59,7 +64,8 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
 /// The parameters that hold an expression (by form and parameter name): a value written there that is not a string,
 /// a list or a plain integer (`stage + 1`, `i`, `0..M`) is put in double quotes before RON parses it, so that
 /// `Rank(stage + 1)` reads as `Rank("stage + 1")`.
-pub const EXPR_SLOTS: &[(&str, &[&str])] = &[("For", &["var", "range"]), ("If", &["cond"]), ("Rank", &["rank"])];
+pub const EXPR_SLOTS: &[(&str, &[&str])] =
+    &[("For", &["var", "range"]), ("If", &["cond"]), ("Rank", &["rank"]), ("CommSplit", &["color", "key"])];
 
 /// Whether parameter `field` (a name, or `_i` / `i` for a positional one) of `form` holds an expression.
 pub fn is_expr_slot(form: &str, field: &str) -> bool {
@@ -293,6 +299,19 @@ pub enum SOp {
         #[serde(rename = "_0", alias = "comm")]
         comm: String,
     },
+    /// `ncclCommSplit(comm, color, key, &new)`: `new` names the communicator this rank joins (every rank of one
+    /// color names the same one); without `new` (and `color`), `NCCL_SPLIT_NOCOLOR`. `key` orders the new members
+    /// (default: the rank's position in `comm`).
+    CommSplit {
+        #[serde(rename = "_0", alias = "comm")]
+        comm: String,
+        #[serde(default)]
+        new: Option<String>,
+        #[serde(default)]
+        color: Option<ExprArg>,
+        #[serde(default)]
+        key: Option<ExprArg>,
+    },
     Send {
         to: Peer,
         buf: BufArg,
@@ -344,6 +363,45 @@ pub enum SOp {
         comm: Option<String>,
     },
     ReduceScatter {
+        send: BufArg,
+        recv: BufArg,
+        stream: String,
+        #[serde(default)]
+        comm: Option<String>,
+    },
+    /// `ncclAlltoAll` (NCCL >= 2.28).
+    AllToAll {
+        send: BufArg,
+        recv: BufArg,
+        stream: String,
+        #[serde(default)]
+        comm: Option<String>,
+    },
+    /// `ncclReduce` to `root`: in place (`buf`) or `send` + `recv`.
+    Reduce {
+        root: Root,
+        #[serde(default)]
+        buf: Option<BufArg>,
+        #[serde(default)]
+        send: Option<BufArg>,
+        #[serde(default)]
+        recv: Option<BufArg>,
+        stream: String,
+        #[serde(default)]
+        comm: Option<String>,
+    },
+    /// `ncclGather` to `root` (NCCL >= 2.28).
+    Gather {
+        root: Root,
+        send: BufArg,
+        recv: BufArg,
+        stream: String,
+        #[serde(default)]
+        comm: Option<String>,
+    },
+    /// `ncclScatter` from `root` (NCCL >= 2.28).
+    Scatter {
+        root: Root,
         send: BufArg,
         recv: BufArg,
         stream: String,
@@ -435,6 +493,9 @@ pub enum SOp {
         tensor: BufArg,
         #[serde(default)]
         async_op: Option<String>,
+        /// The process group (`NewGroup`), default the default group.
+        #[serde(default)]
+        group: Option<String>,
     },
     /// `dist.broadcast(tensor, src)` (sync or `async_op`).
     DistBroadcast {
@@ -443,6 +504,9 @@ pub enum SOp {
         src: Root,
         #[serde(default)]
         async_op: Option<String>,
+        /// The process group (`NewGroup`), default the default group.
+        #[serde(default)]
+        group: Option<String>,
     },
     /// `dist.all_gather_into_tensor(output, input)` (sync or `async_op`).
     DistAllGather {
@@ -450,6 +514,9 @@ pub enum SOp {
         input: BufArg,
         #[serde(default)]
         async_op: Option<String>,
+        /// The process group (`NewGroup`), default the default group.
+        #[serde(default)]
+        group: Option<String>,
     },
     /// `dist.reduce_scatter_tensor(output, input)` (sync or `async_op`).
     DistReduceScatter {
@@ -457,6 +524,60 @@ pub enum SOp {
         input: BufArg,
         #[serde(default)]
         async_op: Option<String>,
+        /// The process group (`NewGroup`), default the default group.
+        #[serde(default)]
+        group: Option<String>,
+    },
+    /// `dist.all_to_all_single(output, input)` with equal splits (sync or `async_op`).
+    DistAllToAllSingle {
+        output: BufArg,
+        input: BufArg,
+        #[serde(default)]
+        async_op: Option<String>,
+        #[serde(default)]
+        group: Option<String>,
+    },
+    /// `dist.reduce(tensor, dst)` (sync or `async_op`).
+    DistReduce {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        dst: Root,
+        #[serde(default)]
+        async_op: Option<String>,
+        #[serde(default)]
+        group: Option<String>,
+    },
+    /// `dist.gather(tensor, gather_list, dst)`: `gather_list` is one buffer holding the list's tensors one after the
+    /// other (group size × the tensor), on every rank (only `dst`'s is written).
+    DistGather {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        gather_list: BufArg,
+        dst: Root,
+        #[serde(default)]
+        async_op: Option<String>,
+        #[serde(default)]
+        group: Option<String>,
+    },
+    /// `dist.scatter(tensor, scatter_list, src)`: `scatter_list` is one buffer holding the list's tensors one after
+    /// the other (group size × the tensor), on every rank (only `src`'s is read).
+    DistScatter {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: BufArg,
+        scatter_list: BufArg,
+        src: Root,
+        #[serde(default)]
+        async_op: Option<String>,
+        #[serde(default)]
+        group: Option<String>,
+    },
+    /// `g = dist.new_group(ranks)`: every rank of the default group calls it (PyTorch requires that), members or
+    /// not; `ranks` are global ranks.
+    NewGroup {
+        #[serde(rename = "_0", alias = "name")]
+        name: String,
+        #[serde(rename = "_1", alias = "ranks")]
+        ranks: Vec<u32>,
     },
     /// `dist.barrier()`.
     DistBarrier,
@@ -558,6 +679,10 @@ pub enum SWriter {
     Broadcast,
     AllGather,
     ReduceScatter,
+    AllToAll,
+    Reduce,
+    Gather,
+    Scatter,
 }
 
 impl SWriter {
@@ -571,7 +696,11 @@ impl SWriter {
             (SWriter::AllReduce, O::Collective { kind: C::AllReduce, .. })
             | (SWriter::Broadcast, O::Collective { kind: C::Broadcast { .. }, .. })
             | (SWriter::AllGather, O::Collective { kind: C::AllGather, .. })
-            | (SWriter::ReduceScatter, O::Collective { kind: C::ReduceScatter, .. }) => true,
+            | (SWriter::ReduceScatter, O::Collective { kind: C::ReduceScatter, .. })
+            | (SWriter::AllToAll, O::Collective { kind: C::AllToAll, .. })
+            | (SWriter::Reduce, O::Collective { kind: C::Reduce { .. }, .. })
+            | (SWriter::Gather, O::Collective { kind: C::Gather { .. }, .. })
+            | (SWriter::Scatter, O::Collective { kind: C::Scatter { .. }, .. }) => true,
             _ => false,
         }
     }

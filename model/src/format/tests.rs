@@ -834,3 +834,41 @@ fn torch_barrier_all_reduces_a_hidden_tensor_and_synchronizes_the_current_stream
     let e = errors(&torch_prog("", r#"InitProcessGroup"#).replace("Buffer(\"y\"", "Buffer(\"torch.y\""));
     assert!(e[0].contains("buffer name `torch.y` is reserved"), "{e:?}");
 }
+
+/// Bad arguments of the NCCL >= 2.28 collectives and of CommSplit are load errors at the argument, with file
+/// position (C1, N8).
+#[test]
+fn new_collectives_and_splits_report_bad_arguments() {
+    one_error("Gather(root: Rank(2), send: \"x\", recv: \"y\", stream: \"s0\")", &["3:", "root rank 2 is not a member of `world` (members: 0, 1)"]);
+    one_error("Scatter(root: Rank(0), send: \"x\", recv: \"x\", stream: \"s0\")", &["Scatter sizes do not fit", "send = recv × members"]);
+    one_error("AllToAll(send: \"x\", recv: \"y\", stream: \"s0\")", &["AllToAll sizes do not fit", "one block per member"]);
+    let e = errs("Reduce(root: Rank(rank + 2), buf: \"x\", stream: \"s0\")");
+    assert_eq!(e, vec![
+        "3:14: rank 0: root rank 2 is not a member of `world` (members: 0, 1)".to_string(),
+        "3:14: rank 1: root rank 3 is not a member of `world` (members: 0, 1)".to_string(),
+    ]);
+    let e = errs("Parity(even: [Gather(root: Rank(0), send: \"x\", recv: \"y\", stream: \"s0\")], odd: [Gather(root: Rank(1), send: \"x\", recv: \"y\", stream: \"s0\")])");
+    assert!(e[0].contains("Gather of 4096 bytes from rank 1 does not match rank 0's Gather of 4096 bytes from rank 0"), "{e:?}");
+    // Two names for one color, and a color without the communicator it creates.
+    let e = errs("CommSplit(\"world\", new: \"c{rank}\", color: 0)");
+    assert!(e.iter().any(|m| m.contains("rank 1: color 0 joins `c1` here, but `c0` on an earlier rank")), "{e:?}");
+    one_error("CommSplit(\"world\", color: 1)", &["needs `new:`"]);
+    one_error("CommSplit(\"world\", new: \"half\", color: -2)", &["color -2 is negative"]);
+    // A communicator a split creates is not declared, and is used only after the split.
+    let e = errs("AllReduce(buf: \"x\", stream: \"s0\", comm: \"c\"), CommSplit(\"world\", new: \"c\", color: 0)");
+    assert!(e[0].contains("`c` is used before this thread's CommInit"), "{e:?}");
+}
+
+/// A split makes one communicator per color, members ordered by key then by position in the parent; NOCOLOR ranks
+/// join none, and every rank's op is the n-th split of the parent.
+#[test]
+fn comm_split_declares_a_communicator_per_color() {
+    let text = "Program(ranks: 4, buffers: [Buffer(\"g\", 64)], comms: [Comm(\"world\")], threads: [Thread(\"main\", [\n\
+        If(rank < 3, then: [CommSplit(\"world\", new: \"c{rank % 2}\", color: rank % 2, key: 10 - rank)], else: [CommSplit(\"world\")]),\n\
+        CommSplit(\"world\")])])";
+    let p = ok(text);
+    let names: Vec<(&str, &[u32])> = p.comms.iter().map(|c| (c.name.as_str(), c.members.as_slice())).collect();
+    assert_eq!(names, vec![("world", &[0, 1, 2, 3][..]), ("c0", &[2, 0][..]), ("c1", &[1][..])]);
+    assert_eq!(ops_of(&p, 2, 0)[0], &OpKind::CommSplit { parent: CommId(0), seq: 0, comm: Some(CommId(1)) });
+    assert_eq!(ops_of(&p, 3, 0)[1], &OpKind::CommSplit { parent: CommId(0), seq: 1, comm: None });
+}

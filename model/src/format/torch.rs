@@ -59,9 +59,14 @@ fn works_of(op: &SOp) -> Option<usize> {
         | SOp::DistBroadcast { .. }
         | SOp::DistAllGather { .. }
         | SOp::DistReduceScatter { .. }
+        | SOp::DistAllToAllSingle { .. }
+        | SOp::DistReduce { .. }
+        | SOp::DistGather { .. }
+        | SOp::DistScatter { .. }
         | SOp::DistBarrier => Some(1),
         SOp::BatchIsendIrecv { ops, .. } => Some(ops.len()),
         SOp::InitProcessGroup
+        | SOp::NewGroup { .. }
         | SOp::WorkWait { .. }
         | SOp::CudaSynchronize
         | SOp::Empty { .. }
@@ -145,6 +150,38 @@ fn pair_comm(lo: u32, hi: u32) -> String {
     format!("torch.p2p.{lo}:{hi}")
 }
 
+/// The communicator of process group `name` created by `NewGroup` (`dist.new_group`).
+pub fn group_comm(name: &str) -> String {
+    format!("torch.group.{name}")
+}
+
+/// The color a new group's members pass to ncclCommSplit: derived from the member list, so that different groups
+/// split at one call get different colors (ProcessGroupNCCL's `genNcclSplitColor` hashes the ranks; this is FNV-1a
+/// of them, non-negative).
+fn split_color(members: &[u32]) -> i64 {
+    let mut h: u32 = 0x811c_9dc5;
+    for m in members {
+        for b in m.to_le_bytes() {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+    }
+    i64::from(h & 0x7fff_ffff)
+}
+
+/// Declares the communicators of the process groups lazily initialised programs create (`torch.group.G`, created by
+/// a `CommInit` at each member's first collective on it), once every thread has been expanded. Eagerly initialised
+/// groups are split from `world` instead, and `split.rs` declares them.
+pub fn declare_groups(groups: &BTreeMap<String, Vec<u32>>, d: &mut Decls) {
+    for (name, ranks) in groups {
+        let comm = group_comm(name);
+        if d.comm_idx.contains_key(&comm) {
+            continue;
+        }
+        d.comm_idx.insert(comm.clone(), d.comms.len() as u32);
+        d.comms.push(Comm { name: comm, members: ranks.clone(), explicit_init: true });
+    }
+}
+
 /// Its NCCL stream.
 fn pair_stream(lo: u32, hi: u32) -> String {
     format!("{NCCL_STREAM}.{lo}:{hi}")
@@ -186,6 +223,12 @@ pub struct TorchCx<'t> {
     pub inited_pairs: BTreeSet<(u32, u32)>,
     /// Pair communicators some thread uses: declared after expansion (`declare_pairs`).
     pub pairs: BTreeSet<(u32, u32)>,
+    /// Process groups created so far by this thread's `NewGroup` calls: name -> member ranks.
+    pub groups: BTreeMap<String, Vec<u32>>,
+    /// Lazily initialised groups whose communicator this thread has created (at its first collective on it).
+    pub inited_groups: BTreeSet<String>,
+    /// Lazily initialised groups this thread created: declared after expansion (`declare_groups`).
+    pub lazy_groups: BTreeMap<String, Vec<u32>>,
 }
 
 impl<'t> TorchCx<'t> {
@@ -199,6 +242,9 @@ impl<'t> TorchCx<'t> {
             comm,
             inited_pairs: BTreeSet::new(),
             pairs: BTreeSet::new(),
+            groups: BTreeMap::new(),
+            inited_groups: BTreeSet::new(),
+            lazy_groups: BTreeMap::new(),
             pooled: d.buffers.iter().filter(|b| b.pooled).map(|b| b.name.clone()).collect(),
         }
     }
@@ -366,13 +412,48 @@ pub fn lower<'a>(
         // `dist.all_reduce` / `broadcast` / `all_gather_into_tensor` / `reduce_scatter_tensor`:
         // ProcessGroupNCCL::collective runs syncStream, the collective on the NCCL stream and records the end event;
         // without `async_op` the Python wrapper calls `work.wait()` (P1).
-        SOp::DistAllReduce { async_op, .. }
-        | SOp::DistBroadcast { async_op, .. }
-        | SOp::DistAllGather { async_op, .. }
-        | SOp::DistReduceScatter { async_op, .. } => {
+        SOp::DistAllReduce { async_op, group, .. }
+        | SOp::DistBroadcast { async_op, group, .. }
+        | SOp::DistAllGather { async_op, group, .. }
+        | SOp::DistReduceScatter { async_op, group, .. }
+        | SOp::DistAllToAllSingle { async_op, group, .. }
+        | SOp::DistReduce { async_op, group, .. }
+        | SOp::DistGather { async_op, group, .. }
+        | SOp::DistScatter { async_op, group, .. } => {
             let n = site?;
+            // A collective on a group (`group=g`) runs on the group's communicator; a rank outside the group does
+            // nothing (the Python wrapper returns at once for a non-member: `_rank_not_in_group`), and the group's
+            // ops share the rank's NCCL stream in the model. A lazily initialised group creates its communicator
+            // at the member's first collective on it (ProcessGroupNCCL::getNCCLComm: ncclCommInitRank, N8).
+            let group = group.as_ref().map(|g| {
+                super::expr::interpolate(g, &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v))
+                    .map(|s| s.into_owned())
+                    .unwrap_or_else(|_| g.clone())
+            });
+            let comm = match &group {
+                None => comm.clone(),
+                Some(g) => match tcx.groups.get(g) {
+                    None => {
+                        let known: Vec<&str> = tcx.groups.keys().map(String::as_str).collect();
+                        let help = match super::diagnostic::did_you_mean(g, known.iter().copied()) {
+                            Some(s) => format!("did you mean `{s}`?"),
+                            None if known.is_empty() => "create it first with NewGroup(\"name\", ranks: [..]) (dist.new_group)".to_string(),
+                            None => format!("groups here: {}", known.join(", ")),
+                        };
+                        issues.push(Issue::new(field(path, "group"), format!("unknown process group `{g}`")).help(help).on_rank(rank));
+                        return Some(0);
+                    }
+                    Some(members) if !members.contains(&rank) => return Some(0),
+                    Some(_) => {
+                        if tcx.decls.init == STorchInit::Lazy && tcx.inited_groups.insert(g.clone()) {
+                            owned(out, SOp::CommInit { comm: group_comm(g) });
+                        }
+                        Some(group_comm(g))
+                    }
+                },
+            };
             sync_stream(out, n);
-            let (stream, comm) = (nccl.clone(), comm.clone());
+            let stream = nccl.clone();
             let coll = match op {
                 SOp::DistBroadcast { tensor, src: Root::Rank { rank }, .. } => SOp::Broadcast {
                     root: Root::Rank { rank: rank.clone() },
@@ -389,15 +470,54 @@ pub fn lower<'a>(
                     SOp::ReduceScatter { send: input.clone(), recv: output.clone(), stream, comm }
                 }
                 SOp::DistAllReduce { tensor, .. } => SOp::AllReduce { buf: Some(tensor.clone()), send: None, recv: None, stream, comm },
+                // `all_to_all_single` with equal splits: ProcessGroupNCCL::alltoall_base calls
+                // torch::cuda::nccl::all2all_single_equal_split, which is ncclAllToAll where NCCL supports it and
+                // otherwise one group of ncclSend/ncclRecv to and from every rank (torch/csrc/cuda/nccl.cpp): the
+                // same ordering (C1: AllToAll is grouped point-to-point under the hood).
+                SOp::DistAllToAllSingle { output, input, .. } => {
+                    SOp::AllToAll { send: input.clone(), recv: output.clone(), stream, comm }
+                }
+                // `dist.reduce`: ProcessGroupNCCL::reduce calls ncclReduce.
+                SOp::DistReduce { tensor, dst: Root::Rank { rank }, .. } => SOp::Reduce {
+                    root: Root::Rank { rank: rank.clone() },
+                    buf: Some(tensor.clone()),
+                    send: None,
+                    recv: None,
+                    stream,
+                    comm,
+                },
+                // `dist.gather` / `dist.scatter`: torch::cuda::nccl::gather / scatter (torch/csrc/cuda/nccl.cpp) are
+                // one group of ncclRecv from every rank on the root (its own part a copy) and one ncclSend on the
+                // others, or the reverse: the ordering of NCCL's Gather/Scatter (C1).
+                SOp::DistGather { tensor, gather_list, dst: Root::Rank { rank }, .. } => SOp::Gather {
+                    root: Root::Rank { rank: rank.clone() },
+                    send: tensor.clone(),
+                    recv: gather_list.clone(),
+                    stream,
+                    comm,
+                },
+                SOp::DistScatter { tensor, scatter_list, src: Root::Rank { rank }, .. } => SOp::Scatter {
+                    root: Root::Rank { rank: rank.clone() },
+                    send: scatter_list.clone(),
+                    recv: tensor.clone(),
+                    stream,
+                    comm,
+                },
                 _ => return None,
             };
             owned(out, coll);
             match op {
-                SOp::DistAllGather { output, input, .. } | SOp::DistReduceScatter { output, input, .. } => {
+                SOp::DistAllGather { output, input, .. }
+                | SOp::DistReduceScatter { output, input, .. }
+                | SOp::DistAllToAllSingle { output, input, .. }
+                | SOp::DistGather { tensor: input, gather_list: output, .. }
+                | SOp::DistScatter { tensor: output, scatter_list: input, .. } => {
                     record(out, input, &nccl);
                     record(out, output, &nccl);
                 }
-                SOp::DistAllReduce { tensor, .. } | SOp::DistBroadcast { tensor, .. } => record(out, tensor, &nccl),
+                SOp::DistAllReduce { tensor, .. } | SOp::DistBroadcast { tensor, .. } | SOp::DistReduce { tensor, .. } => {
+                    record(out, tensor, &nccl)
+                }
                 _ => {}
             }
             owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
@@ -419,6 +539,48 @@ pub fn lower<'a>(
             owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
             owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() });
             owned(out, SOp::StreamSync { stream: cur });
+        }
+        // `dist.new_group(ranks)`: every rank of the default group calls it. With an eagerly initialised default
+        // group (`device_id` given) the group's communicator is split from the default group's at once: members
+        // pass one color, every other rank NCCL_SPLIT_NOCOLOR, so every rank makes the split (N8; pytorch/pytorch
+        // PR 112889 "Opportunistically use ncclCommSplit when creating new NCCL groups", PR 114916 (a bound
+        // device id lets non-members do the NOCOLOR split), PR 129284 "Make new_group eager when used with
+        // comm_split"; issue 130407: "each rank needs to call new_group and ncclCommSplit"). Lazily initialised,
+        // nothing happens now: each member creates the communicator with ncclCommInitRank at its first collective
+        // on the group (PR 112889: "Currently ncclCommInitRankConfig is always used").
+        SOp::NewGroup { name, ranks: members } => {
+            let mut members = members.clone();
+            members.sort_unstable();
+            members.dedup();
+            if let Some(bad) = members.iter().find(|m| **m >= ranks) {
+                issues.push(
+                    Issue::new(field(path, 1), format!("rank {bad} does not exist (the program has {ranks} ranks)"))
+                        .help("dist.new_group takes global ranks of the default group")
+                        .on_rank(rank),
+                );
+                return Some(0);
+            }
+            if members.is_empty() {
+                issues.push(Issue::new(field(path, 1), "a process group needs at least one rank").on_rank(rank));
+                return Some(0);
+            }
+            if tcx.groups.insert(name.clone(), members.clone()).is_some() {
+                issues.push(Issue::new(field(path, 0), format!("process group `{name}` is created twice")).on_rank(rank));
+            }
+            if tcx.decls.init == STorchInit::Eager {
+                let member = members.contains(&rank);
+                owned(
+                    out,
+                    SOp::CommSplit {
+                        comm: comm.clone().unwrap_or_else(|| WORLD.to_string()),
+                        new: member.then(|| group_comm(name)),
+                        color: member.then(|| ExprArg::int(split_color(&members).to_string(), split_color(&members))),
+                        key: Some(ExprArg::int(rank.to_string(), i64::from(rank))),
+                    },
+                );
+            } else {
+                tcx.lazy_groups.insert(name.clone(), members);
+            }
         }
         // `torch.cuda.synchronize()` is cudaDeviceSynchronize (P5).
         SOp::CudaSynchronize => owned(out, SOp::DeviceSync),

@@ -188,16 +188,21 @@ impl<'p> Semantics<'p> {
                             edge(Node::Item(w), Reason::Staging, text);
                         }
                     }
-                    Some(Wait::Init(c)) => {
+                    Some(Wait::Init(c, n)) => {
                         let comm = &self.program.comms[c.0 as usize];
+                        let call = if *n == 0 { "comm_init" } else { "comm_split" };
                         for r in &comm.members {
-                            if st.nccl.init_arrived.get(c).is_some_and(|m| m.contains_key(r)) {
+                            if st.nccl.init_arrived.get(&(*c, *n)).is_some_and(|m| m.contains_key(r)) {
                                 continue;
                             }
-                            let is_init = |k: &OpKind| matches!(k, OpKind::CommInit { comm: x } if x == c);
+                            let is_init = |k: &OpKind| match k {
+                                OpKind::CommInit { comm: x } => *n == 0 && x == c,
+                                OpKind::CommSplit { parent, seq, .. } => parent == c && seq + 1 == *n,
+                                _ => false,
+                            };
                             match self.future_issuer(st, *r, is_init) {
-                                Some(u) => edge(Node::Thread(u), Reason::Init, format!("{me}: comm_init({}) waits for r{r} to call it (N8)", comm.name)),
-                                None => edge(self.never(*r), Reason::Init, format!("{me}: r{r} never calls comm_init({})", comm.name)),
+                                Some(u) => edge(Node::Thread(u), Reason::Init, format!("{me}: {call}({}) waits for r{r} to call it (N8)", comm.name)),
+                                None => edge(self.never(*r), Reason::Init, format!("{me}: r{r} never calls {call}({})", comm.name)),
                             }
                         }
                     }
@@ -328,7 +333,13 @@ impl<'p> Semantics<'p> {
                 CommOpKind::Recv { peer, seq } => (peer, P2pKey { comm: *comm, src: peer, dst: rank, seq, recv: false }, false),
                 CommOpKind::Collective { seq } => {
                     let parts = st.nccl.coll.get(&(*comm, seq));
-                    for m in &self.program.comms[comm.0 as usize].members {
+                    // A gather's or scatter's non-root part waits only for the root's (C1).
+                    let kind = match self.info(op.loc).nccl {
+                        Some(crate::op_info::NcclRole::Collective { kind }) => Some(kind),
+                        _ => None,
+                    };
+                    let needs = |m: RankId| kind.is_none_or(|k| k.needs_all(rank) || k.root() == Some(m));
+                    for m in self.program.comms[comm.0 as usize].members.iter().filter(|m| needs(**m)) {
                         match parts.and_then(|p| p.get(m)) {
                             Some((pk, _)) if *pk == k => {}
                             Some((pk, _)) => {

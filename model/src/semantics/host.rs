@@ -26,7 +26,7 @@ impl<'p> Semantics<'p> {
         match w {
             Wait::Items { items, .. } => items.iter().all(|k| st.item_done(*k)),
             Wait::Staged(k) => self.item_ready(st, *k, st.item(*k)),
-            Wait::Init(c) => self.init_complete(st, *c),
+            Wait::Init(c, n) => self.init_complete(st, *c, *n),
             Wait::Barrier { barrier, round } => {
                 let parts = &self.program.barriers[*barrier as usize].participants;
                 st.host.barrier_arrived.get(&(*barrier, *round)).is_some_and(|m| {
@@ -108,7 +108,8 @@ impl<'p> Semantics<'p> {
                 st.host.barrier_arrived.entry((*barrier, r)).or_default().insert(t, c);
                 self.block(st, t, Wait::Barrier { barrier: *barrier, round: r });
             }
-            OpKind::CommInit { comm } => self.comm_init(st, t, *comm),
+            OpKind::CommInit { comm } => self.comm_init(st, t, *comm, 0),
+            OpKind::CommSplit { parent, seq, .. } => self.comm_init(st, t, *parent, seq + 1),
             OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } => self.nccl_call(st, t, pc),
             OpKind::GroupStart => {
                 st.host.threads[t as usize].group_depth += 1;
@@ -172,7 +173,7 @@ impl<'p> Semantics<'p> {
                 }
             }
             Wait::Staged(k) => self.staged(st, t, k),
-            Wait::Init(c) => self.init_unblock(st, t, c),
+            Wait::Init(c, n) => self.init_unblock(st, t, c, n),
             Wait::Barrier { barrier, round } => {
                 let all: Vec<VClock> = st.host.barrier_arrived[&(barrier, round)].values().cloned().collect();
                 for c in all {

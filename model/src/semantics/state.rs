@@ -52,8 +52,9 @@ pub enum Wait {
     /// Until the item may start (the work before it has ended): a synchronous `cudaMemcpy` from pageable memory to
     /// the device syncs the stream, stages the source and returns before the DMA to the destination is done (S5).
     Staged(ItemKey),
-    /// Until every member of the communicator has called `CommInit` (N8).
-    Init(CommId),
+    /// Until every member of the communicator has called `CommInit` (`Init(comm, 0)`), or every member of a parent
+    /// communicator has made its n-th `CommSplit` of it (`Init(parent, n + 1)`) (N8).
+    Init(CommId, u32),
     /// Until every participant has arrived at round `round` of the barrier.
     Barrier { barrier: u32, round: u32 },
     /// Until the mirrored connection set-up with each listed (communicator, peer rank) has happened (N7): the
@@ -335,8 +336,9 @@ pub struct NcclState {
     pub eager_used: BTreeMap<(CommId, RankId, RankId), u64>,
     /// Connection directions set up so far (N7).
     pub connected: BTreeSet<Dir>,
-    /// CommInit arrivals: comm -> rank -> host clock at arrival (N8).
-    pub init_arrived: BTreeMap<CommId, BTreeMap<RankId, VClock>>,
+    /// CommInit arrivals: (comm, 0) -> rank -> host clock at arrival; the n-th CommSplit of a parent: (parent,
+    /// n + 1) -> rank -> clock (N8).
+    pub init_arrived: BTreeMap<(CommId, u32), BTreeMap<RankId, VClock>>,
     /// The thread that last issued NCCL work on each device (acting rank), when, and on which communicator (N11).
     pub issuer: BTreeMap<RankId, (ThreadId, Epoch, CommId)>,
 }

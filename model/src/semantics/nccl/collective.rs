@@ -1,75 +1,104 @@
-//! Collectives (C1): the n-th collective of a communicator is a part of a launch on every member; it completes only
-//! when every member's part is running, except that a broadcast root may finish its part early (its send may
-//! complete before the others start, like an eager send; N2), within the profile's eager window.
+//! Collectives (C1): the n-th collective of a communicator is a part of a launch on every member; a part completes
+//! once the parts it needs are running: every member's, except for the parts that are one point-to-point exchange
+//! with the root under the hood (a gather's or scatter's non-root part needs only the root's). A part that only
+//! sends (a broadcast or scatter root, a gather's non-root) may also finish on its own, like an eager send (N2),
+//! within the profile's eager window.
 
 use super::super::*;
 use crate::op_info::NcclRole;
 
 impl<'p> Semantics<'p> {
-    /// The root of the collective at `part`, when it is a broadcast.
-    fn broadcast_root(&self, st: &State, part: (ItemKey, u32)) -> Option<RankId> {
+    /// The kind of the collective at `part`.
+    fn coll_kind(&self, st: &State, part: (ItemKey, u32)) -> CollectiveKind {
         match self.info(st.comm_op(part).1.loc).nccl {
-            Some(NcclRole::Collective { kind: CollectiveKind::Broadcast { root } }) => Some(root),
-            _ => None,
+            Some(NcclRole::Collective { kind }) => kind,
+            _ => unreachable!("a collective part is a collective op"),
         }
+    }
+
+    /// Whether the part at `p` has started: it is running (and pending) or has already ended.
+    fn part_started(st: &State, p: (ItemKey, u32)) -> bool {
+        st.comm_op(p).1.status != CommOpStatus::Pending || Self::op_eligible(st.item(p.0), p.1 as usize)
+    }
+
+    /// The members whose parts the part of `rank` needs running before it can end (C1).
+    fn part_needs(&self, kind: CollectiveKind, comm: CommId, rank: RankId) -> Vec<RankId> {
+        if kind.needs_all(rank) {
+            self.program.comms[comm.0 as usize].members.clone()
+        } else {
+            let root = kind.root().expect("only rooted collectives need less than every member");
+            if root == rank { vec![rank] } else { vec![rank, root] }
+        }
+    }
+
+    /// The pending, running parts of the n-th collective of `comm` whose needed parts all run (or have ended).
+    fn ready_parts(&self, st: &State, comm: CommId, seq: u32) -> Vec<(RankId, (ItemKey, u32))> {
+        let Some(parts) = st.nccl.coll.get(&(comm, seq)) else { return vec![] };
+        parts
+            .iter()
+            .filter(|(_, p)| st.comm_op(**p).1.status == CommOpStatus::Pending && Self::op_eligible(st.item(p.0), p.1 as usize))
+            .filter(|(r, p)| {
+                self.part_needs(self.coll_kind(st, **p), comm, **r)
+                    .iter()
+                    .all(|m| parts.get(m).is_some_and(|q| Self::part_started(st, *q)))
+            })
+            .map(|(r, p)| (*r, *p))
+            .collect()
+    }
+
+    /// The pending, running parts that may end on their own (C1, within the eager window of N2).
+    fn alone_parts(&self, st: &State, comm: CommId, seq: u32) -> Vec<(RankId, (ItemKey, u32))> {
+        let Some(parts) = st.nccl.coll.get(&(comm, seq)) else { return vec![] };
+        parts
+            .iter()
+            .filter(|(r, p)| {
+                st.comm_op(**p).1.status == CommOpStatus::Pending
+                    && Self::op_eligible(st.item(p.0), p.1 as usize)
+                    && self.coll_kind(st, **p).may_end_alone(**r)
+                    && st.comm_op(**p).1.bytes <= self.profile.eager_bytes_per_connection
+            })
+            .map(|(r, p)| (*r, *p))
+            .collect()
     }
 
     pub(crate) fn collective_steps(&self, st: &State, k: ItemKey, comm: CommId, rank: RankId, seq: u32, out: &mut Vec<Step>) {
         let Some(parts) = st.nccl.coll.get(&(comm, seq)) else { return };
-        let members = &self.program.comms[comm.0 as usize].members;
-        let idx = parts[&rank];
-        debug_assert_eq!(idx.0, k);
-        let root = self.broadcast_root(st, idx);
-        // C1: the root's part may end before the other members run theirs.
-        if root == Some(rank) {
-            let bytes = st.comm_op(idx).1.bytes;
-            if bytes <= self.profile.eager_bytes_per_connection {
-                out.push(Step::RootEarly { comm, seq });
-            }
+        debug_assert_eq!(parts[&rank].0, k);
+        // Each step is enumerated once: from the lowest-ranked part it would end.
+        if self.alone_parts(st, comm, seq).first().map(|(r, _)| *r) == Some(rank) {
+            out.push(Step::RootEarly { comm, seq });
         }
-        // Enumerate the completion once: from the lowest-ranked member whose part is still pending.
-        if parts.len() != members.len() {
-            return;
-        }
-        let pending: Vec<&RankId> =
-            parts.iter().filter(|(_, p)| st.comm_op(**p).1.status == CommOpStatus::Pending).map(|(r, _)| r).collect();
-        if pending.first() != Some(&&rank) {
-            return;
-        }
-        if parts.iter().all(|(_, p)| st.comm_op(*p).1.status != CommOpStatus::Pending || Self::op_eligible(st.item(p.0), p.1 as usize)) {
+        if self.ready_parts(st, comm, seq).first().map(|(r, _)| *r) == Some(rank) {
             out.push(Step::Collective { comm, seq });
         }
     }
 
-    /// Whether an early root completion goes beyond the profile's guaranteed eager window: the platform may refuse.
+    /// Whether an early end of a part goes beyond the profile's guaranteed eager window: the platform may refuse.
     pub fn root_early_beyond_guarantee(&self, st: &State, comm: CommId, seq: u32) -> bool {
-        let parts = &st.nccl.coll[&(comm, seq)];
-        parts.values().any(|p| Some(self.acting_rank(st.comm_op(*p).1.loc)) == self.broadcast_root(st, *p) && st.comm_op(*p).1.bytes > self.profile.eager_guaranteed())
+        self.alone_parts(st, comm, seq).iter().any(|(_, p)| st.comm_op(*p).1.bytes > self.profile.eager_guaranteed())
     }
 
-    /// C1: every pending part completes; each joins every member's start.
+    /// C1: every ready part completes; each joins the starts of the members' parts it needs.
     pub(crate) fn collective(&self, st: &mut State, comm: CommId, seq: u32, fx: &mut Effects) {
-        let parts: Vec<(ItemKey, u32)> = st.nccl.coll[&(comm, seq)].values().copied().collect();
-        let mut c = VClock::new(self.agents);
-        for (k, _) in &parts {
-            c.join(st.item(*k).start.as_ref().expect("a collective part has started"));
-        }
-        for p in parts {
-            if st.comm_op(p).1.status == CommOpStatus::Pending {
-                self.finish_comm_op(st, p, CommOpStatus::Done, c.clone(), fx);
+        let ready = self.ready_parts(st, comm, seq);
+        let parts = st.nccl.coll[&(comm, seq)].clone();
+        for (rank, p) in ready {
+            let mut c = VClock::new(self.agents);
+            for m in self.part_needs(self.coll_kind(st, p), comm, rank) {
+                c.join(st.item(parts[&m].0).start.as_ref().expect("a needed part has started"));
             }
+            self.finish_comm_op(st, p, CommOpStatus::Done, c, fx);
         }
     }
 
-    /// C1: the broadcast root's part ends on its own; its clock is its start (nothing of the others is known).
+    /// C1: the parts that only send (a broadcast or scatter root, a gather's non-root parts) end on their own; each
+    /// one's clock is its start (nothing of the others is known).
     pub(crate) fn root_early(&self, st: &mut State, comm: CommId, seq: u32, fx: &mut Effects) {
-        let parts = &st.nccl.coll[&(comm, seq)];
-        let root = parts
-            .iter()
-            .find(|(r, p)| self.broadcast_root(st, **p) == Some(**r))
-            .map(|(_, p)| *p)
-            .expect("a root-early step has a root part");
-        let c = st.item(root.0).start.clone().expect("the root's part has started");
-        self.finish_comm_op(st, root, CommOpStatus::Buffered, c, fx);
+        let alone = self.alone_parts(st, comm, seq);
+        debug_assert!(!alone.is_empty(), "a root-early step has a part to end");
+        for (_, p) in alone {
+            let c = st.item(p.0).start.clone().expect("the part has started");
+            self.finish_comm_op(st, p, CommOpStatus::Buffered, c, fx);
+        }
     }
 }

@@ -49,6 +49,27 @@ impl<'p> Semantics<'p> {
             match role {
                 NcclRole::Send { peer } => add(peer, (comm, me, peer, false)),
                 NcclRole::Recv { peer } => add(peer, (comm, peer, me, false)),
+                // NCCL >= 2.28 translates all-to-all, gather and scatter into point-to-point tasks (NVIDIA/nccl
+                // design note "NCCL alltoall/gather/scatter api"): they set up P2P connections, and only the
+                // directions their sends and recvs use.
+                NcclRole::Collective { kind: kind @ (CollectiveKind::AllToAll | CollectiveKind::Gather { .. } | CollectiveKind::Scatter { .. }) } => {
+                    for &m in &self.program.comms[comm.0 as usize].members {
+                        if m == me {
+                            continue;
+                        }
+                        match kind {
+                            CollectiveKind::AllToAll => {
+                                add(m, (comm, me, m, false));
+                                add(m, (comm, m, me, false));
+                            }
+                            CollectiveKind::Gather { root } if me == root => add(m, (comm, m, me, false)),
+                            CollectiveKind::Gather { root } if m == root => add(m, (comm, me, m, false)),
+                            CollectiveKind::Scatter { root } if me == root => add(m, (comm, me, m, false)),
+                            CollectiveKind::Scatter { root } if m == root => add(m, (comm, m, me, false)),
+                            _ => {}
+                        }
+                    }
+                }
                 NcclRole::Collective { .. } => {
                     for &m in &self.program.comms[comm.0 as usize].members {
                         if m != me {
