@@ -22,8 +22,8 @@ for p in $POINTS; do
     /usr/bin/time -f '%e %U %M' -o "$TMP/load" "$BIN" time --max-steps 1 "$f" >/dev/null 2>&1 || true
     /usr/bin/time -f '%e %U %M' -o "$TMP/full" "$BIN" time --format json "$f" >"$TMP/out.json" 2>/dev/null || true
     steps=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["time"]["steps"])' "$TMP/out.json")
-    read -r le _ _ <"$TMP/load"
-    read -r te tu tm <"$TMP/full"
+    read -r le _ _ < <(tail -1 "$TMP/load")
+    read -r te tu tm < <(tail -1 "$TMP/full")
     per=$(python3 -c "print(f'{max(0.0, ($te - $le)) * 1e6 / $steps:.2f}')")
     echo "| $s × $m | $steps | $le | $te | $tu | $((tm / 1024)) | $per |"
     rm -f "$f"
