@@ -14,6 +14,8 @@ pub const MAX_TRACE_SLOTS_PER_RANK: u32 = 1 << 22;
 pub const MAX_OBS_SLOTS_PER_RANK: u32 = 1 << 22;
 /// Most ranks a program may have.
 pub const MAX_RANKS: usize = 1024;
+/// The most bytes one `Malloc` or `MallocHost` of a program may allocate on hardware (S7), 64 GiB.
+pub const MAX_HOST_CALL_BYTES: u64 = 64 << 30;
 
 /// A byte range of one of the rank's own buffers: `buf` indexes [`cuorder_model::program::Rank::buffers`];
 /// `offset` and `len` in bytes.
@@ -106,6 +108,18 @@ pub enum Step {
     Free { buf: u32 },
     /// `record_stream` (P4): the stream whose work at free time must end before the block is reused.
     RecordStream { buf: u32, stream: u32 },
+    /// `cudaFree` of static device buffer `buf` (S7): released at this point, not at tear-down.
+    CudaFree { buf: u32 },
+    /// `cudaMalloc` of `bytes` bytes (S7), released at tear-down.
+    Malloc { bytes: u64 },
+    /// `cudaMallocHost` of `bytes` bytes (S7), released at tear-down.
+    MallocHost { bytes: u64 },
+    /// The lazy load of module `module` (S7): the first one per rank loads a one-kernel module and extracts its
+    /// function handle (the point at which `CUDA_MODULE_LOADING=LAZY` loads it); later ones do nothing.
+    LoadModule { module: String },
+    /// `cudaLaunchHostFunc` on `stream` (S8): the function reads `reads` and stamps `writes` (host memory, 4-byte
+    /// words) with `version`, and makes no CUDA call.
+    HostFunc { stream: u32, reads: Vec<ByteRange>, writes: Vec<ByteRange>, version: u32 },
     /// An op with nothing to execute (a barrier that does not exist, after an error was reported).
     NoOp,
 }
@@ -135,7 +149,8 @@ impl Step {
             | Step::StreamWaitEvent { stream, .. }
             | Step::Send { stream, .. }
             | Step::Recv { stream, .. }
-            | Step::Collective { stream, .. } => Some(Some(*stream)),
+            | Step::Collective { stream, .. }
+            | Step::HostFunc { stream, .. } => Some(Some(*stream)),
             Step::Memset { stream, .. } | Step::Memcpy { stream, .. } => Some(*stream),
             _ => None,
         }
@@ -697,6 +712,57 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                         pooled_device(&mut cx, *buf);
                         let s = cx.stream(*stream).map(|s| s.0).unwrap_or(0);
                         Step::RecordStream { buf: buf.index, stream: s }
+                    }
+                    OpKind::CudaFree { buf } => {
+                        if let Some(space) = cx.buf(*buf) {
+                            let decl = &p.ranks[buf.rank as usize].buffers[buf.index as usize];
+                            if decl.pooled || space != MemSpace::Device {
+                                cx.err(format!("cudaFree of `{}`, which is not a static device buffer", decl.name));
+                            }
+                        }
+                        Step::CudaFree { buf: buf.index }
+                    }
+                    OpKind::CudaMalloc { rank: r, bytes } | OpKind::CudaMallocHost { rank: r, bytes } => {
+                        if *r != ri {
+                            cx.err(format!("allocates on the device of rank {r} from rank {ri}"));
+                        }
+                        if *bytes > MAX_HOST_CALL_BYTES {
+                            cx.err(format!("allocates {bytes} bytes; the executor allocates at most MAX_HOST_CALL_BYTES = {MAX_HOST_CALL_BYTES}"));
+                        }
+                        if matches!(kind.as_ref(), OpKind::CudaMalloc { .. }) {
+                            Step::Malloc { bytes: *bytes }
+                        } else {
+                            Step::MallocHost { bytes: *bytes }
+                        }
+                    }
+                    OpKind::LoadModule { rank: r, module } => {
+                        if *r != ri {
+                            cx.err(format!("loads a module on the device of rank {r} from rank {ri}"));
+                        }
+                        Step::LoadModule { module: module.clone() }
+                    }
+                    OpKind::HostFunc { stream, reads, writes, calls_cuda, .. } => {
+                        if *calls_cuda {
+                            cx.err("a host function that calls CUDA is undefined (S8): the executor does not run it");
+                        }
+                        let st = cx.stream(*stream).map(|s| s.0).unwrap_or(0);
+                        let host = |cx: &mut Ctx, list: &[BufRange], what: &str| -> Vec<ByteRange> {
+                            let mut out = vec![];
+                            for r in list {
+                                if let Some((br, space)) = cx.word_range(*r, what) {
+                                    if space == MemSpace::Device {
+                                        cx.err("a host function cannot access device memory (S8)");
+                                    } else {
+                                        out.push(br);
+                                    }
+                                }
+                            }
+                            out
+                        };
+                        let reads = host(&mut cx, reads, "host function read");
+                        let writes = host(&mut cx, writes, "host function write");
+                        let version = if writes.is_empty() { 0 } else { version_for(&mut cx) };
+                        Step::HostFunc { stream: st, reads, writes, version }
                     }
                     // `without_assertion` turned it into its read.
                     OpKind::Expect { .. } => {
