@@ -209,10 +209,10 @@ impl<'p> Semantics<'p> {
                         if let Some(k) = pending.first() {
                             let (r, _) = self.thread_of[t as usize];
                             let text = format!(
-                                "{me}, which waits for room in the launch queue of {}: {} items have not started (depth {}), \
-                                 the first {} (S6: a full launch queue blocks the call)",
-                                self.program.stream_label(*stream, r),
+                                "{me}: {} items of {} have not started (depth {}), the first {} (S6: a full launch queue \
+                                 blocks the call)",
                                 pending.len(),
+                                self.program.stream_label(*stream, r),
                                 self.profile.launch_queue_depth.unwrap_or(0),
                                 self.item_label(st, *k)
                             );
