@@ -322,7 +322,9 @@ impl OpKind {
                 implicit_sync(&mut fp, &mut ranks);
                 fp.push((Resource::Alloc(*buf), Use::Write));
                 ranks.push(buf.rank);
-                OpInfo::base(self.name(), Some(buf.rank), None, vec![])
+                // Whether work issued before still uses the buffer when it is released depends on how far the
+                // device has got (a use after free).
+                OpInfo { observes: Some(buf.rank), ..OpInfo::base(self.name(), Some(buf.rank), None, vec![]) }
             }
             OpKind::CudaMalloc { rank, .. } | OpKind::CudaMallocHost { rank, .. } | OpKind::LoadModule { rank, .. } => {
                 implicit_sync(&mut fp, &mut ranks);
