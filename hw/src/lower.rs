@@ -798,7 +798,7 @@ pub fn op_kind_name(k: &OpKind) -> &'static str {
 mod tests {
     use super::*;
     use cuorder_model::build::Builder;
-    use cuorder_model::program::{BufRange, CommId};
+    use cuorder_model::program::{BufRange, BufRef, CommId};
 
     fn sref(rank: u32, index: u32) -> StreamRef {
         StreamRef { rank, index }
@@ -872,5 +872,65 @@ mod tests {
         }
         let plan = lower(&p).unwrap();
         assert_eq!(plan.ranks[0].threads[1][1], Step::Barrier { barrier: 0, round: 1 });
+    }
+
+    #[test]
+    fn host_calls_and_host_functions_lower_to_their_steps() {
+        let mut b = Builder::new("s7s8", 1);
+        let s = b.stream("s", StreamKind::NonBlocking);
+        let d = b.buffer("d", 64, MemSpace::Device, false);
+        let p = b.buffer("p", 64, MemSpace::PinnedHost, false);
+        let (rd, rp) = (b.whole(0, d), b.whole(0, p));
+        b.op(0, 0, OpKind::CudaFree { buf: BufRef { rank: 0, index: d } })
+            .op(0, 0, OpKind::CudaMalloc { rank: 0, bytes: 1 << 20 })
+            .op(0, 0, OpKind::CudaMallocHost { rank: 0, bytes: 4096 })
+            .op(0, 0, OpKind::LoadModule { rank: 0, module: "attn".into() })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "cb".into(), reads: vec![rp], writes: vec![rp], calls_cuda: false })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "ro".into(), reads: vec![rp], writes: vec![], calls_cuda: false });
+        let _ = rd;
+        let plan = lower(&b.finish()).unwrap();
+        let steps = &plan.ranks[0].threads[0];
+        assert_eq!(steps[0], Step::CudaFree { buf: d });
+        assert_eq!(steps[1], Step::Malloc { bytes: 1 << 20 });
+        assert_eq!(steps[2], Step::MallocHost { bytes: 4096 });
+        assert_eq!(steps[3], Step::LoadModule { module: "attn".into() });
+        let whole = ByteRange { buf: p, offset: 0, len: 64 };
+        // The writing host function stamps a version of its own (the only writer: version 1); the reading one none.
+        assert_eq!(steps[4], Step::HostFunc { stream: s, reads: vec![whole], writes: vec![whole], version: 1 });
+        assert_eq!(plan.versions[&1], OpId { rank: 0, thread: 0, index: 4 });
+        assert_eq!(steps[5], Step::HostFunc { stream: s, reads: vec![whole], writes: vec![], version: 0 });
+        assert_eq!(steps[4].device_stream(), Some(Some(s)));
+        assert_eq!(steps[0].device_stream(), None);
+    }
+
+    #[test]
+    fn host_calls_and_host_functions_that_cannot_run_are_reported_with_their_op() {
+        let mut b = Builder::new("bad-s7s8", 2);
+        let s = b.stream("s", StreamKind::NonBlocking);
+        let d = b.buffer("d", 64, MemSpace::Device, false);
+        let p = b.buffer("p", 64, MemSpace::PinnedHost, false);
+        let q = b.buffer("q", 64, MemSpace::Device, true);
+        let (rd, rp) = (b.whole(0, d), b.whole(0, p));
+        b.op(0, 0, OpKind::CudaFree { buf: BufRef { rank: 0, index: p } })
+            .op(0, 0, OpKind::CudaFree { buf: BufRef { rank: 0, index: q } })
+            .op(0, 0, OpKind::CudaMalloc { rank: 1, bytes: 64 })
+            .op(0, 0, OpKind::CudaMallocHost { rank: 0, bytes: MAX_HOST_CALL_BYTES + 1 })
+            .op(0, 0, OpKind::LoadModule { rank: 1, module: "m".into() })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "cb".into(), reads: vec![], writes: vec![], calls_cuda: true })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "dev".into(), reads: vec![rd], writes: vec![], calls_cuda: false })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "odd".into(), reads: vec![BufRange { len: 6, ..rp }], writes: vec![], calls_cuda: false });
+        let errs = lower(&b.finish()).unwrap_err();
+        let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        let has = |op: u32, needle: &str| {
+            text.iter().any(|t| t.starts_with(&format!("op (rank 0, thread 0, op {op})")) && t.contains(needle))
+        };
+        assert!(has(0, "not a static device buffer"), "{text:#?}");
+        assert!(has(1, "not a static device buffer"), "{text:#?}");
+        assert!(has(2, "device of rank 1 from rank 0"), "{text:#?}");
+        assert!(has(3, "MAX_HOST_CALL_BYTES"), "{text:#?}");
+        assert!(has(4, "device of rank 1 from rank 0"), "{text:#?}");
+        assert!(has(5, "calls CUDA is undefined (S8)"), "{text:#?}");
+        assert!(has(6, "cannot access device memory (S8)"), "{text:#?}");
+        assert!(has(7, "multiples of 4"), "{text:#?}");
     }
 }
