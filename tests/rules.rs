@@ -497,7 +497,7 @@ fn verdict_with(name: &str, text: &str, f: impl FnOnce(&mut cuorder_model::profi
 fn recv_then_barrier(middle: &str) -> String {
     format!(
         r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking), Stream("sB", NonBlocking)],
-        buffers: [Buffer("a", "1 MiB"), Buffer("w", "1 MiB"), Buffer("b", "1 MiB"), Buffer("p", "1 MiB", space: PinnedHost)],
+        buffers: [Buffer("a", "1 MiB"), Buffer("w", "1 MiB"), Buffer("b", "1 MiB"), Buffer("p", "1 MiB", space: PinnedHost), Pooled("out", "1 MiB")],
         comms: [Comm("world")],
         threads: [Thread("main", [
             Group([Send(to: Next, buf: "a", stream: "sA"), Recv(from: Prev, buf: "w", stream: "sA")]),
@@ -652,4 +652,38 @@ fn s8_a_host_function_that_calls_cuda_is_undefined() {
     assert_eq!(kinds(&r), vec!["undefined always"]);
     assert!(r.to_text().contains("rule S8 broken"), "{}", r.to_text());
     assert!(r.to_text().contains("must not make any CUDA call"), "{}", r.to_text());
+}
+
+#[test]
+fn s7_p4_empty_cache_waits_for_record_stream_events_and_may_synchronize() {
+    use cuorder_model::profile::{ImplicitSync, SyncScope};
+    let never = ImplicitSync { guaranteed: SyncScope::None, possible: SyncScope::None };
+    let always = ImplicitSync { guaranteed: SyncScope::Device, possible: SyncScope::Device };
+    let cached = r#"Alloc("out", stream: "sB"), Kernel("k", stream: "sB", writes: ["out"]), Free("out"), EmptyCache,"#;
+    // A cached block: releasing it is a cudaFree, which may synchronize the device (and so wait for the recv).
+    let t = recv_then_barrier(cached);
+    let r = verdict_with("p4-empty", &t, |_| {});
+    // The same cycle is also reported as a stuck state in which the device withholds the kernel on sB (S1).
+    let k = kinds(&r);
+    assert!(!k.is_empty() && k.iter().all(|k| k == "deadlock sometimes"), "{}", r.to_text());
+    assert!(r.to_text().contains("empty_cache"), "{}", r.to_text());
+    assert_eq!(kinds(&verdict_with("p4-empty", &t, |p| p.implicit_sync.free = never)), Vec::<String>::new());
+    // Recorded on the recv's stream (record_stream), the block's event is synchronized first: a hang whatever
+    // cudaFree does.
+    let held = r#"Alloc("out", stream: "sB"), Kernel("k", stream: "sB", writes: ["out"]), RecordStream("out", stream: "sA"), Free("out"), EmptyCache,"#;
+    let r = verdict_with("p4-held", &recv_then_barrier(held), |p| p.implicit_sync.free = never);
+    let k = kinds(&r);
+    assert!(!k.is_empty() && k.iter().all(|k| k == "deadlock always"), "{}", r.to_text());
+    assert!(r.to_text().contains("r0 main is blocked in #10 empty_cache"), "{}", r.to_text());
+    // Nothing cached: no cudaFree, no synchronization.
+    let none = recv_then_barrier(r#"Alloc("out", stream: "sB"), EmptyCache,"#);
+    assert_eq!(kinds(&verdict_with("p4-none", &none, |p| p.implicit_sync.free = always)), Vec::<String>::new());
+    // A released block is never handed out again: the next Alloc takes a fresh block, so a use of the old
+    // allocation that is still running cannot alias it.
+    let reuse = gpu1(AB, "", &format!("{BUFS}, Pooled(\"t1\", \"1 MiB\"), Pooled(\"t2\", \"1 MiB\")"),
+        r#"Alloc("t1", stream: "sA"), Kernel("w", stream: "sB", writes: ["t1"]), Free("t1"), Alloc("t2", stream: "sA"), Kernel("r", stream: "sA", writes: ["t2"])"#);
+    assert_eq!(verdict("p4-reuse", &reuse, "portable"), vec!["data race sometimes"]);
+    let emptied = reuse.replace(r#"Free("t1"), "#, r#"Free("t1"), EmptyCache, "#);
+    let r = verdict_with("p4-emptied", &emptied, |p| p.implicit_sync.free = always);
+    assert_eq!(kinds(&r), Vec::<String>::new(), "{}", r.to_text());
 }

@@ -117,6 +117,9 @@ pub enum Step {
     /// The lazy load of module `module` (S7): the first one per rank loads a one-kernel module and extracts its
     /// function handle (the point at which `CUDA_MODULE_LOADING=LAZY` loads it); later ones do nothing.
     LoadModule { module: String },
+    /// `torch.cuda.empty_cache()` (P4, S7): synchronizes the events `RecordStream` left on the pool's free blocks,
+    /// then releases every free block with `cudaFree`; released blocks are never handed out again.
+    EmptyCache,
     /// `cudaLaunchHostFunc` on `stream` (S8): the function reads `reads` and stamps `writes` (host memory, 4-byte
     /// words) with `version`, and makes no CUDA call.
     HostFunc { stream: u32, reads: Vec<ByteRange>, writes: Vec<ByteRange>, version: u32 },
@@ -735,6 +738,12 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                             Step::MallocHost { bytes: *bytes }
                         }
                     }
+                    OpKind::EmptyCache { rank: r } => {
+                        if *r != ri {
+                            cx.err(format!("empties the cache of the device of rank {r} from rank {ri}"));
+                        }
+                        Step::EmptyCache
+                    }
                     OpKind::LoadModule { rank: r, module } => {
                         if *r != ri {
                             cx.err(format!("loads a module on the device of rank {r} from rank {ri}"));
@@ -886,7 +895,8 @@ mod tests {
             .op(0, 0, OpKind::CudaMallocHost { rank: 0, bytes: 4096 })
             .op(0, 0, OpKind::LoadModule { rank: 0, module: "attn".into() })
             .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "cb".into(), reads: vec![rp], writes: vec![rp], calls_cuda: false })
-            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "ro".into(), reads: vec![rp], writes: vec![], calls_cuda: false });
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "ro".into(), reads: vec![rp], writes: vec![], calls_cuda: false })
+            .op(0, 0, OpKind::EmptyCache { rank: 0 });
         let _ = rd;
         let plan = lower(&b.finish()).unwrap();
         let steps = &plan.ranks[0].threads[0];
@@ -899,6 +909,7 @@ mod tests {
         assert_eq!(steps[4], Step::HostFunc { stream: s, reads: vec![whole], writes: vec![whole], version: 1 });
         assert_eq!(plan.versions[&1], OpId { rank: 0, thread: 0, index: 4 });
         assert_eq!(steps[5], Step::HostFunc { stream: s, reads: vec![whole], writes: vec![], version: 0 });
+        assert_eq!(steps[6], Step::EmptyCache);
         assert_eq!(steps[4].device_stream(), Some(Some(s)));
         assert_eq!(steps[0].device_stream(), None);
     }

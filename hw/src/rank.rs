@@ -128,6 +128,8 @@ struct HostCalls {
     device: Vec<u64>,
     /// `MallocHost` allocations.
     pinned: Vec<*mut u8>,
+    /// Pool blocks released by `EmptyCache` (tear-down skips them).
+    released: Vec<u64>,
     /// Modules loaded by `LoadModule`, by name.
     modules: std::collections::BTreeMap<String, cuda::CUmodule>,
 }
@@ -500,7 +502,7 @@ impl Drop for Rt {
                         let _ = cuda::free_pinned(*h);
                     }
                     Mem::Pooled { fresh, .. } => {
-                        for p in fresh {
+                        for p in fresh.iter().filter(|p| !calls.released.contains(p)) {
                             let _ = cuda::free_device(*p);
                         }
                     }
@@ -1057,6 +1059,20 @@ fn exec(rt: &Rt, t: u32, i: u32, step: &Step, depth: &mut u32) -> Result<Option<
         Step::MallocHost { bytes } => {
             let h = cuda::alloc_host(*bytes as usize)?;
             rt.host_calls.lock().unwrap_or_else(|p| p.into_inner()).pinned.push(h);
+        }
+        Step::EmptyCache => {
+            let mut pool = rt.pool.lock().unwrap_or_else(|p| p.into_inner());
+            let mut calls = rt.host_calls.lock().unwrap_or_else(|p| p.into_inner());
+            for b in std::mem::take(&mut pool.free) {
+                for e in &b.held {
+                    // SAFETY: events recorded by this program's `Free`s, destroyed at tear-down.
+                    unsafe { cuda::event_synchronize(*e)? };
+                }
+                // SAFETY: a fresh block of a pooled buffer, not allocated now (it was free), freed once: tear-down
+                // skips released blocks.
+                unsafe { cuda::free_device(b.addr)? };
+                calls.released.push(b.addr);
+            }
         }
         Step::LoadModule { module } => {
             let mut calls = rt.host_calls.lock().unwrap_or_else(|p| p.into_inner());

@@ -126,6 +126,7 @@ impl Program {
             OpKind::CudaMalloc { bytes: n, .. } => format!("cuda_malloc({})", bytes(*n)),
             OpKind::CudaMallocHost { bytes: n, .. } => format!("cuda_malloc_host({})", bytes(*n)),
             OpKind::LoadModule { module, .. } => format!("load_module({module})"),
+            OpKind::EmptyCache { .. } => "empty_cache".into(),
             OpKind::HostFunc { stream, name, reads, writes, calls_cuda } => {
                 let mut parts = vec![];
                 if !reads.is_empty() {

@@ -124,6 +124,7 @@ impl OpKind {
             OpKind::CudaMalloc { .. } => "Malloc",
             OpKind::CudaMallocHost { .. } => "MallocHost",
             OpKind::LoadModule { .. } => "LoadModule",
+            OpKind::EmptyCache { .. } => "EmptyCache",
             OpKind::HostFunc { .. } => "HostFunc",
         }
     }
@@ -333,6 +334,11 @@ impl OpKind {
                 }
                 OpInfo::base(self.name(), Some(*rank), None, vec![])
             }
+            OpKind::EmptyCache { rank } => {
+                implicit_sync(&mut fp, &mut ranks);
+                fp.push((Resource::Pool(*rank), Use::Write));
+                OpInfo::base(self.name(), Some(*rank), None, vec![])
+            }
             // S8: a host function is an item on its stream like a kernel; its accesses are host-memory accesses made
             // by the driver's thread when the item runs.
             OpKind::HostFunc { stream, reads, writes, .. } => {
@@ -385,6 +391,7 @@ impl OpKind {
             | OpKind::CudaMalloc { .. }
             | OpKind::CudaMallocHost { .. }
             | OpKind::LoadModule { .. }
+            | OpKind::EmptyCache { .. }
             | OpKind::HostAccess { write: false, .. }
             | OpKind::EventRecord { .. }
             | OpKind::StreamWaitEvent { .. }

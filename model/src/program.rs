@@ -276,6 +276,10 @@ pub enum OpKind {
     /// `CUDA_MODULE_LOADING=LAZY` (S7): synchronizes per `implicit_sync.lazy_load` the first time per device and
     /// module; later loads of the same module do nothing.
     LoadModule { rank: RankId, module: String },
+    /// `torch.cuda.empty_cache()` on the device of `rank` (P4, S7): the caching allocator first waits for the events
+    /// `record_stream` left on its free blocks (`cudaEventSynchronize`), then releases every free block with
+    /// `cudaFree` (implicit synchronization per `implicit_sync.free`). Released blocks are never handed out again.
+    EmptyCache { rank: RankId },
     /// `cudaLaunchHostFunc(stream, fn)` (S8): host work ordered on `stream` like a kernel, reading and writing host
     /// memory. `calls_cuda`: the function calls the CUDA API, which is undefined (S8).
     HostFunc { stream: StreamRef, name: String, reads: Vec<BufRange>, writes: Vec<BufRange>, calls_cuda: bool },

@@ -405,7 +405,10 @@ impl Checker<'_> {
                         }
                     }
                 }
-                OpKind::CudaMalloc { rank: r, .. } | OpKind::CudaMallocHost { rank: r, .. } | OpKind::LoadModule { rank: r, .. } => {
+                OpKind::CudaMalloc { rank: r, .. }
+                | OpKind::CudaMallocHost { rank: r, .. }
+                | OpKind::LoadModule { rank: r, .. }
+                | OpKind::EmptyCache { rank: r } => {
                     self.rank_ok(&at, *r, "an allocation or module load");
                 }
                 OpKind::HostFunc { stream, reads, writes, .. } => {

@@ -182,7 +182,8 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
                 | OpKind::CudaFree { .. }
                 | OpKind::CudaMalloc { .. }
                 | OpKind::CudaMallocHost { .. }
-                | OpKind::LoadModule { .. } => costs.host_call_ns,
+                | OpKind::LoadModule { .. }
+                | OpKind::EmptyCache { .. } => costs.host_call_ns,
             }
         }
         Step::Item(k) => {

@@ -98,7 +98,7 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
             writes: t.bufs(writes, &f("writes")),
             calls_cuda: *calls_cuda,
         },
-        SOp::DeviceSync | SOp::GroupStart | SOp::GroupEnd => op.clone(),
+        SOp::DeviceSync | SOp::GroupStart | SOp::GroupEnd | SOp::EmptyCache => op.clone(),
         // Control forms never reach here: expansion removed them.
         SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {
             op.clone()

@@ -665,6 +665,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                     OpKind::CudaMallocHost { rank: cx.rank, bytes }
                 })
             }
+            SOp::EmptyCache => Some(OpKind::EmptyCache { rank: cx.rank }),
             SOp::LoadModule { module } => {
                 if module.trim().is_empty() {
                     self.err(cx, Issue::new(&f("0"), "LoadModule needs a module name".to_string()));

@@ -378,6 +378,8 @@ pub enum SOp {
         #[serde(rename = "_0", alias = "size")]
         size: Size,
     },
+    /// `EmptyCache`: `torch.cuda.empty_cache()` (P4, S7).
+    EmptyCache,
     /// `LoadModule("attention")`: the lazy load the first launch of a kernel of the module triggers (S7).
     LoadModule {
         #[serde(rename = "_0", alias = "module")]

@@ -192,9 +192,15 @@ impl<'p> Semantics<'p> {
                                 && k.op == th.pc
                                 && !matches!(op, OpKind::Memcpy { stream: None, .. } | OpKind::Memset { stream: None, .. });
                             let (reason, why) = match op {
-                                OpKind::CudaFree { .. } | OpKind::CudaMalloc { .. } | OpKind::CudaMallocHost { .. } | OpKind::LoadModule { .. } => {
-                                    (Reason::ImplicitSync, "S7: the call synchronizes the device implicitly")
-                                }
+                                OpKind::CudaFree { .. }
+                                | OpKind::CudaMalloc { .. }
+                                | OpKind::CudaMallocHost { .. }
+                                | OpKind::LoadModule { .. } => (Reason::ImplicitSync, "S7: the call synchronizes the device implicitly"),
+                                OpKind::EmptyCache { .. } => (
+                                    Reason::ImplicitSync,
+                                    "P4, S7: empty_cache waits for the work record_stream holds its cached blocks for, then \
+                                     releases them with cudaFree, which may synchronize the device",
+                                ),
                                 _ if self.profile.launch_blocking && own_launch => {
                                     (Reason::LaunchBlocking, "S7: with CUDA_LAUNCH_BLOCKING=1 a launch returns once its work has ended")
                                 }

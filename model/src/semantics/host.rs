@@ -20,7 +20,13 @@ impl<'p> Semantics<'p> {
                 OpKind::Memcpy { stream: Some(_), dst, src } if self.pageable_async(dst, src) => 2,
                 // S7: a call that may synchronize more than it is guaranteed to has two outcomes.
                 OpKind::LoadModule { rank, module } if st.host.loaded_modules.contains(&(*rank, module.clone())) => 1,
-                op @ (OpKind::CudaFree { .. } | OpKind::CudaMalloc { .. } | OpKind::CudaMallocHost { .. } | OpKind::LoadModule { .. }) => {
+                // P4, S7: an empty cache that releases nothing calls no cudaFree.
+                OpKind::EmptyCache { rank } if !st.pool.free.iter().any(|b| b.block.buf.rank == *rank) => 1,
+                op @ (OpKind::CudaFree { .. }
+                | OpKind::CudaMalloc { .. }
+                | OpKind::CudaMallocHost { .. }
+                | OpKind::LoadModule { .. }
+                | OpKind::EmptyCache { .. }) => {
                     let sync = self.implicit_sync_of(op);
                     1 + u32::from(sync.possible() != sync.guaranteed)
                 }
@@ -49,7 +55,7 @@ impl<'p> Semantics<'p> {
     pub(crate) fn implicit_sync_of(&self, op: &OpKind) -> ImplicitSync {
         let sync = &self.profile.implicit_sync;
         match op {
-            OpKind::CudaFree { .. } => sync.free,
+            OpKind::CudaFree { .. } | OpKind::EmptyCache { .. } => sync.free,
             OpKind::CudaMalloc { .. } => sync.malloc,
             OpKind::CudaMallocHost { .. } => sync.malloc_host,
             OpKind::LoadModule { .. } => sync.lazy_load,
@@ -61,13 +67,21 @@ impl<'p> Semantics<'p> {
     /// (whose ordering a program may rely on), with `choice` 1 the wider possible one, which only delays the host
     /// (the return joins nothing). Blocks the thread on the tails of the scope's streams, or advances it.
     fn implicit_sync(&self, st: &mut State, t: ThreadId, rank: RankId, sync: ImplicitSync, choice: u32) {
+        self.implicit_sync_after(st, t, rank, sync, choice, vec![]);
+    }
+
+    /// [`Semantics::implicit_sync`], also waiting for `first` (items whose end the call is guaranteed to wait for).
+    fn implicit_sync_after(&self, st: &mut State, t: ThreadId, rank: RankId, sync: ImplicitSync, choice: u32, first: Vec<ItemKey>) {
         let (scope, orders) = if choice == 0 { (sync.guaranteed, true) } else { (sync.possible(), false) };
         let ranks: Vec<RankId> = match scope {
             SyncScope::None => vec![],
             SyncScope::Device => vec![rank],
             SyncScope::AllDevices => (0..self.program.ranks.len() as RankId).collect(),
         };
-        let items: Vec<ItemKey> = ranks.iter().flat_map(|r| self.rank_streams(*r)).filter_map(|s| self.tail(st, s)).collect();
+        let mut items = first;
+        items.extend(ranks.iter().flat_map(|r| self.rank_streams(*r)).filter_map(|s| self.tail(st, s)));
+        items.sort();
+        items.dedup();
         if items.is_empty() {
             self.advance(st, t);
         } else {
@@ -238,6 +252,19 @@ impl<'p> Semantics<'p> {
                     self.implicit_sync(st, t, *rank, self.implicit_sync_of(&op.kind), choice)
                 } else {
                     self.advance(st, t)
+                }
+            }
+            OpKind::EmptyCache { rank } => {
+                // P4, S7 (PyTorch CUDACachingAllocator::emptyCache: release_cached_blocks calls
+                // synchronize_and_free_events, then release_blocks, which cudaFrees every free block): waits for the
+                // work `record_stream` holds the device's free blocks for, releases them, and synchronizes per `free`.
+                let (mine, rest): (Vec<PoolBlock>, Vec<PoolBlock>) = std::mem::take(&mut st.pool.free).into_iter().partition(|b| b.block.buf.rank == *rank);
+                st.pool.free = rest;
+                if mine.is_empty() {
+                    self.advance(st, t);
+                } else {
+                    let held: Vec<ItemKey> = mine.iter().flat_map(|b| b.not_before.iter().copied()).collect();
+                    self.implicit_sync_after(st, t, *rank, self.implicit_sync_of(&op.kind), choice, held);
                 }
             }
             // S8: an item on its stream like a kernel; it checks its calls and accesses when it runs (`start_item`).
