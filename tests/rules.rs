@@ -626,7 +626,8 @@ fn s7_cuda_launch_blocking_makes_launches_synchronous() {
     assert_eq!(kinds(&verdict_with("s7-nccl", t, |_| {})), Vec::<String>::new());
     let r = verdict_with("s7-nccl", t, |p| p.launch_blocking = true);
     assert_eq!(kinds(&r), vec!["deadlock sometimes"], "{}", r.to_text());
-    assert!(r.to_text().contains("CUDA_LAUNCH_BLOCKING=1"), "{}", r.to_text());
+    assert!(r.to_text().contains("with CUDA_LAUNCH_BLOCKING=1 a launch returns once its work has ended"), "{}", r.to_text());
+    assert!(r.to_text().contains("fix: CUDA_LAUNCH_BLOCKING=1 makes every NCCL launch wait for its peers"), "{}", r.to_text());
 }
 
 #[test]
