@@ -668,7 +668,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             SOp::EmptyCache => Some(OpKind::EmptyCache { rank: cx.rank }),
             SOp::LoadModule { module } => {
                 if module.trim().is_empty() {
-                    self.err(cx, Issue::new(&f("0"), "LoadModule needs a module name".to_string()));
+                    self.err(cx, Issue::new(f("0"), "LoadModule needs a module name".to_string()));
                     return None;
                 }
                 Some(OpKind::LoadModule { rank: cx.rank, module: module.clone() })
