@@ -114,8 +114,9 @@ pub enum Step {
     Malloc { bytes: u64 },
     /// `cudaMallocHost` of `bytes` bytes (S7), released at tear-down.
     MallocHost { bytes: u64 },
-    /// The lazy load of module `module` (S7): the first one per rank loads a one-kernel module and extracts its
-    /// function handle (the point at which `CUDA_MODULE_LOADING=LAZY` loads it); later ones do nothing.
+    /// The lazy load of module `module` (S7): the first one per rank loads a one-kernel PTX module and extracts its
+    /// function handle, the driver work `CUDA_MODULE_LOADING=LAZY` does at the first launch of a kernel of a module
+    /// (rank processes run with `EAGER`, so that the executor's own kernels load at set-up); later ones do nothing.
     LoadModule { module: String },
     /// `torch.cuda.empty_cache()` (P4, S7): synchronizes the events `RecordStream` left on the pool's free blocks,
     /// then releases every free block with `cudaFree`; released blocks are never handed out again.

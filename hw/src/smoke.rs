@@ -101,8 +101,9 @@ fn p2p(bytes: u64, grouped: bool, name: &str) -> Program {
 /// load of module `m` (ops 0-2); a kernel stamps `a` on sA (op 3), a copy brings it to pinned `p` (op 4), a host
 /// function on sA reads `p` and stamps pinned `q` (op 5); after synchronizing sA (op 6) the host read of `q` (op 7)
 /// sees op 5's version; the second load of `m` (op 8) does nothing; `cudaFree` of the idle device buffer `d` (op 9).
-/// Expected: completes. Run it also with `CUDA_LAUNCH_BLOCKING=1` and `CUDA_MODULE_LOADING=LAZY` in the
-/// environment (the rank processes inherit it): it completes the same way.
+/// Expected: completes. Run it also with `CUDA_LAUNCH_BLOCKING=1` in the environment (the rank processes inherit it;
+/// `CUDA_MODULE_LOADING` is always `EAGER` for them, and `LoadModule` makes its load explicitly): it completes the
+/// same way.
 pub fn host_calls() -> Program {
     let mut b = Builder::new("host_calls", 1);
     let sa = b.stream("sA", StreamKind::NonBlocking);
