@@ -246,6 +246,22 @@ fn fixes(d: &Stuck) -> Vec<&'static str> {
     if d.starvation && has(&|r| r == Reason::Starved) {
         out.push("do not rely on two streams running side by side: make the operations that wait for each other one NCCL group, or order them on one stream");
     }
+    if has(&|r| r == Reason::QueueFull) {
+        out.push(
+            "do not let the host depend on launching more work than the queue holds while NCCL work waits for another \
+             host: reach the host rendezvous before launching the work, or synchronize the stream before the launches (S6)",
+        );
+    }
+    if has(&|r| r == Reason::ImplicitSync) {
+        out.push(
+            "do not call cudaFree, cudaMalloc, cudaMallocHost, torch.cuda.empty_cache() or load a module lazily while NCCL \
+             work waits for a host that this thread must reach: allocate and load before the exchange (a caching \
+             allocator, CUDA_MODULE_LOADING=EAGER) and free after it has ended (S7)",
+        );
+    }
+    if has(&|r| r == Reason::LaunchBlocking) {
+        out.push("CUDA_LAUNCH_BLOCKING=1 makes every NCCL launch wait for its peers inside the call: do not use it with NCCL programs whose ranks launch at different times (S7)");
+    }
     out
 }
 

@@ -14,6 +14,10 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("nccl-1456-parity.ron", &[]),
     ("megatron-batch-p2p-race.ron", &["data race always", "data race always", "data race always", "data race always"]),
     ("megatron-batch-p2p-fixed.ron", &[]),
+    // cudaFree may synchronize the device (S7) while the recv waits for a send issued after a barrier.
+    ("cudafree-during-recv.ron", &["deadlock sometimes"]),
+    // Clean under portable, whose launch queue is unbounded; see the test below for a bounded one (S6).
+    ("launch-queue-full.ron", &[]),
 ];
 
 /// (file in examples/torch/, profile, expected kinds): the PyTorch-dialect examples.
@@ -193,6 +197,33 @@ fn fixes_also_complete_under_the_eager_profile() {
     let (r, _) = check_file("examples/nccl-1456-send-first.ron", "eager");
     assert_eq!(kinds(&r), vec!["deadlock always"]);
     assert!(r.to_text().contains("not mirrored"), "{}", r.to_text());
+}
+
+#[test]
+fn cudafree_during_recv_hangs_where_cudafree_synchronizes() {
+    check_example("cudafree-during-recv.ron");
+    let (r, text) = check_file("examples/cudafree-during-recv.ron", "portable");
+    let out = r.to_text();
+    assert!(out.contains("r0 main is blocked in #6 cuda_free(scratch) (line 22:17), which waits for r0 s0: #5 recv"), "{out}");
+    assert!(out.contains("(S7: the call synchronizes the device implicitly)"), "{out}");
+    // The fix the header gives: free once the exchange has ended.
+    let fixed = text.replace("Free(\"scratch\"),     // cudaFree: may wait for the recv above\n", "").replace(
+        "            StreamSync(\"s0\"),\n        ]),",
+        "            StreamSync(\"s0\"),\n            Free(\"scratch\"),\n        ]),",
+    );
+    assert_ne!(fixed, text);
+    assert_eq!(kinds(&common::check_text("cudafree-fixed", &fixed, "portable")), Vec::<String>::new());
+}
+
+#[test]
+fn launch_queue_full_hangs_with_a_bounded_queue() {
+    check_example("launch-queue-full.ron");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/launch-queue-full.ron");
+    let p = cuorder_model::format::load("launch-queue-full", &std::fs::read_to_string(path).unwrap()).unwrap();
+    let bounded = cuorder_model::profile::Profile { launch_queue_depth: Some(2), ..cuorder_model::profile::Profile::portable() };
+    let r = cuorder::report::check(&p, &bounded, &Default::default());
+    assert_eq!(kinds(&r), vec!["deadlock always"], "{}", r.to_text());
+    insta::assert_snapshot!("launch-queue-full-depth-2", common::without_stats(&r.to_text()));
 }
 
 #[test]

@@ -67,6 +67,7 @@ fn every_operation_has_an_example() {
         "InitProcessGroup", "DistSend(", "DistRecv(", "Isend(", "Irecv(", "BatchIsendIrecv(", "P2POp(", "WorkWait(",
         "DistAllReduce(", "DistBroadcast(", "DistAllGather(", "DistReduceScatter(", "AllToAll(", "Reduce(", "Gather(", "Scatter(", "CommSplit(", "NewGroup(",
         "DistAllToAllSingle(", "DistReduce(", "DistGather(", "DistScatter(", "group: ", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
+        "Malloc(", "MallocHost(", "LoadModule(", "HostFunc(", "calls_cuda: true", "EmptyCache",
     ] {
         assert!(examples.contains(op), "no example uses `{op}`");
     }

@@ -176,3 +176,19 @@ Program(
 "#;
     insta::assert_snapshot!(rendered("torch.ron", text));
 }
+
+#[test]
+fn host_function_and_free_errors() {
+    let text = r#"Program(
+    ranks: 1,
+    streams: [Stream("s0", NonBlocking)],
+    buffers: [Buffer("a", "4 KiB"), Buffer("p", "4 KiB", space: PinnedHost)],
+    threads: [Thread("main", [
+        HostFunc("log", stream: "s0", reads: ["a"]),
+        Free("p"),
+        Malloc("many bytes"),
+    ])],
+)
+"#;
+    insta::assert_snapshot!(rendered("host_calls.ron", text));
+}

@@ -121,3 +121,60 @@ fn reduction_and_forgetting_keep_value_assertions() {
         }
     }
 }
+
+#[test]
+fn reduction_and_forgetting_keep_host_call_verdicts() {
+    // S6, S7, S8: a bounded launch queue makes every enqueue observe its device, a cudaFree observes whether issued
+    // work still uses its buffer, and implicit synchronization of every device waits for other ranks' work.
+    use cuorder_model::profile::{ImplicitSync, SyncScope};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut programs: Vec<(String, String)> = ["examples/cudafree-during-recv.ron", "examples/launch-queue-full.ron"]
+        .iter()
+        .map(|f| (f.to_string(), std::fs::read_to_string(root.join(f)).unwrap()))
+        .collect();
+    let gpu1 = |ops: &str| {
+        format!(
+            "Program(ranks: 1, streams: [Stream(\"sA\", NonBlocking), Stream(\"sB\", NonBlocking)], \
+             buffers: [Buffer(\"a\", \"1 MiB\"), Buffer(\"p\", \"1 MiB\", space: PinnedHost), Pooled(\"t\", \"1 MiB\"), Pooled(\"u\", \"1 MiB\")], \
+             threads: [Thread(\"main\", [{ops}]), Thread(\"side\", [Kernel(\"s\", stream: \"sB\", writes: [\"a\"]), Malloc(64)])])"
+        )
+    };
+    for ops in [
+        r#"Kernel("w", stream: "sA", writes: ["a"]), Free("a")"#,
+        r#"Kernel("w", stream: "sA", writes: ["p"]), HostFunc("cb", stream: "sA", reads: ["p"], writes: ["p"]), HostRead("p")"#,
+        r#"Kernel("k1", stream: "sA"), Kernel("k2", stream: "sA"), Kernel("k3", stream: "sA"), LoadModule("m"), HostRead("p")"#,
+        r#"Alloc("t", stream: "sA"), Kernel("w", stream: "sB", writes: ["t"]), RecordStream("t", stream: "sB"), Free("t"), EmptyCache, Alloc("u", stream: "sA"), Kernel("r", stream: "sA", writes: ["u"])"#,
+    ] {
+        programs.push((ops.to_string(), gpu1(ops)));
+    }
+    let dev = ImplicitSync { guaranteed: SyncScope::Device, possible: SyncScope::Device };
+    let all = ImplicitSync { guaranteed: SyncScope::None, possible: SyncScope::AllDevices };
+    let variants: Vec<Profile> = vec![
+        Profile { launch_queue_depth: Some(1), ..Profile::portable() },
+        Profile { launch_queue_depth: Some(2), launch_blocking: true, ..Profile::eager() },
+        Profile { launch_blocking: true, ..Profile::portable() },
+        Profile {
+            implicit_sync: cuorder_model::profile::HostCallSync { free: dev, malloc: all, malloc_host: all, lazy_load: dev },
+            ..Profile::portable()
+        },
+    ];
+    // Only the findings are compared: a bounded queue makes every enqueue branch, and the reduced search walks the
+    // unhashed chains between branches once per way in, so it may count more states than the unreduced one.
+    let key = |r: &cuorder::report::Report| {
+        let mut v: Vec<String> =
+            r.findings.iter().map(|f| format!("{} {} {}", f.kind, f.frequency, f.text.lines().next().unwrap_or(""))).collect();
+        v.sort();
+        v
+    };
+    for (name, text) in &programs {
+        let p = cuorder_model::format::load("p", text).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        for prof in &variants {
+            let on = check(&p, prof, &Limits::default());
+            let off = check(&p, prof, &Limits { reduce: false, forget: false, max_states: 200_000, ..Limits::default() });
+            assert!(off.limit_hit.is_none(), "{name}");
+            assert_eq!(key(&on), key(&off), "{name} under {:?}", prof);
+            let remembering = check(&p, prof, &Limits { forget: false, ..Limits::default() });
+            assert_eq!(key(&on), key(&remembering), "{name} (forgetting)");
+        }
+    }
+}

@@ -483,3 +483,208 @@ fn p4_process_group_nccl_records_its_tensors_on_the_nccl_stream() {
             DeviceSync])])"#;
     assert!(verdict("P4-by-hand", by_hand, "portable").contains(&"data race sometimes".to_string()));
 }
+
+/// Checks `text` under `portable` changed by `f` (S6, S7 knobs are not in the built-in profiles).
+fn verdict_with(name: &str, text: &str, f: impl FnOnce(&mut cuorder_model::profile::Profile)) -> cuorder::report::Report {
+    let p = cuorder_model::format::load(name, text).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+    let mut prof = cuorder_model::profile::Profile::portable();
+    f(&mut prof);
+    cuorder::report::check(&p, &prof, &Default::default())
+}
+
+/// Rank 0 posts a recv on sA, then does `middle` before a host barrier; rank 1 sends only after the barrier. The
+/// connection is warmed up first (N7), so that only `middle` can hang the exchange.
+fn recv_then_barrier(middle: &str) -> String {
+    format!(
+        r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking), Stream("sB", NonBlocking)],
+        buffers: [Buffer("a", "1 MiB"), Buffer("w", "1 MiB"), Buffer("b", "1 MiB"), Buffer("p", "1 MiB", space: PinnedHost), Pooled("out", "1 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            Group([Send(to: Next, buf: "a", stream: "sA"), Recv(from: Prev, buf: "w", stream: "sA")]),
+            DeviceSync,
+            OnRanks([0], [Recv(from: Rank(1), buf: "a", stream: "sA"), {middle} Barrier("step")]),
+            OnRanks([1], [Barrier("step"), Send(to: Rank(0), buf: "a", stream: "sA")]),
+            DeviceSync,
+        ])])"#
+    )
+}
+
+#[test]
+fn s6_a_full_launch_queue_blocks_the_host_behind_a_spinning_recv() {
+    let t = recv_then_barrier(r#"Repeat(3, [Kernel("k", stream: "sA", writes: ["b"])]),"#);
+    // Unbounded (portable): the host reaches the barrier whatever the device does.
+    assert_eq!(kinds(&verdict_with("s6", &t, |_| {})), Vec::<String>::new());
+    // Two launches that have not started fill the queue: the third blocks the host behind the recv.
+    let full = verdict_with("s6", &t, |p| p.launch_queue_depth = Some(2));
+    assert_eq!(kinds(&full), vec!["deadlock always"], "{}", full.to_text());
+    let text = full.to_text();
+    assert!(text.contains("S6: a full launch queue blocks the call"), "{text}");
+    assert!(text.contains("waiting for room in the launch queue of sA (S6)"), "{text}");
+    assert!(full.findings[0].text.contains("is queued behind"), "{text}");
+    // A queue that holds all three: no hang.
+    assert_eq!(kinds(&verdict_with("s6", &t, |p| p.launch_queue_depth = Some(3))), Vec::<String>::new());
+    // Kernels on another stream may start beside the recv when streams progress independently (S1).
+    let other = recv_then_barrier(r#"Repeat(3, [Kernel("k", stream: "sB", writes: ["b"])]),"#);
+    let r = verdict_with("s6b", &other, |p| {
+        p.launch_queue_depth = Some(2);
+        p.independent_progress = true;
+    });
+    assert_eq!(kinds(&r), Vec::<String>::new(), "{}", r.to_text());
+}
+
+#[test]
+fn s7_cudafree_may_synchronize_the_device_and_hang_behind_a_recv() {
+    let t = recv_then_barrier(r#"Free("b"),"#);
+    let r = verdict_with("s7-free", &t, |_| {});
+    assert_eq!(kinds(&r), vec!["deadlock sometimes"], "{}", r.to_text());
+    assert!(r.to_text().contains("cuda_free(b)"), "{}", r.to_text());
+    assert!(r.to_text().contains("S7: the call synchronizes the device implicitly"), "{}", r.to_text());
+    use cuorder_model::profile::{ImplicitSync, SyncScope};
+    let always = ImplicitSync { guaranteed: SyncScope::Device, possible: SyncScope::Device };
+    assert_eq!(kinds(&verdict_with("s7-free", &t, |p| p.implicit_sync.free = always)), vec!["deadlock always"]);
+    let never = ImplicitSync { guaranteed: SyncScope::None, possible: SyncScope::None };
+    assert_eq!(kinds(&verdict_with("s7-free", &t, |p| p.implicit_sync.free = never)), Vec::<String>::new());
+}
+
+#[test]
+fn s7_malloc_malloc_host_and_the_first_lazy_load_may_synchronize() {
+    for middle in [r#"Malloc("64 MiB"),"#, r#"MallocHost("4 MiB"),"#, r#"LoadModule("attn"),"#] {
+        let r = verdict_with("s7-alloc", &recv_then_barrier(middle), |_| {});
+        assert_eq!(kinds(&r), vec!["deadlock sometimes"], "{middle}: {}", r.to_text());
+    }
+    // Only the first load of a module on a device synchronizes: loaded before the recv, the second load is free.
+    let t = recv_then_barrier(r#"LoadModule("attn"),"#).replace("OnRanks([0], [Recv", "OnRanks([0], [LoadModule(\"attn\"), Recv");
+    assert_eq!(kinds(&verdict_with("s7-lazy", &t, |_| {})), Vec::<String>::new());
+    // Each knob is its own: a profile where only cudaMalloc never synchronizes.
+    use cuorder_model::profile::{ImplicitSync, SyncScope};
+    let never = ImplicitSync { guaranteed: SyncScope::None, possible: SyncScope::None };
+    let t = recv_then_barrier(r#"Malloc("64 MiB"),"#);
+    assert_eq!(kinds(&verdict_with("s7-malloc", &t, |p| p.implicit_sync.malloc = never)), Vec::<String>::new());
+    let t = recv_then_barrier(r#"MallocHost("64 MiB"),"#);
+    assert_eq!(kinds(&verdict_with("s7-malloc", &t, |p| p.implicit_sync.malloc = never)), vec!["deadlock sometimes"]);
+}
+
+#[test]
+fn s7_all_devices_scope_waits_for_other_ranks_work() {
+    // Rank 1 spins in a recv whose send rank 0 issues after its cudaMalloc: only a synchronization of every device
+    // (one process driving both GPUs) waits for rank 1's recv.
+    let t = r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking)], buffers: [Buffer("a", "1 MiB"), Buffer("w", "1 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            Group([Send(to: Next, buf: "a", stream: "sA"), Recv(from: Prev, buf: "w", stream: "sA")]),
+            DeviceSync,
+            Barrier("warm"),
+            OnRanks([1], [Recv(from: Rank(0), buf: "a", stream: "sA")]),
+            Barrier("posted"),
+            OnRanks([0], [Malloc("1 GiB"), Send(to: Rank(1), buf: "a", stream: "sA")]),
+            DeviceSync,
+        ])])"#;
+    use cuorder_model::profile::{ImplicitSync, SyncScope};
+    assert_eq!(kinds(&verdict_with("s7-all", t, |_| {})), Vec::<String>::new());
+    let all = ImplicitSync { guaranteed: SyncScope::None, possible: SyncScope::AllDevices };
+    assert_eq!(kinds(&verdict_with("s7-all", t, |p| p.implicit_sync.malloc = all)), vec!["deadlock sometimes"]);
+}
+
+#[test]
+fn s7_cudafree_of_memory_in_use_is_a_use_after_free() {
+    let t = gpu1(AB, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["a"]), Free("a")"#);
+    let r = verdict_with("s7-uaf", &t, |_| {});
+    assert_eq!(kinds(&r), vec!["undefined sometimes"], "{}", r.to_text());
+    assert!(r.to_text().contains("rule S7 broken"), "{}", r.to_text());
+    assert!(r.to_text().contains("a use after free"), "{}", r.to_text());
+    // A free that is guaranteed to synchronize the device waits for the kernel first.
+    use cuorder_model::profile::{ImplicitSync, SyncScope};
+    let sync = ImplicitSync { guaranteed: SyncScope::Device, possible: SyncScope::Device };
+    assert_eq!(kinds(&verdict_with("s7-uaf", &t, |p| p.implicit_sync.free = sync)), Vec::<String>::new());
+    // So does an explicit synchronization.
+    let synced = gpu1(AB, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["a"]), StreamSync("sA"), Free("a")"#);
+    assert_eq!(verdict("s7-synced", &synced, "portable"), Vec::<String>::new());
+    // Any use after the free, and a second free, are undefined.
+    let later = gpu1(AB, "", BUFS, r#"Free("a"), Kernel("r", stream: "sA", reads: ["a"])"#);
+    assert_eq!(verdict("s7-later", &later, "portable"), vec!["undefined always"]);
+    let twice = gpu1(AB, "", BUFS, r#"Free("a"), Free("a")"#);
+    assert_eq!(verdict("s7-twice", &twice, "portable"), vec!["undefined always"]);
+}
+
+#[test]
+fn s7_cuda_launch_blocking_makes_launches_synchronous() {
+    // A kernel writes pinned memory that the host then reads: a race, unless every launch returns once it ended.
+    let t = gpu1(AB, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["p"]), HostRead("p")"#);
+    assert_eq!(verdict("s7-lb", &t, "portable"), vec!["data race always"]);
+    assert_eq!(kinds(&verdict_with("s7-lb", &t, |p| p.launch_blocking = true)), Vec::<String>::new());
+    // An NCCL send launched blocking waits for its recv, which rank 1 posts only after the barrier (NVIDIA/nccl
+    // issue 750). Under `portable` the send may finish eagerly, so the hang is "sometimes".
+    let t = r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking)], buffers: [Buffer("a", "1 MiB"), Buffer("w", "1 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            Group([Send(to: Next, buf: "a", stream: "sA"), Recv(from: Prev, buf: "w", stream: "sA")]),
+            DeviceSync,
+            OnRanks([0], [Send(to: Rank(1), buf: "a", stream: "sA"), Barrier("step")]),
+            OnRanks([1], [Barrier("step"), Recv(from: Rank(0), buf: "a", stream: "sA")]),
+            DeviceSync,
+        ])])"#;
+    assert_eq!(kinds(&verdict_with("s7-nccl", t, |_| {})), Vec::<String>::new());
+    let r = verdict_with("s7-nccl", t, |p| p.launch_blocking = true);
+    assert_eq!(kinds(&r), vec!["deadlock sometimes"], "{}", r.to_text());
+    assert!(r.to_text().contains("with CUDA_LAUNCH_BLOCKING=1 a launch returns once its work has ended"), "{}", r.to_text());
+    assert!(r.to_text().contains("fix: CUDA_LAUNCH_BLOCKING=1 makes every NCCL launch wait for its peers"), "{}", r.to_text());
+}
+
+#[test]
+fn s8_a_host_function_is_ordered_like_a_kernel_on_its_stream() {
+    let same = gpu1(AB, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["a"]), Memcpy(dst: "p", src: "a", stream: "sA"), HostFunc("cb", stream: "sA", reads: ["p"])"#);
+    assert_eq!(verdict("s8-same", &same, "portable"), Vec::<String>::new());
+    let other = gpu1(AB, "", BUFS, r#"Memcpy(dst: "p", src: "a", stream: "sA"), HostFunc("cb", stream: "sB", reads: ["p"])"#);
+    assert_eq!(verdict("s8-other", &other, "portable"), vec!["data race always"]);
+    // What it writes, the host may read only once the function is known to have run.
+    let host = gpu1(AB, "", BUFS, r#"HostFunc("cb", stream: "sA", writes: ["p"]), HostRead("p")"#);
+    assert_eq!(verdict("s8-host", &host, "portable"), vec!["data race always"]);
+    let synced = gpu1(AB, "", BUFS, r#"HostFunc("cb", stream: "sA", writes: ["p"]), StreamSync("sA"), HostRead("p")"#);
+    assert_eq!(verdict("s8-synced", &synced, "portable"), Vec::<String>::new());
+    // Work after it on its stream waits for it.
+    let after = gpu1(AB, "", BUFS, r#"HostFunc("cb", stream: "sA", writes: ["p"]), Kernel("r", stream: "sA", reads: ["p"])"#);
+    assert_eq!(verdict("s8-after", &after, "portable"), Vec::<String>::new());
+}
+
+#[test]
+fn s8_a_host_function_that_calls_cuda_is_undefined() {
+    let t = gpu1(AB, "", BUFS, r#"HostFunc("cb", stream: "sA", calls_cuda: true), StreamSync("sA")"#);
+    let r = check_text("s8-cuda", &t, "portable");
+    assert_eq!(kinds(&r), vec!["undefined always"]);
+    assert!(r.to_text().contains("rule S8 broken"), "{}", r.to_text());
+    assert!(r.to_text().contains("must not make any CUDA call"), "{}", r.to_text());
+}
+
+#[test]
+fn s7_p4_empty_cache_waits_for_record_stream_events_and_may_synchronize() {
+    use cuorder_model::profile::{ImplicitSync, SyncScope};
+    let never = ImplicitSync { guaranteed: SyncScope::None, possible: SyncScope::None };
+    let always = ImplicitSync { guaranteed: SyncScope::Device, possible: SyncScope::Device };
+    let cached = r#"Alloc("out", stream: "sB"), Kernel("k", stream: "sB", writes: ["out"]), Free("out"), EmptyCache,"#;
+    // A cached block: releasing it is a cudaFree, which may synchronize the device (and so wait for the recv).
+    let t = recv_then_barrier(cached);
+    let r = verdict_with("p4-empty", &t, |_| {});
+    // The same cycle is also reported as a stuck state in which the device withholds the kernel on sB (S1).
+    let k = kinds(&r);
+    assert!(!k.is_empty() && k.iter().all(|k| k == "deadlock sometimes"), "{}", r.to_text());
+    assert!(r.to_text().contains("empty_cache"), "{}", r.to_text());
+    assert_eq!(kinds(&verdict_with("p4-empty", &t, |p| p.implicit_sync.free = never)), Vec::<String>::new());
+    // Recorded on the recv's stream (record_stream), the block's event is synchronized first: a hang whatever
+    // cudaFree does.
+    let held = r#"Alloc("out", stream: "sB"), Kernel("k", stream: "sB", writes: ["out"]), RecordStream("out", stream: "sA"), Free("out"), EmptyCache,"#;
+    let r = verdict_with("p4-held", &recv_then_barrier(held), |p| p.implicit_sync.free = never);
+    let k = kinds(&r);
+    assert!(!k.is_empty() && k.iter().all(|k| k == "deadlock always"), "{}", r.to_text());
+    assert!(r.to_text().contains("r0 main is blocked in #10 empty_cache"), "{}", r.to_text());
+    // Nothing cached: no cudaFree, no synchronization.
+    let none = recv_then_barrier(r#"Alloc("out", stream: "sB"), EmptyCache,"#);
+    assert_eq!(kinds(&verdict_with("p4-none", &none, |p| p.implicit_sync.free = always)), Vec::<String>::new());
+    // A released block is never handed out again: the next Alloc takes a fresh block, so a use of the old
+    // allocation that is still running cannot alias it.
+    let reuse = gpu1(AB, "", &format!("{BUFS}, Pooled(\"t1\", \"1 MiB\"), Pooled(\"t2\", \"1 MiB\")"),
+        r#"Alloc("t1", stream: "sA"), Kernel("w", stream: "sB", writes: ["t1"]), Free("t1"), Alloc("t2", stream: "sA"), Kernel("r", stream: "sA", writes: ["t2"])"#);
+    assert_eq!(verdict("p4-reuse", &reuse, "portable"), vec!["data race sometimes"]);
+    let emptied = reuse.replace(r#"Free("t1"), "#, r#"Free("t1"), EmptyCache, "#);
+    let r = verdict_with("p4-emptied", &emptied, |p| p.implicit_sync.free = always);
+    assert_eq!(kinds(&r), Vec::<String>::new(), "{}", r.to_text());
+}

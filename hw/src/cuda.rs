@@ -559,6 +559,42 @@ pub unsafe fn free_pinned(h: *mut u8) -> Result<(), HwError> {
     check(cu::cuMemFreeHost(h as *mut c_void), "cuMemFreeHost")
 }
 
+// ---- host calls that may synchronize (S7) and host functions (S8) --------------------------------------------------
+
+/// `cuMemAlloc` of `bytes` bytes (at least 4), not filled: the program's `Malloc` (S7), so that nothing but the
+/// allocation itself can synchronize.
+pub fn alloc_device(bytes: usize) -> Result<CUdeviceptr, HwError> {
+    let mut p = 0;
+    // SAFETY: out-parameter call.
+    unsafe { check(cu::cuMemAlloc_v2(&mut p, bytes.max(4)), "cuMemAlloc")? };
+    Ok(p)
+}
+
+/// `cuMemAllocHost` of `bytes` bytes (at least 4) of page-locked host memory, not filled: the program's
+/// `MallocHost` (S7). Free it with [`free_pinned`].
+pub fn alloc_host(bytes: usize) -> Result<*mut u8, HwError> {
+    let mut h: *mut c_void = std::ptr::null_mut();
+    // SAFETY: out-parameter call.
+    unsafe { check(cu::cuMemAllocHost_v2(&mut h, bytes.max(4)), "cuMemAllocHost")? };
+    Ok(h as *mut u8)
+}
+
+/// `cuModuleUnload` of a module from [`module_load`].
+///
+/// # Safety
+/// A live module, unloaded once, whose functions are no longer used.
+pub unsafe fn module_unload(m: CUmodule) -> Result<(), HwError> {
+    check(cu::cuModuleUnload(m), "cuModuleUnload")
+}
+
+/// `cuLaunchHostFunc(s, f, data)`: enqueues a host function on a stream (S8).
+///
+/// # Safety
+/// `f` must make no CUDA call and `data` must stay valid until `f` has run (it is `f`'s to release).
+pub unsafe fn launch_host_func(s: CUstream, f: unsafe extern "C" fn(*mut c_void), data: *mut c_void) -> Result<(), HwError> {
+    check(cu::cuLaunchHostFunc(s, Some(f), data), "cuLaunchHostFunc")
+}
+
 /// `cuStreamDestroy` of a stream from [`stream_create`].
 ///
 /// # Safety

@@ -14,6 +14,8 @@ pub const MAX_TRACE_SLOTS_PER_RANK: u32 = 1 << 22;
 pub const MAX_OBS_SLOTS_PER_RANK: u32 = 1 << 22;
 /// Most ranks a program may have.
 pub const MAX_RANKS: usize = 1024;
+/// The most bytes one `Malloc` or `MallocHost` of a program may allocate on hardware (S7), 64 GiB.
+pub const MAX_HOST_CALL_BYTES: u64 = 64 << 30;
 
 /// A byte range of one of the rank's own buffers: `buf` indexes [`cuorder_model::program::Rank::buffers`];
 /// `offset` and `len` in bytes.
@@ -114,6 +116,22 @@ pub enum Step {
     Free { buf: u32 },
     /// `record_stream` (P4): the stream whose work at free time must end before the block is reused.
     RecordStream { buf: u32, stream: u32 },
+    /// `cudaFree` of static device buffer `buf` (S7): released at this point, not at tear-down.
+    CudaFree { buf: u32 },
+    /// `cudaMalloc` of `bytes` bytes (S7), released at tear-down.
+    Malloc { bytes: u64 },
+    /// `cudaMallocHost` of `bytes` bytes (S7), released at tear-down.
+    MallocHost { bytes: u64 },
+    /// The lazy load of module `module` (S7): the first one per rank loads a one-kernel PTX module and extracts its
+    /// function handle, the driver work `CUDA_MODULE_LOADING=LAZY` does at the first launch of a kernel of a module
+    /// (rank processes run with `EAGER`, so that the executor's own kernels load at set-up); later ones do nothing.
+    LoadModule { module: String },
+    /// `torch.cuda.empty_cache()` (P4, S7): synchronizes the events `RecordStream` left on the pool's free blocks,
+    /// then releases every free block with `cudaFree`; released blocks are never handed out again.
+    EmptyCache,
+    /// `cudaLaunchHostFunc` on `stream` (S8): the function reads `reads` and stamps `writes` (host memory, 4-byte
+    /// words) with `version`, and makes no CUDA call.
+    HostFunc { stream: u32, reads: Vec<ByteRange>, writes: Vec<ByteRange>, version: u32 },
     /// An op with nothing to execute (a barrier that does not exist, after an error was reported).
     NoOp,
 }
@@ -143,7 +161,8 @@ impl Step {
             | Step::StreamWaitEvent { stream, .. }
             | Step::Send { stream, .. }
             | Step::Recv { stream, .. }
-            | Step::Collective { stream, .. } => Some(Some(*stream)),
+            | Step::Collective { stream, .. }
+            | Step::HostFunc { stream, .. } => Some(Some(*stream)),
             Step::Memset { stream, .. } | Step::Memcpy { stream, .. } => Some(*stream),
             _ => None,
         }
@@ -730,6 +749,63 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                         let s = cx.stream(*stream).map(|s| s.0).unwrap_or(0);
                         Step::RecordStream { buf: buf.index, stream: s }
                     }
+                    OpKind::CudaFree { buf } => {
+                        if let Some(space) = cx.buf(*buf) {
+                            let decl = &p.ranks[buf.rank as usize].buffers[buf.index as usize];
+                            if decl.pooled || space != MemSpace::Device {
+                                cx.err(format!("cudaFree of `{}`, which is not a static device buffer", decl.name));
+                            }
+                        }
+                        Step::CudaFree { buf: buf.index }
+                    }
+                    OpKind::CudaMalloc { rank: r, bytes } | OpKind::CudaMallocHost { rank: r, bytes } => {
+                        if *r != ri {
+                            cx.err(format!("allocates on the device of rank {r} from rank {ri}"));
+                        }
+                        if *bytes > MAX_HOST_CALL_BYTES {
+                            cx.err(format!("allocates {bytes} bytes; the executor allocates at most MAX_HOST_CALL_BYTES = {MAX_HOST_CALL_BYTES}"));
+                        }
+                        if matches!(kind.as_ref(), OpKind::CudaMalloc { .. }) {
+                            Step::Malloc { bytes: *bytes }
+                        } else {
+                            Step::MallocHost { bytes: *bytes }
+                        }
+                    }
+                    OpKind::EmptyCache { rank: r } => {
+                        if *r != ri {
+                            cx.err(format!("empties the cache of the device of rank {r} from rank {ri}"));
+                        }
+                        Step::EmptyCache
+                    }
+                    OpKind::LoadModule { rank: r, module } => {
+                        if *r != ri {
+                            cx.err(format!("loads a module on the device of rank {r} from rank {ri}"));
+                        }
+                        Step::LoadModule { module: module.clone() }
+                    }
+                    OpKind::HostFunc { stream, reads, writes, calls_cuda, .. } => {
+                        if *calls_cuda {
+                            cx.err("a host function that calls CUDA is undefined (S8): the executor does not run it");
+                        }
+                        let st = cx.stream(*stream).map(|s| s.0).unwrap_or(0);
+                        let host = |cx: &mut Ctx, list: &[BufRange], what: &str| -> Vec<ByteRange> {
+                            let mut out = vec![];
+                            for r in list {
+                                if let Some((br, space)) = cx.word_range(*r, what) {
+                                    if space == MemSpace::Device {
+                                        cx.err("a host function cannot access device memory (S8)");
+                                    } else {
+                                        out.push(br);
+                                    }
+                                }
+                            }
+                            out
+                        };
+                        let reads = host(&mut cx, reads, "host function read");
+                        let writes = host(&mut cx, writes, "host function write");
+                        let version = if writes.is_empty() { 0 } else { version_for(&mut cx) };
+                        Step::HostFunc { stream: st, reads, writes, version }
+                    }
                     // `without_assertion` turned it into its read.
                     OpKind::Expect { .. } => {
                         cx.err("a value assertion was not lowered to its read");
@@ -764,7 +840,7 @@ pub fn op_kind_name(k: &OpKind) -> &'static str {
 mod tests {
     use super::*;
     use cuorder_model::build::Builder;
-    use cuorder_model::program::{BufRange, CommId};
+    use cuorder_model::program::{BufRange, BufRef, CommId};
 
     fn sref(rank: u32, index: u32) -> StreamRef {
         StreamRef { rank, index }
@@ -901,5 +977,67 @@ mod tests {
         }
         let plan = lower(&p).unwrap();
         assert_eq!(plan.ranks[0].threads[1][1], Step::Barrier { barrier: 0, round: 1 });
+    }
+
+    #[test]
+    fn host_calls_and_host_functions_lower_to_their_steps() {
+        let mut b = Builder::new("s7s8", 1);
+        let s = b.stream("s", StreamKind::NonBlocking);
+        let d = b.buffer("d", 64, MemSpace::Device, false);
+        let p = b.buffer("p", 64, MemSpace::PinnedHost, false);
+        let (rd, rp) = (b.whole(0, d), b.whole(0, p));
+        b.op(0, 0, OpKind::CudaFree { buf: BufRef { rank: 0, index: d } })
+            .op(0, 0, OpKind::CudaMalloc { rank: 0, bytes: 1 << 20 })
+            .op(0, 0, OpKind::CudaMallocHost { rank: 0, bytes: 4096 })
+            .op(0, 0, OpKind::LoadModule { rank: 0, module: "attn".into() })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "cb".into(), reads: vec![rp], writes: vec![rp], calls_cuda: false })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "ro".into(), reads: vec![rp], writes: vec![], calls_cuda: false })
+            .op(0, 0, OpKind::EmptyCache { rank: 0 });
+        let _ = rd;
+        let plan = lower(&b.finish()).unwrap();
+        let steps = &plan.ranks[0].threads[0];
+        assert_eq!(steps[0], Step::CudaFree { buf: d });
+        assert_eq!(steps[1], Step::Malloc { bytes: 1 << 20 });
+        assert_eq!(steps[2], Step::MallocHost { bytes: 4096 });
+        assert_eq!(steps[3], Step::LoadModule { module: "attn".into() });
+        let whole = ByteRange { buf: p, offset: 0, len: 64 };
+        // The writing host function stamps a version of its own (the only writer: version 1); the reading one none.
+        assert_eq!(steps[4], Step::HostFunc { stream: s, reads: vec![whole], writes: vec![whole], version: 1 });
+        assert_eq!(plan.versions[&1], OpId { rank: 0, thread: 0, index: 4 });
+        assert_eq!(steps[5], Step::HostFunc { stream: s, reads: vec![whole], writes: vec![], version: 0 });
+        assert_eq!(steps[6], Step::EmptyCache);
+        assert_eq!(steps[4].device_stream(), Some(Some(s)));
+        assert_eq!(steps[0].device_stream(), None);
+    }
+
+    #[test]
+    fn host_calls_and_host_functions_that_cannot_run_are_reported_with_their_op() {
+        let mut b = Builder::new("bad-s7s8", 2);
+        let s = b.stream("s", StreamKind::NonBlocking);
+        let d = b.buffer("d", 64, MemSpace::Device, false);
+        let p = b.buffer("p", 64, MemSpace::PinnedHost, false);
+        let q = b.buffer("q", 64, MemSpace::Device, true);
+        let (rd, rp) = (b.whole(0, d), b.whole(0, p));
+        b.op(0, 0, OpKind::CudaFree { buf: BufRef { rank: 0, index: p } })
+            .op(0, 0, OpKind::CudaFree { buf: BufRef { rank: 0, index: q } })
+            .op(0, 0, OpKind::CudaMalloc { rank: 1, bytes: 64 })
+            .op(0, 0, OpKind::CudaMallocHost { rank: 0, bytes: MAX_HOST_CALL_BYTES + 1 })
+            .op(0, 0, OpKind::LoadModule { rank: 1, module: "m".into() })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "cb".into(), reads: vec![], writes: vec![], calls_cuda: true })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "dev".into(), reads: vec![rd], writes: vec![], calls_cuda: false })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "odd".into(), reads: vec![BufRange { len: 6, ..rp }], writes: vec![], calls_cuda: false });
+        let errs = lower(&b.finish()).unwrap_err();
+        let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        let has = |op: u32, needle: &str| {
+            text.iter().any(|t| t.starts_with(&format!("op (rank 0, thread 0, op {op})")) && t.contains(needle))
+        };
+        assert!(has(0, "not a static device buffer"), "{text:#?}");
+        assert!(has(1, "not a static device buffer"), "{text:#?}");
+        assert!(has(2, "device of rank 1 from rank 0"), "{text:#?}");
+        assert!(has(3, "MAX_HOST_CALL_BYTES"), "{text:#?}");
+        assert!(has(4, "device of rank 1 from rank 0"), "{text:#?}");
+        assert!(has(5, "calls CUDA is undefined (S8)"), "{text:#?}");
+        assert!(has(6, "cannot access device memory (S8)"), "{text:#?}");
+        assert!(has(7, "multiples of 4"), "{text:#?}");
     }
 }

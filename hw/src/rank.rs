@@ -119,6 +119,54 @@ struct CommPtr(cuda::ncclComm_t);
 unsafe impl Send for CommPtr {}
 unsafe impl Sync for CommPtr {}
 
+/// What a program's `CudaFree`, `Malloc`, `MallocHost` and `LoadModule` did (S7).
+#[derive(Default)]
+struct HostCalls {
+    /// Static device buffers released by `CudaFree` (tear-down skips them).
+    freed: Vec<u32>,
+    /// `Malloc` allocations.
+    device: Vec<u64>,
+    /// `MallocHost` allocations.
+    pinned: Vec<*mut u8>,
+    /// Pool blocks released by `EmptyCache` (tear-down skips them).
+    released: Vec<u64>,
+    /// Modules loaded by `LoadModule`, by name.
+    modules: std::collections::BTreeMap<String, cuda::CUmodule>,
+}
+
+/// What a host function enqueued by `HostFunc` touches (S8): host words it reads and words it stamps with
+/// `version`. The words live as long as the program's [`Rt`], which synchronizes the device before it is dropped.
+struct HostFuncData {
+    reads: Vec<(*const AtomicU32, usize)>,
+    writes: Vec<(*const AtomicU32, usize)>,
+    version: u32,
+}
+
+/// The host function of every `HostFunc` step: reads and stamps host memory, makes no CUDA call (S8).
+///
+/// # Safety
+/// `data` is a `Box<HostFuncData>` leaked by `exec`, run once.
+unsafe extern "C" fn host_func(data: *mut c_void) {
+    // SAFETY: per the contract above; the words outlive the call (see `HostFuncData`).
+    let d = unsafe { Box::from_raw(data as *mut HostFuncData) };
+    let mut sum = 0u32;
+    for (p, n) in &d.reads {
+        for k in 0..*n {
+            sum = sum.wrapping_add(unsafe { &*p.add(k) }.load(Ordering::Relaxed));
+        }
+    }
+    std::hint::black_box(sum);
+    for (p, n) in &d.writes {
+        for k in 0..*n {
+            unsafe { &*p.add(k) }.store(d.version, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A one-kernel PTX module for `LoadModule` (S7): loading it and extracting its function is what
+/// `CUDA_MODULE_LOADING=LAZY` defers to the first launch of a kernel of a module.
+const LAZY_MODULE_PTX: &str = ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry cuorder_lazy()\n{\n\tret;\n}\n\0";
+
 struct Rt {
     rank: u32,
     program: Program,
@@ -147,6 +195,8 @@ struct Rt {
     ids: Vec<Option<cuda::ncclUniqueId>>,
     sm_count: u32,
     pool: Mutex<Pool>,
+    /// What the program's own host calls allocated, freed and loaded (S7), released at tear-down.
+    host_calls: Mutex<HostCalls>,
     /// Streams this program created (destroyed with it).
     created_streams: Vec<CUstream>,
     /// Host barriers' folder (a fresh one per program in batch runs).
@@ -365,6 +415,7 @@ fn setup_program(
         ids,
         sm_count: sess.sm_count,
         pool: Mutex::new(Pool::default()),
+        host_calls: Mutex::new(HostCalls::default()),
         created_streams,
         barrier_dir,
         poll,
@@ -431,8 +482,19 @@ impl Drop for Rt {
                     let _ = cuda::event_destroy(*e);
                 }
             }
-            for m in &self.bufs {
+            let calls = self.host_calls.get_mut().map(std::mem::take).unwrap_or_default();
+            for p in &calls.device {
+                let _ = cuda::free_device(*p);
+            }
+            for h in &calls.pinned {
+                let _ = cuda::free_pinned(*h);
+            }
+            for m in calls.modules.values() {
+                let _ = cuda::module_unload(*m);
+            }
+            for (i, m) in self.bufs.iter().enumerate() {
                 match m {
+                    Mem::Device(_) if calls.freed.contains(&(i as u32)) => {}
                     Mem::Device(p) => {
                         let _ = cuda::free_device(*p);
                     }
@@ -440,7 +502,7 @@ impl Drop for Rt {
                         let _ = cuda::free_pinned(*h);
                     }
                     Mem::Pooled { fresh, .. } => {
-                        for p in fresh {
+                        for p in fresh.iter().filter(|p| !calls.released.contains(p)) {
                             let _ = cuda::free_device(*p);
                         }
                     }
@@ -993,6 +1055,69 @@ fn exec(rt: &Rt, t: u32, i: u32, step: &Step, depth: &mut u32) -> Result<Option<
                 .ok_or_else(|| HwError::Format("record_stream on a pooled buffer that is not allocated".into()))?;
             if *stream != a.stream && !a.recorded.contains(stream) {
                 a.recorded.push(*stream);
+            }
+        }
+        Step::CudaFree { buf } => {
+            let Mem::Device(p) = &rt.bufs[*buf as usize] else {
+                return Err(HwError::Format("cudaFree of a buffer that is not static device memory".into()));
+            };
+            let mut calls = rt.host_calls.lock().unwrap_or_else(|p| p.into_inner());
+            if calls.freed.contains(buf) {
+                return Err(HwError::Format("cudaFree of a buffer freed before".into()));
+            }
+            // SAFETY: allocated at set-up, freed once (tear-down skips it).
+            unsafe { cuda::free_device(*p)? };
+            calls.freed.push(*buf);
+        }
+        Step::Malloc { bytes } => {
+            let p = cuda::alloc_device(*bytes as usize)?;
+            rt.host_calls.lock().unwrap_or_else(|p| p.into_inner()).device.push(p);
+        }
+        Step::MallocHost { bytes } => {
+            let h = cuda::alloc_host(*bytes as usize)?;
+            rt.host_calls.lock().unwrap_or_else(|p| p.into_inner()).pinned.push(h);
+        }
+        Step::EmptyCache => {
+            let mut pool = rt.pool.lock().unwrap_or_else(|p| p.into_inner());
+            let mut calls = rt.host_calls.lock().unwrap_or_else(|p| p.into_inner());
+            for b in std::mem::take(&mut pool.free) {
+                for e in &b.held {
+                    // SAFETY: events recorded by this program's `Free`s, destroyed at tear-down.
+                    unsafe { cuda::event_synchronize(*e)? };
+                }
+                // SAFETY: a fresh block of a pooled buffer, not allocated now (it was free), freed once: tear-down
+                // skips released blocks.
+                unsafe { cuda::free_device(b.addr)? };
+                calls.released.push(b.addr);
+            }
+        }
+        Step::LoadModule { module } => {
+            let mut calls = rt.host_calls.lock().unwrap_or_else(|p| p.into_inner());
+            if !calls.modules.contains_key(module) {
+                let m = cuda::module_load(LAZY_MODULE_PTX.as_bytes())?;
+                calls.modules.insert(module.clone(), m);
+                cuda::module_function(m, "cuorder_lazy")?;
+            }
+        }
+        Step::HostFunc { stream, reads, writes, version } => {
+            let words = |list: &[lower::ByteRange]| -> Result<Vec<(*const AtomicU32, usize)>, HwError> {
+                list.iter()
+                    .map(|r| {
+                        let w = host_words(rt, r.buf)?;
+                        let (w0, n) = ((r.offset / 4) as usize, (r.len / 4) as usize);
+                        let part = w.get(w0..w0 + n).ok_or_else(|| HwError::Format("host function range outside its buffer".into()))?;
+                        Ok((part.as_ptr(), n))
+                    })
+                    .collect()
+            };
+            let data = Box::new(HostFuncData { reads: words(reads)?, writes: words(writes)?, version: *version });
+            let raw = Box::into_raw(data) as *mut c_void;
+            // SAFETY: `host_func` makes no CUDA call and takes ownership of `raw`; the words outlive the program's
+            // device work (Rt synchronizes before it is dropped).
+            if let Err(e) = unsafe { cuda::launch_host_func(rt.stream(*stream), host_func, raw) } {
+                // SAFETY: not enqueued, so still ours.
+                drop(unsafe { Box::from_raw(raw as *mut HostFuncData) });
+                return Err(e);
             }
         }
         Step::NoOp => {}

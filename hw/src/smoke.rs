@@ -17,6 +17,8 @@ pub fn programs() -> Vec<Program> {
         send_first_then_recv(2 * GIB - MIB, false, "send_first_2047mib"),
         send_first_then_recv(256 * MIB, false, "send_first_256mib"),
         send_first_then_recv(MIB, false, "send_first_1mib"),
+        host_calls(),
+        cudafree_during_recv(),
     ]
 }
 
@@ -95,6 +97,68 @@ fn p2p(bytes: u64, grouped: bool, name: &str) -> Program {
     b.finish()
 }
 
+/// One rank, one thread: the host calls of rule S7 and a host function (S8). `Malloc`, `MallocHost` and the first
+/// load of module `m` (ops 0-2); a kernel stamps `a` on sA (op 3), a copy brings it to pinned `p` (op 4), a host
+/// function on sA reads `p` and stamps pinned `q` (op 5); after synchronizing sA (op 6) the host read of `q` (op 7)
+/// sees op 5's version; the second load of `m` (op 8) does nothing; `cudaFree` of the idle device buffer `d` (op 9).
+/// Expected: completes. Run it also with `CUDA_LAUNCH_BLOCKING=1` in the environment (the rank processes inherit it;
+/// `CUDA_MODULE_LOADING` is always `EAGER` for them, and `LoadModule` makes its load explicitly): it completes the
+/// same way.
+pub fn host_calls() -> Program {
+    let mut b = Builder::new("host_calls", 1);
+    let sa = b.stream("sA", StreamKind::NonBlocking);
+    let a = b.buffer("a", 64 * 1024, MemSpace::Device, false);
+    let d = b.buffer("d", MIB, MemSpace::Device, false);
+    let p = b.buffer("p", 64 * 1024, MemSpace::PinnedHost, false);
+    let q = b.buffer("q", 4096, MemSpace::PinnedHost, false);
+    let st = StreamRef { rank: 0, index: sa };
+    let (ra, rp, rq) = (b.whole(0, a), b.whole(0, p), b.whole(0, q));
+    b.op(0, 0, OpKind::CudaMalloc { rank: 0, bytes: MIB })
+        .op(0, 0, OpKind::CudaMallocHost { rank: 0, bytes: 4096 })
+        .op(0, 0, OpKind::LoadModule { rank: 0, module: "m".into() })
+        .op(0, 0, OpKind::Kernel { stream: st, name: "fill".into(), reads: vec![], writes: vec![ra], duration_ns: 100_000 })
+        .op(0, 0, OpKind::Memcpy { stream: Some(st), dst: rp, src: ra })
+        .op(0, 0, OpKind::HostFunc { stream: st, name: "cb".into(), reads: vec![rp], writes: vec![rq], calls_cuda: false })
+        .op(0, 0, OpKind::StreamSynchronize { stream: st })
+        .op(0, 0, OpKind::HostAccess { range: rq, write: false })
+        .op(0, 0, OpKind::LoadModule { rank: 0, module: "m".into() })
+        .op(0, 0, OpKind::CudaFree { buf: cuorder_model::program::BufRef { rank: 0, index: d } });
+    b.finish()
+}
+
+/// `examples/cudafree-during-recv.ron` built in code: rank 0 posts a recv from rank 1, calls `cudaFree`, then meets
+/// rank 1 at a host barrier, after which rank 1 sends. Expected: hangs where the driver's `cudaFree` synchronizes the
+/// device (rank 0 blocked in op 6, `cuda_free`), completes where it does not (S7; NVIDIA/nccl issue 345 says recent
+/// drivers no longer synchronize). Either way an observation `cuorder conform` accepts under `portable`.
+pub fn cudafree_during_recv() -> Program {
+    let mut b = Builder::new("cudafree_during_recv", 2);
+    let s0 = b.stream("s0", StreamKind::NonBlocking);
+    let msg = b.buffer("msg", 4 * MIB, MemSpace::Device, false);
+    let warm = b.buffer("warm", 4 * MIB, MemSpace::Device, false);
+    let scratch = b.buffer("scratch", 64 * MIB, MemSpace::Device, false);
+    let bar = 0;
+    for r in 0..2u32 {
+        let st = StreamRef { rank: r, index: s0 };
+        let (bm, bw) = (b.whole(r, msg), b.whole(r, warm));
+        b.op(r, 0, OpKind::GroupStart)
+            .op(r, 0, OpKind::Send { comm: CommId(0), peer: 1 - r, buf: bm, stream: st })
+            .op(r, 0, OpKind::Recv { comm: CommId(0), peer: 1 - r, buf: bw, stream: st })
+            .op(r, 0, OpKind::GroupEnd)
+            .op(r, 0, OpKind::StreamSynchronize { stream: st });
+        if r == 0 {
+            b.op(r, 0, OpKind::Recv { comm: CommId(0), peer: 1, buf: bm, stream: st })
+                .op(r, 0, OpKind::CudaFree { buf: cuorder_model::program::BufRef { rank: 0, index: scratch } })
+                .op(r, 0, OpKind::Barrier { barrier: bar });
+        } else {
+            b.op(r, 0, OpKind::Barrier { barrier: bar }).op(r, 0, OpKind::Send { comm: CommId(0), peer: 0, buf: bm, stream: st });
+        }
+        b.op(r, 0, OpKind::StreamSynchronize { stream: st });
+    }
+    let mut p = b.finish();
+    p.barriers.push(cuorder_model::program::BarrierDecl { name: "step".into(), participants: vec![(0, 0), (1, 0)] });
+    p
+}
+
 /// The program as the RON file the `run` command reads (the resolved program).
 pub fn to_ron(p: &Program) -> String {
     ron::ser::to_string_pretty(p, ron::ser::PrettyConfig::new().struct_names(true))
@@ -108,6 +172,7 @@ mod tests {
     #[test]
     fn smoke_programs_lower_and_round_trip() {
         for p in programs() {
+            p.validate().unwrap_or_else(|e| panic!("{}: {e:?}", p.name));
             crate::lower::lower(&p).unwrap_or_else(|e| panic!("{}: {e:?}", p.name));
             let back: Program = ron::from_str(&to_ron(&p)).unwrap();
             assert_eq!(back, p);

@@ -130,6 +130,22 @@ impl Program {
             OpKind::Alloc { buf, stream } => format!("alloc({}, {})", self.buffer(*buf).name, s(stream)),
             OpKind::Free { buf } => format!("free({})", self.buffer(*buf).name),
             OpKind::RecordStream { buf, stream } => format!("record_stream({}, {})", self.buffer(*buf).name, s(stream)),
+            OpKind::CudaFree { buf } => format!("cuda_free({})", self.buffer(*buf).name),
+            OpKind::CudaMalloc { bytes: n, .. } => format!("cuda_malloc({})", bytes(*n)),
+            OpKind::CudaMallocHost { bytes: n, .. } => format!("cuda_malloc_host({})", bytes(*n)),
+            OpKind::LoadModule { module, .. } => format!("load_module({module})"),
+            OpKind::EmptyCache { .. } => "empty_cache".into(),
+            OpKind::HostFunc { stream, name, reads, writes, calls_cuda } => {
+                let mut parts = vec![];
+                if !reads.is_empty() {
+                    parts.push(format!("R: {}", self.ranges(reads)));
+                }
+                if !writes.is_empty() {
+                    parts.push(format!("W: {}", self.ranges(writes)));
+                }
+                let acc = if parts.is_empty() { String::new() } else { format!(", {}", parts.join("; ")) };
+                format!("host_func {name}({}{acc}{})", s(stream), if *calls_cuda { ", calls CUDA" } else { "" })
+            }
         }
     }
 

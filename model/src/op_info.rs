@@ -42,6 +42,8 @@ pub enum Resource {
     Alloc(BufRef),
     /// The caching allocator's free blocks of a device (P4).
     Pool(RankId),
+    /// Which modules a device has loaded (S7: only the first lazy load of a module synchronizes).
+    Module(RankId),
 }
 
 /// How a host step uses a resource.
@@ -119,6 +121,12 @@ impl OpKind {
             OpKind::Free { .. } => "Free",
             OpKind::RecordStream { .. } => "RecordStream",
             OpKind::Expect { .. } => "Expect",
+            OpKind::CudaFree { .. } => "CudaFree",
+            OpKind::CudaMalloc { .. } => "Malloc",
+            OpKind::CudaMallocHost { .. } => "MallocHost",
+            OpKind::LoadModule { .. } => "LoadModule",
+            OpKind::EmptyCache { .. } => "EmptyCache",
+            OpKind::HostFunc { .. } => "HostFunc",
         }
     }
 
@@ -159,6 +167,14 @@ impl OpKind {
         };
         let device_of = |ranges: &[&BufRange]| {
             ranges.iter().find(|r| program.buffer(r.buf).space == MemSpace::Device).map(|r| r.buf.rank).unwrap_or(caller)
+        };
+        let implicit_sync = |fp: &mut Vec<(Resource, Use)>, ranks: &mut Vec<RankId>| {
+            for (r, rank) in program.ranks.iter().enumerate() {
+                for i in 0..rank.streams.len() as u32 {
+                    fp.push((Resource::Stream(StreamRef { rank: r as RankId, index: i }), Use::Read));
+                }
+                ranks.push(r as RankId);
+            }
         };
         let mut ranks: Vec<RankId> = vec![];
         let info = match self {
@@ -310,6 +326,38 @@ impl OpKind {
                     None => OpInfo::base(self.name(), None, None, read),
                 }
             }
+            // S7: an implicit synchronization waits for the tails of the streams of the device, or of every device
+            // (`SyncScope::AllDevices`): the op names every rank, so that the ranks a wait can depend on are its
+            // neighbours (incremental.rs), whatever the profile.
+            OpKind::CudaFree { buf } => {
+                implicit_sync(&mut fp, &mut ranks);
+                fp.push((Resource::Alloc(*buf), Use::Write));
+                ranks.push(buf.rank);
+                // Whether work issued before still uses the buffer when it is released depends on how far the
+                // device has got (a use after free).
+                OpInfo { observes: Some(buf.rank), ..OpInfo::base(self.name(), Some(buf.rank), None, vec![]) }
+            }
+            OpKind::CudaMalloc { rank, .. } | OpKind::CudaMallocHost { rank, .. } | OpKind::LoadModule { rank, .. } => {
+                implicit_sync(&mut fp, &mut ranks);
+                if let OpKind::LoadModule { .. } = self {
+                    fp.push((Resource::Module(*rank), Use::Write));
+                }
+                OpInfo::base(self.name(), Some(*rank), None, vec![])
+            }
+            OpKind::EmptyCache { rank } => {
+                implicit_sync(&mut fp, &mut ranks);
+                fp.push((Resource::Pool(*rank), Use::Write));
+                OpInfo::base(self.name(), Some(*rank), None, vec![])
+            }
+            // S8: a host function is an item on its stream like a kernel; its accesses are host-memory accesses made
+            // by the driver's thread when the item runs.
+            OpKind::HostFunc { stream, reads, writes, .. } => {
+                enqueue(*stream, &mut fp);
+                let all: Vec<BufRange> = reads.iter().chain(writes).copied().collect();
+                pooled_uses(&all, &mut fp);
+                ranks.extend(all.iter().map(|r| r.buf.rank));
+                OpInfo::base(self.name(), Some(stream.rank), Some(*stream), reads_writes(reads, writes))
+            }
         };
         ranks.extend(info.acting_rank);
         ranks.extend(info.stream.map(|s| s.rank));
@@ -354,7 +402,13 @@ impl OpKind {
                     vec![]
                 }
             }
-            OpKind::HostAccess { write: false, .. }
+            OpKind::HostFunc { writes, .. } => writes.clone(),
+            OpKind::CudaFree { .. }
+            | OpKind::CudaMalloc { .. }
+            | OpKind::CudaMallocHost { .. }
+            | OpKind::LoadModule { .. }
+            | OpKind::EmptyCache { .. }
+            | OpKind::HostAccess { write: false, .. }
             | OpKind::EventRecord { .. }
             | OpKind::StreamWaitEvent { .. }
             | OpKind::EventQuery { .. }

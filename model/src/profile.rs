@@ -12,6 +12,80 @@ pub enum NonMirrored {
     Undefined,
 }
 
+/// Which devices' work a host call that synchronizes implicitly waits for (S7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum SyncScope {
+    /// The call does not synchronize.
+    None,
+    /// The call waits for all work issued so far on every stream of its own device.
+    Device,
+    /// The call waits for all work issued so far on every device of the program (one process driving every GPU:
+    /// NVIDIA/nccl issue 744, "a device sync on the local GPU, but also on all GPUs which have P2P enabled with the
+    /// local GPU"). For programs whose ranks are separate processes this over-approximates.
+    AllDevices,
+}
+
+impl SyncScope {
+    fn words(self) -> &'static str {
+        match self {
+            SyncScope::None => "no synchronization",
+            SyncScope::Device => "a synchronization of its device",
+            SyncScope::AllDevices => "a synchronization of every device",
+        }
+    }
+}
+
+/// Whether one kind of host call synchronizes implicitly (S7), split like every undocumented behaviour: what is
+/// *guaranteed* (a program may rely on the ordering it gives) and what is *possible* (explored: the call may also
+/// wait for the wider scope, which can hang a program but orders nothing). `possible` narrower than `guaranteed`
+/// is read as `guaranteed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ImplicitSync {
+    pub guaranteed: SyncScope,
+    pub possible: SyncScope,
+}
+
+impl ImplicitSync {
+    /// May synchronize its device, guarantees nothing (what the CUDA documentation allows).
+    pub const MAY_SYNC_DEVICE: ImplicitSync = ImplicitSync { guaranteed: SyncScope::None, possible: SyncScope::Device };
+
+    /// The scope the call may wait for (never narrower than the guaranteed one).
+    pub fn possible(self) -> SyncScope {
+        self.possible.max(self.guaranteed)
+    }
+
+    fn words(self) -> String {
+        if self.possible() == self.guaranteed {
+            format!("always {}", self.guaranteed.words())
+        } else if self.guaranteed == SyncScope::None {
+            format!("may or may not make {} (both explored; it orders nothing)", self.possible().words())
+        } else {
+            format!("always makes {}, and may make {} (explored)", self.guaranteed.words(), self.possible().words())
+        }
+    }
+}
+
+/// Which host calls synchronize implicitly (S7), per kind of call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct HostCallSync {
+    /// `cudaFree` of device memory.
+    pub free: ImplicitSync,
+    /// `cudaMalloc`.
+    pub malloc: ImplicitSync,
+    /// `cudaMallocHost` / `cudaHostAlloc` (page-locked host memory).
+    pub malloc_host: ImplicitSync,
+    /// The lazy load of a module at the first launch of one of its kernels (`CUDA_MODULE_LOADING=LAZY`).
+    pub lazy_load: ImplicitSync,
+}
+
+impl Default for HostCallSync {
+    /// What the documentation allows: each call may synchronize its device, none is guaranteed to.
+    fn default() -> Self {
+        let m = ImplicitSync::MAY_SYNC_DEVICE;
+        HostCallSync { free: m, malloc: m, malloc_host: m, lazy_load: m }
+    }
+}
+
 /// Semantic parameters of one platform. Every field is a behaviour that the documentation leaves open; where a
 /// capacity or behaviour is undocumented, the profile separates what is *guaranteed* (the explorer relies on it)
 /// from what was merely *observed* (the explorer explores both ways).
@@ -50,6 +124,24 @@ pub struct Profile {
     /// a program may not rely on it to order its accesses.
     #[serde(default)]
     pub serialization_orders: bool,
+    /// S7: which host calls synchronize implicitly. Absent in a RON profile: each may synchronize its device, none
+    /// is guaranteed to (the documented behaviour).
+    #[serde(default)]
+    pub implicit_sync: HostCallSync,
+    /// S7: `CUDA_LAUNCH_BLOCKING=1`: every launch (kernel, asynchronous copy or memset, host function, NCCL launch)
+    /// returns only once its work has ended.
+    #[serde(default)]
+    pub launch_blocking: bool,
+    /// S6: the number of issued items that have not started a stream's queue holds; an enqueue on a stream with that
+    /// many blocks the host thread until one of them starts. `None`: unbounded (no launch ever blocks for room).
+    /// A bound is a capacity the platform *guarantees* to provide and is assumed to refuse beyond.
+    #[serde(default)]
+    pub launch_queue_depth: Option<u32>,
+    /// S6: the depth hardware runs were *seen* to have (informational, like `independent_progress_observed`: an
+    /// observation changes no verdict). About 1000 launches per stream (NVIDIA developer forum, "CUDA stream are
+    /// blocked when launch lots of kernels (>1000)").
+    #[serde(default)]
+    pub launch_queue_depth_observed: Option<u32>,
 }
 
 impl Profile {
@@ -78,6 +170,10 @@ impl Profile {
             nonmirrored_first_contact: NonMirrored::Undefined,
             serialize_per_comm: true,
             serialization_orders: false,
+            implicit_sync: HostCallSync::default(),
+            launch_blocking: false,
+            launch_queue_depth: None,
+            launch_queue_depth_observed: None,
         }
     }
 
@@ -100,6 +196,10 @@ impl Profile {
             nonmirrored_first_contact: NonMirrored::Hang,
             serialize_per_comm: true,
             serialization_orders: true,
+            implicit_sync: HostCallSync::default(),
+            launch_blocking: false,
+            launch_queue_depth: None,
+            launch_queue_depth_observed: None,
         }
     }
 
@@ -154,6 +254,28 @@ impl Profile {
             (true, true) => "N5 launches: a launch on a communicator waits for the previous one to end, and that orders \
                              memory."
                 .to_string(),
+        });
+        let sync = &self.implicit_sync;
+        v.push(format!(
+            "S7 implicit synchronization: cudaFree {}; cudaMalloc {}; cudaMallocHost {}; a lazy module load {}.",
+            sync.free.words(),
+            sync.malloc.words(),
+            sync.malloc_host.words(),
+            sync.lazy_load.words()
+        ));
+        if self.launch_blocking {
+            v.push("S7 CUDA_LAUNCH_BLOCKING=1: every launch returns only once its work has ended.".to_string());
+        }
+        v.push(match (self.launch_queue_depth, self.launch_queue_depth_observed) {
+            (None, None) => "S6 launch queue: unbounded (no launch blocks for room; a full queue's hangs are not explored).".to_string(),
+            (None, Some(o)) => format!(
+                "S6 launch queue: unbounded (about {o} pending launches per stream were seen, but not guaranteed; a full \
+                 queue's hangs are not explored)."
+            ),
+            (Some(d), _) => format!(
+                "S6 launch queue: {d} pending (not yet started) items per stream; an enqueue on a full stream blocks the host \
+                 until one starts."
+            ),
         });
         v.push(format!(
             "C1 broadcast: the root may finish before the other members start when its message {}.",

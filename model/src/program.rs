@@ -356,6 +356,27 @@ pub enum OpKind {
     /// op's write happens before this read. On `stream` it is a stream-ordered read (a zero-length kernel that reads
     /// `range`); without a stream, a host read of host memory. A read that does not see that write is a stale read.
     Expect { range: BufRange, stream: Option<StreamRef>, writer: u32 },
+    /// `cudaFree` of a non-pooled buffer (S7): may synchronize the device (or every device) first, per the
+    /// profile's `implicit_sync.free`; the buffer is released, so any later use, and any issued work that has not
+    /// ended when the memory is released, is undefined.
+    CudaFree { buf: BufRef },
+    /// `cudaMalloc` of `bytes` bytes on the device of `rank` (S7): the memory is not named by the program (its
+    /// only effect the model cares about is the implicit synchronization of `implicit_sync.malloc`).
+    CudaMalloc { rank: RankId, bytes: u64 },
+    /// `cudaMallocHost` / `cudaHostAlloc` of `bytes` bytes of pinned host memory by a thread of `rank` (S7):
+    /// implicit synchronization per `implicit_sync.malloc_host`.
+    CudaMallocHost { rank: RankId, bytes: u64 },
+    /// The load of module `module` on the device of `rank` that the first launch of one of its kernels triggers under
+    /// `CUDA_MODULE_LOADING=LAZY` (S7): synchronizes per `implicit_sync.lazy_load` the first time per device and
+    /// module; later loads of the same module do nothing.
+    LoadModule { rank: RankId, module: String },
+    /// `torch.cuda.empty_cache()` on the device of `rank` (P4, S7): the caching allocator first waits for the events
+    /// `record_stream` left on its free blocks (`cudaEventSynchronize`), then releases every free block with
+    /// `cudaFree` (implicit synchronization per `implicit_sync.free`). Released blocks are never handed out again.
+    EmptyCache { rank: RankId },
+    /// `cudaLaunchHostFunc(stream, fn)` (S8): host work ordered on `stream` like a kernel, reading and writing host
+    /// memory. `calls_cuda`: the function calls the CUDA API, which is undefined (S8).
+    HostFunc { stream: StreamRef, name: String, reads: Vec<BufRange>, writes: Vec<BufRange>, calls_cuda: bool },
 }
 
 impl Program {

@@ -19,6 +19,11 @@ pub enum Rule {
     S5,
     /// A full launch queue may block any CUDA call.
     S6,
+    /// Host calls that synchronize implicitly: cudaFree, cudaMalloc, cudaMallocHost, lazy module loading,
+    /// CUDA_LAUNCH_BLOCKING.
+    S7,
+    /// Host functions on streams (`cudaLaunchHostFunc`): ordered like a kernel, may not call CUDA.
+    S8,
     /// NCCL calls only enqueue work.
     N1,
     /// Eager versus rendezvous sends.
@@ -59,13 +64,15 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in the order of `docs/semantics.md`.
-    pub const ALL: [Rule; 24] = [
+    pub const ALL: [Rule; 26] = [
         Rule::S1,
         Rule::S2,
         Rule::S3,
         Rule::S4,
         Rule::S5,
         Rule::S6,
+        Rule::S7,
+        Rule::S8,
         Rule::N1,
         Rule::N2,
         Rule::N3,
@@ -95,6 +102,8 @@ impl Rule {
             Rule::S4 => "S4",
             Rule::S5 => "S5",
             Rule::S6 => "S6",
+            Rule::S7 => "S7",
+            Rule::S8 => "S8",
             Rule::N1 => "N1",
             Rule::N2 => "N2",
             Rule::N3 => "N3",

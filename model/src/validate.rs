@@ -428,6 +428,32 @@ impl Checker<'_> {
                     self.pooled(&at, *buf, Some(*stream), what);
                 }
                 OpKind::Free { buf } => self.pooled(&at, *buf, None, "Free"),
+                OpKind::CudaFree { buf } => {
+                    if self.buf(&at, *buf) {
+                        let b = p.buffer(*buf);
+                        if b.pooled {
+                            self.err(&at, format!("cudaFree of `{}`, a pooled buffer: release it with Free (P4)", b.name));
+                        } else if b.space != MemSpace::Device {
+                            self.err(&at, format!("cudaFree of `{}`, which is not device memory", b.name));
+                        } else if buf.rank != rank {
+                            self.err(&at, format!("cudaFree of `{}` of rank {} by a thread of rank {rank}", b.name, buf.rank));
+                        }
+                    }
+                }
+                OpKind::CudaMalloc { rank: r, .. }
+                | OpKind::CudaMallocHost { rank: r, .. }
+                | OpKind::LoadModule { rank: r, .. }
+                | OpKind::EmptyCache { rank: r } => {
+                    self.rank_ok(&at, *r, "an allocation or module load");
+                }
+                OpKind::HostFunc { stream, reads, writes, .. } => {
+                    self.stream(&at, *stream);
+                    for r in reads.iter().chain(writes) {
+                        if self.range(&at, r) && p.buffer(r.buf).space == MemSpace::Device {
+                            self.err(&at, format!("a host function accesses device memory `{}` (S8: it runs on the host)", p.buffer(r.buf).name));
+                        }
+                    }
+                }
                 OpKind::Expect { range, stream, writer } => {
                     match stream {
                         Some(s) => {

@@ -156,7 +156,7 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
                 return costs.wakeup_ns;
             }
             match &sem.op(OpLoc { thread: *thread, op: t.pc }).kind {
-                OpKind::Kernel { .. } | OpKind::Memset { .. } | OpKind::Memcpy { .. } => costs.launch_ns,
+                OpKind::Kernel { .. } | OpKind::Memset { .. } | OpKind::Memcpy { .. } | OpKind::HostFunc { .. } => costs.launch_ns,
                 OpKind::EventRecord { .. } => costs.event_record_ns,
                 OpKind::StreamWaitEvent { .. } => costs.event_wait_ns,
                 OpKind::HostSleep { ns } => *ns,
@@ -179,7 +179,12 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
                 | OpKind::Collective { .. }
                 | OpKind::Alloc { .. }
                 | OpKind::Free { .. }
-                | OpKind::RecordStream { .. } => costs.host_call_ns,
+                | OpKind::RecordStream { .. }
+                | OpKind::CudaFree { .. }
+                | OpKind::CudaMalloc { .. }
+                | OpKind::CudaMallocHost { .. }
+                | OpKind::LoadModule { .. }
+                | OpKind::EmptyCache { .. } => costs.host_call_ns,
             }
         }
         Step::Item(k) => {

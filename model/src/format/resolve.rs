@@ -661,7 +661,75 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 }
                 Some(if alloc { OpKind::Alloc { buf: b, stream: s } } else { OpKind::RecordStream { buf: b, stream: s } })
             }
-            SOp::Free { buf } => Some(OpKind::Free { buf: self.pooled(cx, "Free", buf, &f("0"))? }),
+            // `Free` of a caching-allocator buffer returns it to the pool (P4); of any other device buffer it is
+            // `cudaFree` (S7).
+            SOp::Free { buf } => {
+                let path = f("0");
+                let b = self.buffer(cx, buf, &path)?;
+                let decl = &self.d.buffers[b.index as usize];
+                if decl.pooled {
+                    Some(OpKind::Free { buf: b })
+                } else if decl.space != MemSpace::Device {
+                    self.err(
+                        cx,
+                        Issue::new(&path, format!("Free of `{buf}`, which is neither a Pooled buffer nor device memory"))
+                            .help("Free applies to caching-allocator buffers (`Pooled`, P4) and to device buffers (cudaFree, S7)"),
+                    );
+                    None
+                } else if b.rank != cx.rank {
+                    self.err(cx, Issue::new(&path, format!("cudaFree of `{buf}`, a buffer of rank {}, by rank {}", b.rank, cx.rank)));
+                    None
+                } else {
+                    Some(OpKind::CudaFree { buf: b })
+                }
+            }
+            SOp::Malloc { size: n } | SOp::MallocHost { size: n } => {
+                let bytes = size(n, &f("0"), self.issues)?;
+                Some(if matches!(op, SOp::Malloc { .. }) {
+                    OpKind::CudaMalloc { rank: cx.rank, bytes }
+                } else {
+                    OpKind::CudaMallocHost { rank: cx.rank, bytes }
+                })
+            }
+            SOp::EmptyCache => Some(OpKind::EmptyCache { rank: cx.rank }),
+            SOp::LoadModule { module } => {
+                if module.trim().is_empty() {
+                    self.err(cx, Issue::new(f("0"), "LoadModule needs a module name".to_string()));
+                    return None;
+                }
+                Some(OpKind::LoadModule { rank: cx.rank, module: module.clone() })
+            }
+            SOp::HostFunc { name, stream, reads, writes, calls_cuda } => {
+                let s = self.stream(cx, stream, &f("stream"));
+                let mut ok = s.is_some();
+                let mut ranges = [Vec::new(), Vec::new()];
+                for (k, (list, key)) in [(reads, "reads"), (writes, "writes")].into_iter().enumerate() {
+                    for (j, arg) in list.iter().enumerate() {
+                        let path = index(&f(key), j);
+                        match self.range(cx, arg, &path) {
+                            Some(r) if r.space == MemSpace::Device => {
+                                self.err(
+                                    cx,
+                                    Issue::new(&path, format!("a host function accesses device memory `{}`", arg.name())).help(
+                                        "a host function runs on the host (S8): it can touch PinnedHost or PageableHost buffers only",
+                                    ),
+                                );
+                                ok = false;
+                            }
+                            Some(r) => {
+                                ok &= self.host_of_caller(cx, r, arg.name(), &path);
+                                ranges[k].push(r.range);
+                            }
+                            None => ok = false,
+                        }
+                    }
+                }
+                let [reads, writes] = ranges;
+                match (ok, s) {
+                    (true, Some(stream)) => Some(OpKind::HostFunc { stream, name: name.clone(), reads, writes, calls_cuda: *calls_cuda }),
+                    _ => None,
+                }
+            }
             SOp::Expect { buf, written_by, stream } => self.expect(cx, p, buf, written_by, stream.as_deref(), earlier),
             // Control forms never reach here: expansion removed them.
             SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {

@@ -36,6 +36,10 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
     ("Group", &["ops"]),
     ("Alloc", &["buf"]),
     ("Free", &["buf"]),
+    ("Malloc", &["size"]),
+    ("MallocHost", &["size"]),
+    ("LoadModule", &["module"]),
+    ("HostFunc", &["name"]),
     ("RecordStream", &["buf"]),
     ("Expect", &["buf"]),
     ("DistSend", &["tensor"]),
@@ -421,6 +425,35 @@ pub enum SOp {
         #[serde(rename = "_0", alias = "buf")]
         buf: String,
         stream: String,
+    },
+    /// `Malloc("64 MiB")`: `cudaMalloc` (S7).
+    Malloc {
+        #[serde(rename = "_0", alias = "size")]
+        size: Size,
+    },
+    /// `MallocHost("64 MiB")`: `cudaMallocHost` (S7).
+    MallocHost {
+        #[serde(rename = "_0", alias = "size")]
+        size: Size,
+    },
+    /// `EmptyCache`: `torch.cuda.empty_cache()` (P4, S7).
+    EmptyCache,
+    /// `LoadModule("attention")`: the lazy load the first launch of a kernel of the module triggers (S7).
+    LoadModule {
+        #[serde(rename = "_0", alias = "module")]
+        module: String,
+    },
+    /// `HostFunc("log", stream: "s0", reads: ["p"], calls_cuda: false)`: `cudaLaunchHostFunc` (S8).
+    HostFunc {
+        #[serde(rename = "_0", alias = "name")]
+        name: String,
+        stream: String,
+        #[serde(default)]
+        reads: Vec<BufArg>,
+        #[serde(default)]
+        writes: Vec<BufArg>,
+        #[serde(default)]
+        calls_cuda: bool,
     },
     OnRanks {
         #[serde(rename = "_0", alias = "ranks")]

@@ -396,7 +396,7 @@ fn collective_rules() {
 fn pooled_buffers() {
     ok(&prog("Alloc(\"out\", stream: \"s0\"), RecordStream(\"out\", stream: \"s1\"), Free(\"out\")"));
     one_error("Alloc(\"x\", stream: \"s0\")", &["Alloc of `x`, which is not a Pooled buffer", "Pooled(\"x\", size)"]);
-    one_error("Free(\"p\")", &["Free of `p`, which is not a Pooled buffer"]);
+    one_error("Free(\"p\")", &["Free of `p`, which is neither a Pooled buffer nor device memory"]);
     one_error("RecordStream(\"out\", stream: \"s0@1\")", &["RecordStream of `out` (rank 0) on stream `s0@1` of another device (rank 1)"]);
 }
 
@@ -871,4 +871,35 @@ fn comm_split_declares_a_communicator_per_color() {
     assert_eq!(names, vec![("world", &[0, 1, 2, 3][..]), ("c0", &[2, 0][..]), ("c1", &[1][..])]);
     assert_eq!(ops_of(&p, 2, 0)[0], &OpKind::CommSplit { parent: CommId(0), seq: 0, comm: Some(CommId(1)) });
     assert_eq!(ops_of(&p, 3, 0)[1], &OpKind::CommSplit { parent: CommId(0), seq: 1, comm: None });
+}
+
+#[test]
+fn host_calls_that_synchronize_and_host_functions() {
+    // S7: Free of a static device buffer is cudaFree; Malloc, MallocHost and LoadModule are calls of the thread's rank.
+    let p = ok(&prog("Free(\"x\"), Malloc(\"64 MiB\"), MallocHost(4096), LoadModule(\"attn\")"));
+    let r1 = ops_of(&p, 1, 0);
+    assert_eq!(*r1[0], OpKind::CudaFree { buf: BufRef { rank: 1, index: 0 } });
+    assert_eq!(*r1[1], OpKind::CudaMalloc { rank: 1, bytes: 64 << 20 });
+    assert_eq!(*r1[2], OpKind::CudaMallocHost { rank: 1, bytes: 4096 });
+    assert_eq!(*r1[3], OpKind::LoadModule { rank: 1, module: "attn".into() });
+    // S8: a host function on a stream with host-memory accesses.
+    let p = ok(&prog("HostFunc(\"cb\", stream: \"s0\", reads: [\"p\"], writes: [Slice(\"h\", 0, 1024)], calls_cuda: true)"));
+    match ops_of(&p, 0, 0)[0] {
+        OpKind::HostFunc { stream, name, reads, writes, calls_cuda } => {
+            assert_eq!((stream.index, name.as_str(), reads.len(), writes[0].len, *calls_cuda), (1, "cb", 1, 1024, true));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Errors name the line and column of the argument at fault.
+    let e = errs("Malloc(\"lots\")");
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("3:8: "), "{e:?}");
+    one_error("Free(\"x@1\")", &["cudaFree of `x@1`, a buffer of rank 1, by rank 0"]);
+    let e = errs("HostFunc(\"cb\", stream: \"s0\", writes: [\"x\"])");
+    assert_eq!(e.len(), 1, "reported once for both ranks: {e:?}");
+    assert!(e[0].starts_with("3:39: ") && e[0].contains("a host function accesses device memory `x`"), "{e:?}");
+    assert!(e[0].contains("PinnedHost or PageableHost"), "{e:?}");
+    one_error("HostFunc(\"cb\", stream: \"s9\")", &["s9"]);
+    one_error("LoadModule(\" \")", &["LoadModule needs a module name"]);
+    one_error("HostFunc(\"cb\", stream: \"s0\", reads: [\"p@1\"])", &["host memory of rank 1's process"]);
 }

@@ -26,6 +26,12 @@ impl<'p> Semantics<'p> {
     /// Checks that every pooled buffer an op names is allocated (P4: using a freed tensor is undefined).
     pub(crate) fn check_allocated(&self, st: &mut State, loc: OpLoc, ranges: &[BufRange]) -> bool {
         for r in ranges {
+            if st.pool.device_freed.contains(&r.buf) {
+                let name = &self.program.buffer(r.buf).name;
+                let msg = format!("{} uses {name}, which cudaFree has released (a use after free)", self.op_label(loc));
+                self.set_undefined(st, Rule::S7, msg, vec![loc]);
+                return false;
+            }
             if self.program.buffer(r.buf).pooled && !st.pool.allocated.contains_key(&r.buf) {
                 let name = &self.program.buffer(r.buf).name;
                 let msg = format!(

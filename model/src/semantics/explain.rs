@@ -53,6 +53,13 @@ pub enum Reason {
     Unmatched,
     /// A collective part waits for a member's part (C1).
     CollectiveMember,
+    /// A host thread's enqueue waits for room in a full launch queue: for the first item that has not started (S6).
+    QueueFull,
+    /// A host thread waits in a call that synchronizes implicitly (cudaFree, cudaMalloc, cudaMallocHost, a lazy
+    /// module load; S7).
+    ImplicitSync,
+    /// A host thread's launch returns only once its work has ended (`CUDA_LAUNCH_BLOCKING=1`; S7).
+    LaunchBlocking,
 }
 
 impl Reason {
@@ -72,6 +79,8 @@ impl Reason {
             Reason::SamePeerOrder => Rule::N4,
             Reason::Unmatched => Rule::N3,
             Reason::CollectiveMember => Rule::C1,
+            Reason::QueueFull => Rule::S6,
+            Reason::ImplicitSync | Reason::LaunchBlocking => Rule::S7,
         }
     }
 }
@@ -142,6 +151,11 @@ impl<'p> Semantics<'p> {
                 let dirs: BTreeSet<Dir> = need.values().flatten().copied().collect();
                 format!("{} is blocked in {op}, setting up connection {} (N7)", self.thread_label(t), self.dirs_text(&dirs))
             }
+            Some(Wait::QueueSlot { stream }) => format!(
+                "{} is blocked in {op}, waiting for room in the launch queue of {} (S6)",
+                self.thread_label(t),
+                self.program.stream_label(*stream, r)
+            ),
             Some(_) => format!("{} is blocked in {op}", self.thread_label(t)),
             None => format!("{} is about to call {op}", self.thread_label(t)),
         }
@@ -173,8 +187,42 @@ impl<'p> Semantics<'p> {
                     None => {}
                     Some(Wait::Items { items, .. }) => {
                         if let Some(k) = items.iter().find(|k| !st.item_done(**k)) {
-                            let text = format!("{me}, which waits for {} to end (S4)", self.item_label(st, *k));
-                            edge(Node::Item(*k), Reason::HostSync, text);
+                            let op = &self.op(OpLoc { thread: t, op: th.pc }).kind;
+                            let own_launch = k.thread == t
+                                && k.op == th.pc
+                                && !matches!(op, OpKind::Memcpy { stream: None, .. } | OpKind::Memset { stream: None, .. });
+                            let (reason, why) = match op {
+                                OpKind::CudaFree { .. }
+                                | OpKind::CudaMalloc { .. }
+                                | OpKind::CudaMallocHost { .. }
+                                | OpKind::LoadModule { .. } => (Reason::ImplicitSync, "S7: the call synchronizes the device implicitly"),
+                                OpKind::EmptyCache { .. } => (
+                                    Reason::ImplicitSync,
+                                    "P4, S7: empty_cache waits for the work record_stream holds its cached blocks for, then \
+                                     releases them with cudaFree, which may synchronize the device",
+                                ),
+                                _ if self.profile.launch_blocking && own_launch => {
+                                    (Reason::LaunchBlocking, "S7: with CUDA_LAUNCH_BLOCKING=1 a launch returns once its work has ended")
+                                }
+                                _ => (Reason::HostSync, "S4"),
+                            };
+                            let text = format!("{me}, which waits for {} to end ({why})", self.item_label(st, *k));
+                            edge(Node::Item(*k), reason, text);
+                        }
+                    }
+                    Some(Wait::QueueSlot { stream }) => {
+                        let pending = self.pending_on(st, *stream);
+                        if let Some(k) = pending.first() {
+                            let (r, _) = self.thread_of[t as usize];
+                            let text = format!(
+                                "{me}: {} items of {} have not started (depth {}), the first {} (S6: a full launch queue \
+                                 blocks the call)",
+                                pending.len(),
+                                self.program.stream_label(*stream, r),
+                                self.profile.launch_queue_depth.unwrap_or(0),
+                                self.item_label(st, *k)
+                            );
+                            edge(Node::Item(*k), Reason::QueueFull, text);
                         }
                     }
                     Some(Wait::Staged(k)) => {

@@ -129,7 +129,7 @@ impl<'p> Semantics<'p> {
                 match &t.wait {
                     Some(Wait::Items { items, .. }) => items.iter().for_each(&mut mark),
                     Some(Wait::Staged(k)) => mark(k),
-                    Some(Wait::Init(..) | Wait::Barrier { .. } | Wait::Connect { .. }) | None => {}
+                    Some(Wait::Init(..) | Wait::Barrier { .. } | Wait::Connect { .. } | Wait::QueueSlot { .. }) | None => {}
                 }
             }
         }

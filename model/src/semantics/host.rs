@@ -4,6 +4,7 @@
 use super::*;
 use crate::clock::Epoch;
 use crate::op_info::MemAccess;
+use crate::profile::{ImplicitSync, SyncScope};
 
 impl<'p> Semantics<'p> {
     /// Number of outcomes of the thread's next host step (0 = it cannot move).
@@ -17,6 +18,18 @@ impl<'p> Semantics<'p> {
             None => match &self.ops_of(t)[th.pc as usize].kind {
                 OpKind::Alloc { buf, stream } => 1 + self.reusable(st, *buf, *stream).len() as u32,
                 OpKind::Memcpy { stream: Some(_), dst, src } if self.pageable_async(dst, src) => 2,
+                // S7: a call that may synchronize more than it is guaranteed to has two outcomes.
+                OpKind::LoadModule { rank, module } if st.host.loaded_modules.contains(&(*rank, module.clone())) => 1,
+                // P4, S7: an empty cache that releases nothing calls no cudaFree.
+                OpKind::EmptyCache { rank } if !st.pool.free.iter().any(|b| b.block.buf.rank == *rank) => 1,
+                op @ (OpKind::CudaFree { .. }
+                | OpKind::CudaMalloc { .. }
+                | OpKind::CudaMallocHost { .. }
+                | OpKind::LoadModule { .. }
+                | OpKind::EmptyCache { .. }) => {
+                    let sync = self.implicit_sync_of(op);
+                    1 + u32::from(sync.possible() != sync.guaranteed)
+                }
                 _ => 1,
             },
         }
@@ -34,7 +47,98 @@ impl<'p> Semantics<'p> {
                 })
             }
             Wait::Connect { need, .. } => need.is_empty(),
+            Wait::QueueSlot { stream } => !self.queue_full(st, *stream),
         }
+    }
+
+    /// The profile's implicit synchronization (S7) of a call that may synchronize; `None` scopes for other ops.
+    pub(crate) fn implicit_sync_of(&self, op: &OpKind) -> ImplicitSync {
+        let sync = &self.profile.implicit_sync;
+        match op {
+            OpKind::CudaFree { .. } | OpKind::EmptyCache { .. } => sync.free,
+            OpKind::CudaMalloc { .. } => sync.malloc,
+            OpKind::CudaMallocHost { .. } => sync.malloc_host,
+            OpKind::LoadModule { .. } => sync.lazy_load,
+            _ => ImplicitSync { guaranteed: SyncScope::None, possible: SyncScope::None },
+        }
+    }
+
+    /// S7: the host call of thread `t` on the device of `rank` synchronizes: with `choice` 0 the guaranteed scope
+    /// (whose ordering a program may rely on), with `choice` 1 the wider possible one, which only delays the host
+    /// (the return joins nothing). Blocks the thread on the tails of the scope's streams, or advances it.
+    fn implicit_sync(&self, st: &mut State, t: ThreadId, rank: RankId, sync: ImplicitSync, choice: u32) {
+        self.implicit_sync_after(st, t, rank, sync, choice, vec![]);
+    }
+
+    /// [`Semantics::implicit_sync`], also waiting for `first` (items whose end the call is guaranteed to wait for).
+    fn implicit_sync_after(&self, st: &mut State, t: ThreadId, rank: RankId, sync: ImplicitSync, choice: u32, first: Vec<ItemKey>) {
+        let (scope, orders) = if choice == 0 { (sync.guaranteed, true) } else { (sync.possible(), false) };
+        let ranks: Vec<RankId> = match scope {
+            SyncScope::None => vec![],
+            SyncScope::Device => vec![rank],
+            SyncScope::AllDevices => (0..self.program.ranks.len() as RankId).collect(),
+        };
+        let mut items = first;
+        items.extend(ranks.iter().flat_map(|r| self.rank_streams(*r)).filter_map(|s| self.tail(st, s)));
+        items.sort();
+        items.dedup();
+        if items.is_empty() {
+            self.advance(st, t);
+        } else {
+            self.block(st, t, Wait::Items { items, orders });
+        }
+    }
+
+    /// S6: whether `stream` holds as many issued items that have not started as the profile's launch queue depth.
+    pub(crate) fn queue_full(&self, st: &State, stream: StreamRef) -> bool {
+        let Some(depth) = self.profile.launch_queue_depth else { return false };
+        self.pending_on(st, stream).len() as u64 >= u64::from(depth)
+    }
+
+    /// The items queued on `stream` that have not started, in queue order.
+    pub(crate) fn pending_on(&self, st: &State, stream: StreamRef) -> Vec<ItemKey> {
+        let (q, head) = &st.streams.queues[self.stream_index(stream)];
+        q[*head as usize..].iter().copied().filter(|k| st.item(*k).status == ItemStatus::Pending).collect()
+    }
+
+    /// S6: the first stream the thread's next op would enqueue on whose queue is full, if the profile bounds the
+    /// queue. NCCL ops enqueue at the outermost group end (N4).
+    pub(crate) fn full_queue_ahead(&self, st: &State, t: ThreadId) -> Option<StreamRef> {
+        self.profile.launch_queue_depth?;
+        let th = &st.host.threads[t as usize];
+        let loc = OpLoc { thread: t, op: th.pc };
+        let streams: Vec<StreamRef> = match &self.op(loc).kind {
+            OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } if th.group_depth > 0 => vec![],
+            OpKind::GroupEnd if th.group_depth == 1 => {
+                th.group_ops.iter().filter_map(|i| self.info(OpLoc { thread: t, op: *i }).stream).collect()
+            }
+            _ => self.info(loc).stream.into_iter().collect(),
+        };
+        streams.into_iter().find(|s| self.queue_full(st, *s))
+    }
+
+    /// S7, `CUDA_LAUNCH_BLOCKING=1`: the op at `pc` of thread `t` has just returned; if it launched work (kernels,
+    /// copies, memsets, host functions, NCCL launches: not event markers) the call returns only once that work
+    /// has ended, which orders it before the host.
+    fn launch_blocking(&self, st: &mut State, t: ThreadId, pc: u32) {
+        let th = &st.host.threads[t as usize];
+        if th.wait.is_some() || th.pc != pc + 1 || st.undefined.is_some() {
+            return;
+        }
+        let range = ItemKey { thread: t, op: pc, sub: 0 }..=ItemKey { thread: t, op: pc, sub: u16::MAX };
+        let items: Vec<ItemKey> = st
+            .streams
+            .items
+            .range(range)
+            .filter(|(_, i)| !matches!(i.kind, ItemKind::Record | ItemKind::WaitMarker))
+            .map(|(k, _)| *k)
+            .collect();
+        if items.is_empty() {
+            return;
+        }
+        let th = &mut st.host.threads[t as usize];
+        th.pc = pc;
+        th.wait = Some(Wait::Items { items, orders: true });
     }
 
     pub(crate) fn advance(&self, st: &mut State, t: ThreadId) {
@@ -53,6 +157,10 @@ impl<'p> Semantics<'p> {
         let loc = OpLoc { thread: t, op: pc };
         if let Some(w) = th.wait.clone() {
             return self.unblock(st, t, w);
+        }
+        // S6: with its stream's queue full, the call blocks before it does anything.
+        if let Some(stream) = self.full_queue_ahead(st, t) {
+            return self.block(st, t, Wait::QueueSlot { stream });
         }
         st.host.threads[t as usize].clock.tick(t as usize);
         let op = &self.ops_of(t)[pc as usize];
@@ -135,7 +243,72 @@ impl<'p> Semantics<'p> {
                 self.check_expect(st, loc, *range, *writer, &c);
                 self.advance(st, t);
             }
+            OpKind::CudaFree { buf } => self.cuda_free(st, loc, *buf, choice),
+            OpKind::CudaMalloc { rank, .. } | OpKind::CudaMallocHost { rank, .. } => {
+                self.implicit_sync(st, t, *rank, self.implicit_sync_of(&op.kind), choice)
+            }
+            OpKind::LoadModule { rank, module } => {
+                // S7: only the first load of a module on a device does anything.
+                if st.host.loaded_modules.insert((*rank, module.clone())) {
+                    self.implicit_sync(st, t, *rank, self.implicit_sync_of(&op.kind), choice)
+                } else {
+                    self.advance(st, t)
+                }
+            }
+            OpKind::EmptyCache { rank } => {
+                // P4, S7 (PyTorch CUDACachingAllocator::emptyCache: release_cached_blocks calls
+                // synchronize_and_free_events, then release_blocks, which cudaFrees every free block): waits for the
+                // work `record_stream` holds the device's free blocks for, releases them, and synchronizes per `free`.
+                let (mine, rest): (Vec<PoolBlock>, Vec<PoolBlock>) = std::mem::take(&mut st.pool.free).into_iter().partition(|b| b.block.buf.rank == *rank);
+                st.pool.free = rest;
+                if mine.is_empty() {
+                    self.advance(st, t);
+                } else {
+                    let held: Vec<ItemKey> = mine.iter().flat_map(|b| b.not_before.iter().copied()).collect();
+                    self.implicit_sync_after(st, t, *rank, self.implicit_sync_of(&op.kind), choice, held);
+                }
+            }
+            // S8: an item on its stream like a kernel; it checks its calls and accesses when it runs (`start_item`).
+            OpKind::HostFunc { stream, reads, writes, .. } => {
+                let all: Vec<BufRange> = reads.iter().chain(writes).copied().collect();
+                if self.check_allocated(st, loc, &all) {
+                    self.enqueue(st, t, key, ItemKind::Work, vec![*stream], vec![], vec![]);
+                }
+                self.advance(st, t);
+            }
         }
+        if self.profile.launch_blocking {
+            self.launch_blocking(st, t, pc);
+        }
+    }
+
+    /// `cudaFree` of a non-pooled buffer (S7): the buffer is released when the call returns, after the implicit
+    /// synchronization the profile and `choice` give. Work issued before that still uses the buffer makes the
+    /// program undefined (a use after free), and so does every later use (`check_allocated`).
+    fn cuda_free(&self, st: &mut State, loc: OpLoc, buf: BufRef, choice: u32) {
+        if !self.check_allocated(st, loc, &[BufRange { buf, offset: 0, len: 0 }]) {
+            return;
+        }
+        st.pool.device_freed.insert(buf);
+        let sync = self.implicit_sync_of(&self.op(loc).kind);
+        let scope = if choice == 0 { sync.guaranteed } else { sync.possible() };
+        if scope == SyncScope::None {
+            // Nothing waited for: issued work that has not ended may still use the memory.
+            let in_flight = st.streams.items.iter().find(|(k, i)| {
+                i.status != ItemStatus::Done && self.item_accesses(**k, &i.kind).iter().any(|(_, a)| a.range.buf == buf)
+            });
+            if let Some((k, _)) = in_flight {
+                let (k, who) = (*k, self.item_label(st, *k));
+                let name = &self.program.buffer(buf).name;
+                let msg = format!(
+                    "{} releases {name} while {who}, issued before it, may still use it: cudaFree need not wait for the \
+                     device (a use after free)",
+                    self.op_label(loc)
+                );
+                return self.set_undefined(st, Rule::S7, msg, vec![loc, k.loc()]);
+            }
+        }
+        self.implicit_sync(st, loc.thread, buf.rank, sync, choice);
     }
 
     /// A host access at the thread's current clock (S4: host reads and writes of host memory; S5: staging).
@@ -183,6 +356,18 @@ impl<'p> Semantics<'p> {
             Wait::Connect { ops, .. } => {
                 // N7: set-up done; now the group's launches are enqueued.
                 self.enqueue_launches(st, t, &ops);
+                st.host.threads[t as usize].clock.tick(t as usize);
+                let pc = st.host.threads[t as usize].pc;
+                self.advance(st, t);
+                if self.profile.launch_blocking {
+                    self.launch_blocking(st, t, pc);
+                }
+                return;
+            }
+            // S6: room in the queue; the thread makes its call again (it may find the queue full again).
+            Wait::QueueSlot { .. } => {
+                st.host.threads[t as usize].wait = None;
+                return;
             }
         }
         st.host.threads[t as usize].clock.tick(t as usize);

@@ -81,10 +81,23 @@ impl<'p> Semantics<'p> {
             }
         }
         let agents = thread_of.len() + streams as usize;
-        let infos: Vec<Vec<OpInfo>> = thread_of
+        let mut infos: Vec<Vec<OpInfo>> = thread_of
             .iter()
             .map(|(r, t)| program.ranks[*r as usize].threads[*t as usize].ops.iter().map(|o| o.kind.info(program, *r)).collect())
             .collect();
+        if profile.launch_queue_depth.is_some() {
+            // S6: with a bounded queue, whether an enqueue blocks depends on how far the device has got: the call
+            // observes its device (partial-order reduction then orders it against the device's item steps).
+            for ((r, t), info) in thread_of.iter().zip(infos.iter_mut()) {
+                for (op, i) in program.ranks[*r as usize].threads[*t as usize].ops.iter().zip(info.iter_mut()) {
+                    if let Some(s) = i.stream {
+                        i.observes = Some(s.rank);
+                    } else if matches!(op.kind, OpKind::GroupEnd) {
+                        i.observes = Some(*r);
+                    }
+                }
+            }
+        }
         let reduction = reduction::Tables::new(program, &infos);
         let future = thread_of
             .iter()
@@ -160,6 +173,7 @@ impl<'p> Semantics<'p> {
                     .collect(),
                 barrier_arrived: Default::default(),
                 barrier_rounds: Default::default(),
+                loaded_modules: Default::default(),
             },
             streams: StreamState {
                 queues: vec![(vec![], 0); nstreams],
@@ -184,7 +198,12 @@ impl<'p> Semantics<'p> {
                 write_ends: Default::default(),
                 stale: Default::default(),
             },
-            pool: PoolState { allocated: Default::default(), free: vec![], alloc_count: Default::default() },
+            pool: PoolState {
+                allocated: Default::default(),
+                free: vec![],
+                alloc_count: Default::default(),
+                device_freed: Default::default(),
+            },
             undefined: None,
         }
     }

@@ -57,6 +57,9 @@ pub enum Wait {
     Init(CommId, u32),
     /// Until every participant has arrived at round `round` of the barrier.
     Barrier { barrier: u32, round: u32 },
+    /// Until the queue of `stream` has room (S6): fewer than the profile's `launch_queue_depth` issued items that
+    /// have not started. The host then makes the call again (the op is not performed by the blocked step).
+    QueueSlot { stream: StreamRef },
     /// Until the mirrored connection set-up with each listed (communicator, peer rank) has happened (N7): the
     /// directions this launch needs set up, per (communicator, acting rank, peer).
     Connect {
@@ -288,6 +291,9 @@ pub struct HostState {
     /// Barrier arrivals: (barrier, round) -> thread -> clock.
     pub barrier_arrived: BTreeMap<(u32, u32), BTreeMap<ThreadId, VClock>>,
     pub barrier_rounds: BTreeMap<(u32, ThreadId), u32>,
+    /// (device, module) pairs whose lazy load has happened (S7: only the first load of a module synchronizes).
+    #[serde(default)]
+    pub loaded_modules: BTreeSet<(RankId, String)>,
 }
 
 /// Streams, their items and events (S1-S5).
@@ -382,6 +388,9 @@ pub struct PoolState {
     /// Free blocks, in the order they were freed.
     pub free: Vec<PoolBlock>,
     pub alloc_count: BTreeMap<BufRef, u32>,
+    /// Non-pooled buffers released with `cudaFree` (S7): every later use is undefined.
+    #[serde(default)]
+    pub device_freed: BTreeSet<BufRef>,
 }
 
 /// The whole model state.

@@ -142,6 +142,15 @@ impl<'p> Semantics<'p> {
         if let OpKind::Expect { range, writer, .. } = self.op(k.loc()).kind {
             self.check_expect(st, k.loc(), range, writer, &c);
         }
+        if let OpKind::HostFunc { name, calls_cuda: true, .. } = &self.op(k.loc()).kind {
+            // S8: a host function must not call the CUDA API (cudaLaunchHostFunc).
+            let msg = format!(
+                "{} runs host function {name}, which calls the CUDA API: a host function enqueued with \
+                 cudaLaunchHostFunc must not make any CUDA call",
+                self.item_label(st, k)
+            );
+            self.set_undefined(st, Rule::S8, msg, vec![k.loc()]);
+        }
         let item = st.streams.items.get_mut(&k).expect("started item exists");
         item.start = Some(c.clone());
         fx.started.push(k);
