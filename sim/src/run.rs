@@ -176,6 +176,7 @@ pub fn run_within(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u
     let started = std::time::Instant::now();
     let mut st = sem.initial();
     let mut schedule = vec![];
+    let mut forget = crate::strategy::ForgetClock::new(sem);
     let mut events = vec![];
     let outcome = loop {
         let enabled = sem.enabled(&st);
@@ -204,9 +205,7 @@ pub fn run_within(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u
         events.extend(describe_step(sem, schedule.len() as u32, before, &step, &st, &fx));
         // Forgetting keeps race checks and memory proportional to the work in flight (a run never compares
         // states; races found stay in the state).
-        if schedule.len() % crate::strategy::forget_every(sem) == 0 {
-            sem.forget(&mut st);
-        }
+        forget.step(sem, &mut st);
         schedule.push(step);
     };
     Trace {

@@ -483,7 +483,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
     let mut pending: HashMap<Step, (Pending, u64)> = HashMap::new();
     let mut heap: BinaryHeap<Reverse<(u64, u64, Step)>> = BinaryHeap::new();
     let mut now = 0u64;
-    let every = crate::strategy::forget_every(sem);
+    let mut forget = crate::strategy::ForgetClock::new(sem);
     let add = |st: &State, s: &Step, now: u64, last: Option<u32>, rng: &mut Rng, pending: &mut HashMap<Step, (Pending, u64)>, heap: &mut BinaryHeap<Reverse<(u64, u64, Step)>>| {
         let mut c = step_cost(sem, costs, st, s);
         if opt.jitter_ns > 0 {
@@ -541,9 +541,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             }
             cache[r as usize] = new;
         }
-        if log.schedule.len() % every == 0 {
-            sem.forget(&mut st);
-        }
+        forget.step(sem, &mut st);
     };
     log.finish(sem, costs, opt.seed, now, outcome)
 }
@@ -579,7 +577,7 @@ fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
     let mut log = Log::new(sem);
     let mut pending: HashMap<Step, Pending> = HashMap::new();
     let mut now = 0u64;
-    let every = crate::strategy::forget_every(sem);
+    let mut forget = crate::strategy::ForgetClock::new(sem);
     let outcome = loop {
         let mut enabled = sem.enabled(&st);
         if let Some(u) = &st.undefined {
@@ -613,9 +611,7 @@ fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
         let t = if costs.logical { now + 1 } else { p.fire.max(now) };
         log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
         now = t;
-        if log.schedule.len() % every == 0 {
-            sem.forget(&mut st);
-        }
+        forget.step(sem, &mut st);
     };
     log.finish(sem, costs, 0, now, outcome)
 }
