@@ -59,17 +59,20 @@ impl Program {
         };
         let comm = |c: &CommId| &self.comms[c.0 as usize].name;
         let opt_stream = |o: &Option<StreamRef>| o.as_ref().map(|x| format!(", {}", s(x))).unwrap_or_default();
+        // ", R: ..; W: .." for the buffers an item reads and writes (nothing when it touches none).
+        let accesses = |reads: &[BufRange], writes: &[BufRange]| {
+            let mut parts = vec![];
+            if !reads.is_empty() {
+                parts.push(format!("R: {}", self.ranges(reads)));
+            }
+            if !writes.is_empty() {
+                parts.push(format!("W: {}", self.ranges(writes)));
+            }
+            if parts.is_empty() { String::new() } else { format!(", {}", parts.join("; ")) }
+        };
         match op {
             OpKind::Kernel { stream, name, reads, writes, .. } => {
-                let mut parts = vec![];
-                if !reads.is_empty() {
-                    parts.push(format!("R: {}", self.ranges(reads)));
-                }
-                if !writes.is_empty() {
-                    parts.push(format!("W: {}", self.ranges(writes)));
-                }
-                let acc = if parts.is_empty() { String::new() } else { format!(", {}", parts.join("; ")) };
-                format!("kernel {name}({}{acc})", s(stream))
+                format!("kernel {name}({}{})", s(stream), accesses(reads, writes))
             }
             OpKind::Memset { stream, dst } => format!("memset({}{})", self.range_label(dst), opt_stream(stream)),
             OpKind::Memcpy { stream, dst, src } => format!(
@@ -136,15 +139,8 @@ impl Program {
             OpKind::LoadModule { module, .. } => format!("load_module({module})"),
             OpKind::EmptyCache { .. } => "empty_cache".into(),
             OpKind::HostFunc { stream, name, reads, writes, calls_cuda } => {
-                let mut parts = vec![];
-                if !reads.is_empty() {
-                    parts.push(format!("R: {}", self.ranges(reads)));
-                }
-                if !writes.is_empty() {
-                    parts.push(format!("W: {}", self.ranges(writes)));
-                }
-                let acc = if parts.is_empty() { String::new() } else { format!(", {}", parts.join("; ")) };
-                format!("host_func {name}({}{acc}{})", s(stream), if *calls_cuda { ", calls CUDA" } else { "" })
+                let cuda = if *calls_cuda { ", calls CUDA" } else { "" };
+                format!("host_func {name}({}{}{cuda})", s(stream), accesses(reads, writes))
             }
         }
     }
