@@ -74,7 +74,7 @@ else
   echo "# printing cuorder figures only"
 fi
 
-echo "# cuorder binary $BIN ($("$BIN" --version 2>/dev/null | awk '{print $NF}'), repository HEAD $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
+echo "# cuorder binary $BIN ($("$BIN" --version 2>/dev/null | awk '{print $NF}'), repository HEAD $(git rev-parse --short HEAD 2>/dev/null || echo '?'))," \
   "$([ $HAVE_SG = 1 ] && "$SMPIRUN" -version 2>&1 | head -1 || echo 'no SimGrid')"
 echo "# NVLink alpha-beta: ${LAT_NS} ns, ${BW} B/s; message ${BYTES} B; limit ${LIMIT} s per run;" \
   "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -241,7 +241,10 @@ impl<'p> Semantics<'p> {
 
     /// The launch holding the NCCL op at `loc`, and the op's index in it.
     pub fn find_comm_op(&self, st: &State, loc: OpLoc) -> (ItemKey, u32) {
-        for (k, item) in st.streams.items.range(ItemKey { thread: loc.thread, op: 0, sub: 0 }..) {
+        // A launch is keyed by the host op that enqueued it (the op itself, or the group end after it; N4), never by
+        // an earlier one: start there, not at the thread's first item, which made every delivery cost as many steps
+        // as the thread had items queued (issue 9, "scale").
+        for (k, item) in st.streams.items.range(ItemKey { thread: loc.thread, op: loc.op, sub: 0 }..) {
             if k.thread != loc.thread {
                 break;
             }
