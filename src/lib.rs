@@ -163,7 +163,12 @@ pub fn load_profile(spec: &str) -> Result<Profile, LoadError> {
         ));
     }
     let text = read_input(path)?;
-    Profile::from_ron(&text).map_err(|e| LoadError::at(path, e.position.line as u32, e.position.col as u32, e.code.to_string()))
+    let p = Profile::from_ron(&text)
+        .map_err(|e| LoadError::at(path, e.position.line as u32, e.position.col as u32, e.code.to_string()))?;
+    match p.problems() {
+        problems if problems.is_empty() => Ok(p),
+        problems => Err(LoadError::plain(path, problems.join("; "))),
+    }
 }
 
 /// Reads a hardware observation (as `cuorder-hw run` writes it). This is the one place a trace file is turned into

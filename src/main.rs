@@ -553,6 +553,16 @@ fn main() -> ExitCode {
             let sem = Semantics::new(&prog, &prof);
             let opt = cuorder_sim::timed::TimedOptions { seed, jitter_ns: jitter, max_steps };
             let run = cuorder_sim::timed::timed_run(&sem, &model, &opt);
+            if run.makespan_ns == u64::MAX {
+                // Times saturate at 2^64 - 1 ns (about 584 years) instead of wrapping: a run that reaches it has no
+                // meaningful times left to report.
+                err(&format!(
+                    "error: {}: the timed run reached 2^64 - 1 ns (about 584 years), where times saturate; the \
+                     durations or sizes in the program are too large to time\n",
+                    program.display()
+                ));
+                return ExitCode::from(2);
+            }
             let sum = cuorder_sim::timed::summarize(&sem, &run);
             let file = program.display().to_string();
             let code = if matches!(run.outcome, cuorder_sim::run::Outcome::StepLimit(_)) {

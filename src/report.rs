@@ -206,8 +206,9 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
     }
     let prof = if profile == "portable" { String::new() } else { format!(" --profile {profile}") };
     s.push_str(&format!(
-        "witness: a schedule of {} steps (`cuorder run PROGRAM --witness {number}{prof}` prints it)\n",
-        f.witness.len()
+        "witness: a schedule of {} step{} (`cuorder run PROGRAM --witness {number}{prof}` prints it)\n",
+        f.witness.len(),
+        if f.witness.len() == 1 { "" } else { "s" }
     ));
     s
 }

@@ -354,3 +354,32 @@ fn completions_and_man_page_are_generated() {
     assert!(out.starts_with(".ie") || out.contains(".TH cuorder"), "{}", &out[..out.len().min(300)]);
     assert!(out.contains("Exit codes"), "the man page lists the exit codes");
 }
+
+/// A profile file is the user's word: a misspelt knob (`launch_blockin`) used to be ignored, leaving the default in
+/// force and the verdict wrong without a word; a queue of depth 0 or a guaranteed synchronization wider than the
+/// possible one made every program hang or was silently reinterpreted. All three are load errors now (exit 2).
+#[test]
+fn profile_files_with_unknown_or_meaningless_knobs_are_refused() {
+    let base = cuorder(&["profile", "portable"]).1;
+    let ron_start = base.find("\n(\n").expect("the profile's RON follows its description");
+    let ron = &base[ron_start + 1..];
+    let write = |name: &str, text: String| {
+        let p = tmp(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let typo = write("typo-profile.ron", ron.replacen("launch_blocking:", "launch_blockin:", 1));
+    let (code, _, err) = cuorder(&["check", "examples/cudafree-during-recv.ron", "--profile", typo.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("launch_blockin"), "{err}");
+    let zero = write("zero-queue.ron", ron.replacen("launch_queue_depth: None", "launch_queue_depth: Some(0)", 1));
+    let (code, _, err) = cuorder(&["check", "examples/launch-queue-full.ron", "--profile", zero.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("launch_queue_depth: Some(0)"), "{err}");
+    let wide = ron.replacen("guaranteed: None,\n            possible: Device", "guaranteed: AllDevices,\n            possible: None", 1);
+    assert_ne!(wide, ron, "the free knob is written as expected");
+    let wide = write("wide-free.ron", wide);
+    let (code, _, err) = cuorder(&["check", "examples/cudafree-during-recv.ron", "--profile", wide.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("implicit_sync.free: guaranteed AllDevices is wider than possible None"), "{err}");
+}

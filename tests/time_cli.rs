@@ -91,3 +91,22 @@ fn artifact_moved_with_its_program_still_replays() {
     assert!(err.contains("p.ron, is not there") && err.contains("--program FILE"), "{err}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// Two kernels of 9,999,999,999 s each made the makespan saturate at 2^64 - 1 ns and `time` printed it as a result
+/// (exit 0); it is an error now (exit 2) that says why.
+#[test]
+fn saturated_makespan_was_printed_as_a_result_now_refused() {
+    let p = tmp("huge.ron");
+    std::fs::write(
+        &p,
+        r#"Program(ranks: 1, streams: [Stream("s", NonBlocking)], buffers: [Buffer("x", 4096)], threads: [Thread("main", [
+            Kernel("a", stream: "s", writes: ["x"], duration: "9999999999 s"),
+            Kernel("b", stream: "s", writes: ["x"], duration: "9999999999 s"),
+            DeviceSync,
+        ])])"#,
+    )
+    .unwrap();
+    let (code, out, err) = cli(&["time", p.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("where times saturate"), "{err}");
+}

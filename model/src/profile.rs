@@ -40,6 +40,7 @@ impl SyncScope {
 /// wait for the wider scope, which can hang a program but orders nothing). `possible` narrower than `guaranteed`
 /// is read as `guaranteed`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ImplicitSync {
     pub guaranteed: SyncScope,
     pub possible: SyncScope,
@@ -55,8 +56,10 @@ impl ImplicitSync {
     }
 
     fn words(self) -> String {
-        if self.possible() == self.guaranteed {
-            format!("always {}", self.guaranteed.words())
+        if self.possible() == SyncScope::None {
+            "never synchronizes".to_string()
+        } else if self.possible() == self.guaranteed {
+            format!("always makes {}", self.guaranteed.words())
         } else if self.guaranteed == SyncScope::None {
             format!("may or may not make {} (both explored; it orders nothing)", self.possible().words())
         } else {
@@ -67,6 +70,7 @@ impl ImplicitSync {
 
 /// Which host calls synchronize implicitly (S7), per kind of call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HostCallSync {
     /// `cudaFree` of device memory.
     pub free: ImplicitSync,
@@ -90,6 +94,7 @@ impl Default for HostCallSync {
 /// capacity or behaviour is undocumented, the profile separates what is *guaranteed* (the explorer relies on it)
 /// from what was merely *observed* (the explorer explores both ways).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Profile {
     /// Name shown in reports (`portable`, `eager`, or a calibrated profile's name).
     pub name: String,
@@ -278,7 +283,8 @@ impl Profile {
             ),
         });
         v.push(format!(
-            "C1 broadcast: the root may finish before the other members start when its message {}.",
+            "C1 parts that only send (a broadcast or scatter root, a gather non-root) may finish before the other members \
+             start when their message {}.",
             match (possible, guaranteed) {
                 (0, _) => "never (it always waits for them)".to_string(),
                 (u64::MAX, 0) => "is any size (explored both ways)".to_string(),
@@ -305,11 +311,35 @@ impl Profile {
         self.eager_bytes_guaranteed.unwrap_or(self.eager_bytes_per_connection).min(self.eager_bytes_per_connection)
     }
 
-    /// Parses a profile written in RON.
+    /// Parses a profile written in RON. A field the profile does not have is an error (a misspelt knob must not
+    /// leave its default in force unnoticed).
     ///
     /// Errors: the RON error with its line and column.
     pub fn from_ron(text: &str) -> Result<Profile, ron::error::SpannedError> {
         ron::from_str(text)
+    }
+
+    /// What makes a parsed profile meaningless, in words, one line each (empty when it is fine): a launch queue of
+    /// depth 0 (S6: no launch could ever be issued), a host call whose guaranteed synchronization is wider than the
+    /// one it may make (S7).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = vec![];
+        if self.launch_queue_depth == Some(0) {
+            out.push("launch_queue_depth: Some(0) holds no launch, so no program could issue any work (S6); use \
+                      Some(1) or more, or None for an unbounded queue"
+                .to_string());
+        }
+        let s = &self.implicit_sync;
+        for (name, sync) in [("free", s.free), ("malloc", s.malloc), ("malloc_host", s.malloc_host), ("lazy_load", s.lazy_load)] {
+            if sync.possible < sync.guaranteed {
+                out.push(format!(
+                    "implicit_sync.{name}: guaranteed {:?} is wider than possible {:?} (S7: the possible scope includes \
+                     the guaranteed one)",
+                    sync.guaranteed, sync.possible
+                ));
+            }
+        }
+        out
     }
 }
 

@@ -745,7 +745,7 @@ pub fn describe(sem: &Semantics, step: &Step, host: Option<(u32, bool)>) -> (Str
         Step::Eager { send } => (stream_lane(*send), format!("{} delivers eagerly", op_label(*send))),
         Step::Drain { recv } => (stream_lane(*recv), format!("{} takes its data", op_label(*recv))),
         Step::Collective { comm, seq } => (sem.comm_name(*comm).to_string(), format!("collective #{seq} completes")),
-        Step::RootEarly { comm, seq } => (sem.comm_name(*comm).to_string(), format!("root of collective #{seq} finishes early")),
+        Step::RootEarly { comm, seq } => (sem.comm_name(*comm).to_string(), format!("the sending parts of collective #{seq} finish early")),
         Step::Connect { a, b, comm, .. } => {
             (sem.thread_label(*a), format!("connection set-up on {} with {}", sem.comm_name(*comm), sem.thread_label(*b)))
         }
