@@ -95,6 +95,16 @@ pub enum Step {
     /// (one color per communicator the split creates), `NCCL_SPLIT_NOCOLOR` (-1) for none (`comm: None`); `key` is
     /// this rank's position in the new communicator, whose members the program lists in key order.
     CommSplit { parent: u32, color: i32, key: i32, comm: Option<u32> },
+    /// `ncclCommInitRankConfig` with `config.blocking = 0` (N12): the init may be in progress when it returns.
+    CommInitNonBlocking { comm: u32 },
+    /// `ncclCommGetAsyncError(comm)` in a loop until it is not `ncclInProgress` (N12).
+    CommPoll { comm: u32 },
+    /// `ncclCommAbort(comm)` (N13).
+    CommAbort { comm: u32 },
+    /// `ncclCommFinalize(comm)` (N13).
+    CommFinalize { comm: u32 },
+    /// `ncclCommDestroy(comm)` (N13).
+    CommDestroy { comm: u32 },
     /// `peer` is the peer's position in the communicator.
     Send { comm: u32, peer: i32, buf: ByteRange, stream: u32, trace: Tracing },
     Recv { comm: u32, peer: i32, buf: ByteRange, stream: u32, trace: Tracing },
@@ -602,7 +612,25 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                             }
                             Some(_) => {}
                         }
-                        Step::CommInit { comm: comm.0 }
+                        match p.comms.get(comm.0 as usize) {
+                            Some(c) if c.nonblocking => Step::CommInitNonBlocking { comm: comm.0 },
+                            _ => Step::CommInit { comm: comm.0 },
+                        }
+                    }
+                    OpKind::CommPoll { comm } | OpKind::CommAbort { comm } | OpKind::CommFinalize { comm } | OpKind::CommDestroy { comm } => {
+                        match p.comms.get(comm.0 as usize) {
+                            None => cx.err(format!("communicator index {} does not exist", comm.0)),
+                            Some(c) if !c.members.contains(&ri) => {
+                                cx.err(format!("rank {ri} is not a member of communicator `{}`", c.name))
+                            }
+                            Some(_) => {}
+                        }
+                        match kind.as_ref() {
+                            OpKind::CommPoll { .. } => Step::CommPoll { comm: comm.0 },
+                            OpKind::CommAbort { .. } => Step::CommAbort { comm: comm.0 },
+                            OpKind::CommFinalize { .. } => Step::CommFinalize { comm: comm.0 },
+                            _ => Step::CommDestroy { comm: comm.0 },
+                        }
                     }
                     OpKind::CommSplit { parent, comm, .. } => {
                         match p.comms.get(parent.0 as usize) {
@@ -836,7 +864,7 @@ mod tests {
         let y = b.buffer("y", 16, MemSpace::Device, false);
         let mut p = b.finish();
         // comm 0: world (0, 1, 2); comm 1: "pair" = ranks 2 and 0, in key order (2 first).
-        p.comms.push(Comm { name: "pair".into(), members: vec![2, 0], explicit_init: true });
+        p.comms.push(Comm { name: "pair".into(), members: vec![2, 0], explicit_init: true, nonblocking: false, watchdog_ns: None });
         for r in 0..3u32 {
             let (bx, by) = (BufRange { buf: BufRef { rank: r, index: x }, offset: 0, len: 48 }, BufRange { buf: BufRef { rank: r, index: y }, offset: 0, len: 16 });
             let joined = (r != 1).then_some(CommId(1));
@@ -871,7 +899,7 @@ mod tests {
         let s = b.stream("s", StreamKind::NonBlocking);
         let x = b.buffer("x", 12, MemSpace::Device, false);
         let mut p = b.finish();
-        p.comms.push(Comm { name: "solo".into(), members: vec![1], explicit_init: true });
+        p.comms.push(Comm { name: "solo".into(), members: vec![1], explicit_init: true, nonblocking: false, watchdog_ns: None });
         let bx = BufRange { buf: BufRef { rank: 0, index: x }, offset: 0, len: 12 };
         let half = BufRange { len: 4, ..bx };
         for kind in [

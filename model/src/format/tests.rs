@@ -72,8 +72,8 @@ fn all_ops_program_loads_with_its_structure() {
     assert_eq!((b[5].bytes, b[5].space), (4096, MemSpace::PinnedHost));
     assert_eq!(b[6].space, MemSpace::PageableHost);
     assert!(b[7].pooled && b[7].space == MemSpace::Device);
-    assert_eq!(p.comms[0], Comm { name: "world".into(), members: vec![0, 1, 2, 3], explicit_init: false });
-    assert_eq!(p.comms[1], Comm { name: "pair01".into(), members: vec![0, 1], explicit_init: true });
+    assert_eq!(p.comms[0], Comm { name: "world".into(), members: vec![0, 1, 2, 3], explicit_init: false, nonblocking: false, watchdog_ns: None });
+    assert_eq!(p.comms[1], Comm { name: "pair01".into(), members: vec![0, 1], explicit_init: true, nonblocking: false, watchdog_ns: None });
     assert_eq!(p.barriers.len(), 1);
     assert_eq!(p.barriers[0].participants, vec![(0, 0), (0, 1), (1, 0), (2, 0), (3, 0)]);
     assert_eq!(ops_of(&p, 0, 0).len(), 39);
@@ -755,7 +755,7 @@ fn torch_p2p_is_lowered_as_process_group_nccl_does_it() {
     assert_eq!(torch_ops(&p), on("nccl"));
     // Initialised lazily (the default): the pair's own communicator and stream, created at its first use (P2, N8).
     let p = ok(&torch_prog("", ops));
-    assert_eq!(p.comms[1], Comm { name: "torch.p2p.0:1".into(), members: vec![0, 1], explicit_init: true });
+    assert_eq!(p.comms[1], Comm { name: "torch.p2p.0:1".into(), members: vec![0, 1], explicit_init: true, nonblocking: false, watchdog_ns: None });
     assert_eq!(p.ranks[0].streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["sL", "side", "nccl", "nccl.0:1", "sPT.main"]);
     let mut expected = on("nccl.0:1");
     expected.insert(1, "CommInit { comm: CommId(1) }".into());

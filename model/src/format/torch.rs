@@ -139,7 +139,7 @@ pub fn declare(p: &SProgram, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
         }
     }
     if d.comms.is_empty() && d.ranks > 0 {
-        d.comms.push(Comm { name: WORLD.to_string(), members: (0..d.ranks).collect(), explicit_init: false });
+        d.comms.push(Comm { name: WORLD.to_string(), members: (0..d.ranks).collect(), explicit_init: false, nonblocking: false, watchdog_ns: None });
         d.comm_idx.insert(WORLD.to_string(), 0);
     }
     t
@@ -178,7 +178,7 @@ pub fn declare_groups(groups: &BTreeMap<String, Vec<u32>>, d: &mut Decls) {
             continue;
         }
         d.comm_idx.insert(comm.clone(), d.comms.len() as u32);
-        d.comms.push(Comm { name: comm, members: ranks.clone(), explicit_init: true });
+        d.comms.push(Comm { name: comm, members: ranks.clone(), explicit_init: true, nonblocking: false, watchdog_ns: None });
     }
 }
 
@@ -194,7 +194,7 @@ pub fn declare_pairs(pairs: &BTreeSet<(u32, u32)>, d: &mut Decls) {
         d.streams.push((pair_stream(lo, hi), StreamKind::NonBlocking));
         d.stream_idx.insert(pair_stream(lo, hi), d.streams.len() as u32);
         d.comm_idx.insert(pair_comm(lo, hi), d.comms.len() as u32);
-        d.comms.push(Comm { name: pair_comm(lo, hi), members: vec![lo, hi], explicit_init: true });
+        d.comms.push(Comm { name: pair_comm(lo, hi), members: vec![lo, hi], explicit_init: true, nonblocking: false, watchdog_ns: None });
     }
 }
 
