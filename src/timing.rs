@@ -512,10 +512,22 @@ fn timeouts(sem: &Semantics, run: &TimedRun) -> Vec<(u64, String)> {
         .iter()
         .zip(&run.times_ns)
         .filter_map(|(step, at)| match step {
-            cuorder_model::semantics::Step::Watchdog { rank } => Some((
-                *at,
-                format!("the watchdog of r{rank} aborted its communicators: a hang turned into an abort after its timeout (N9)"),
-            )),
+            cuorder_model::semantics::Step::Watchdog { rank } => {
+                let watched: Vec<&str> = sem
+                    .program
+                    .comms
+                    .iter()
+                    .filter(|c| c.watchdog_ns.is_some() && c.position(*rank).is_some())
+                    .map(|c| c.name.as_str())
+                    .collect();
+                Some((
+                    *at,
+                    format!(
+                        "hang turned into abort after timeout: the watchdog of r{rank} aborted {} (N9, N13)",
+                        watched.join(", ")
+                    ),
+                ))
+            }
             _ => None,
         })
         .collect()
