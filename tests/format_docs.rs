@@ -66,7 +66,7 @@ fn every_operation_has_an_example() {
         "Parity(even: Next", "For(", "If(stage", "then: [", "Rank(stage + 1)", "{i}", "Expect(", "written_by: Kernel(",
         "InitProcessGroup", "DistSend(", "DistRecv(", "Isend(", "Irecv(", "BatchIsendIrecv(", "P2POp(", "WorkWait(",
         "DistAllReduce(", "DistBroadcast(", "DistAllGather(", "DistReduceScatter(", "AllToAll(", "Reduce(", "Gather(", "Scatter(", "CommSplit(", "NewGroup(",
-        "DistAllToAllSingle(", "DistReduce(", "DistGather(", "DistScatter(", "group: ", "Poll(", "CommAbort(", "CommFinalize(", "CommDestroy(", "config: NonBlocking", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
+        "DistAllToAllSingle(", "DistReduce(", "DistGather(", "DistScatter(", "group: ", "Poll(", "CommAbort(", "DestroyProcessGroup", "timeout: \"30 s\"", "CommFinalize(", "CommDestroy(", "config: NonBlocking", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
     ] {
         assert!(examples.contains(op), "no example uses `{op}`");
     }

@@ -916,6 +916,52 @@ mod tests {
         assert!(has(2, "sizes do not fit"), "{text:#?}");
     }
 
+    /// N12, N13: a non-blocking communicator's init lowers to ncclCommInitRankConfig (blocking = 0), and the poll,
+    /// abort, finalize and destroy calls lower to their NCCL calls on the communicator's index; a lifecycle call on a
+    /// communicator the rank is not in is an error of that op.
+    #[test]
+    fn lifecycle_calls_lower_to_their_nccl_calls() {
+        use cuorder_model::program::Comm;
+        let mut b = Builder::new("nb", 2);
+        let s = b.stream("s", StreamKind::NonBlocking);
+        let x = b.buffer("x", 16, MemSpace::Device, false);
+        let mut p = b.finish();
+        p.comms.push(Comm { name: "nb".into(), members: vec![0, 1], explicit_init: true, nonblocking: true, watchdog_ns: Some(1_000) });
+        p.comms.push(Comm { name: "solo".into(), members: vec![1], explicit_init: true, nonblocking: false, watchdog_ns: None });
+        for r in 0..2u32 {
+            let bx = BufRange { buf: BufRef { rank: r, index: x }, offset: 0, len: 16 };
+            let ops = vec![
+                OpKind::CommInit { comm: CommId(1) },
+                OpKind::CommPoll { comm: CommId(1) },
+                OpKind::Send { comm: CommId(1), peer: 1 - r, buf: bx, stream: sref(r, s) },
+                OpKind::CommPoll { comm: CommId(1) },
+                OpKind::CommFinalize { comm: CommId(1) },
+                OpKind::CommPoll { comm: CommId(1) },
+                OpKind::CommDestroy { comm: CommId(1) },
+                OpKind::CommAbort { comm: CommId(0) },
+            ];
+            for kind in ops {
+                p.ranks[r as usize].threads[0].ops.push(cuorder_model::program::Op { kind, origin: Default::default() });
+            }
+        }
+        let plan = lower(&p).unwrap();
+        let t = &plan.ranks[0].threads[0];
+        assert_eq!(t[0], Step::CommInitNonBlocking { comm: 1 });
+        assert_eq!(t[1], Step::CommPoll { comm: 1 });
+        assert!(matches!(t[2], Step::Send { comm: 1, peer: 1, .. }), "{:?}", t[2]);
+        assert_eq!((&t[4], &t[6], &t[7]), (&Step::CommFinalize { comm: 1 }, &Step::CommDestroy { comm: 1 }, &Step::CommAbort { comm: 0 }));
+        for st in &t[..] {
+            assert_eq!(st.device_stream().is_some(), matches!(st, Step::Send { .. }), "{st:?}");
+        }
+        // A blocking communicator's init stays ncclCommInitRank.
+        p.comms[1].nonblocking = false;
+        assert_eq!(lower(&p).unwrap().ranks[1].threads[0][0], Step::CommInit { comm: 1 });
+        // Rank 0 is not in `solo`.
+        p.ranks[0].threads[0].ops.push(cuorder_model::program::Op { kind: OpKind::CommPoll { comm: CommId(2) }, origin: Default::default() });
+        let text: Vec<String> = lower(&p).unwrap_err().iter().map(|e| e.to_string()).collect();
+        assert!(text.iter().any(|t| t.starts_with("op (rank 0, thread 0, op 8)") && t.contains("not a member of communicator `solo`")), "{text:#?}");
+    }
+
     #[test]
     fn barrier_rounds_count_per_participant() {
         let mut b = Builder::new("bar", 1);

@@ -207,7 +207,7 @@ pub fn check<'a>(p: &'a SProgram, issues: &mut Issues) -> Decls<'a> {
                 };
                 match r {
                     Ok(0) => {
-                        issues.push(Issue::new(path, format!("the watchdog of `{name}` has a timeout of 0")).help("give a positive timeout, e.g. \"10 min\""));
+                        issues.push(Issue::new(path, format!("the watchdog of `{name}` has a timeout of 0")).help("give a positive timeout, e.g. \"600 s\""));
                         None
                     }
                     Ok(n) => Some(n),

@@ -133,6 +133,7 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         }
         // PyTorch calls never reach here either: expansion lowered them to the ops above (`torch.rs`).
         SOp::InitProcessGroup
+        | SOp::DestroyProcessGroup
         | SOp::DistSend { .. }
         | SOp::DistRecv { .. }
         | SOp::Isend { .. }

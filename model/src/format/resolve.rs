@@ -681,6 +681,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             // PyTorch calls never reach here: expansion lowered them (`torch.rs`). Should one, it is reported rather
             // than silently dropped.
             SOp::InitProcessGroup
+            | SOp::DestroyProcessGroup
             | SOp::DistSend { .. }
             | SOp::DistRecv { .. }
             | SOp::Isend { .. }

@@ -116,6 +116,10 @@ pub struct STorch {
     pub version: STorchVersion,
     #[serde(default)]
     pub init: STorchInit,
+    /// `init_process_group(timeout=)`: ProcessGroupNCCL's watchdog aborts the communicators of work unfinished after
+    /// this long (N9; PyTorch's default is 10 min, with `TORCH_NCCL_ASYNC_ERROR_HANDLING` on). Absent: no watchdog.
+    #[serde(default)]
+    pub timeout: Option<Duration>,
 }
 
 /// How the default process group was initialised, which decides the communicator of unbatched P2P ops (P2).
@@ -492,6 +496,8 @@ pub enum SOp {
     },
     /// `dist.init_process_group("nccl")` (torch.rs).
     InitProcessGroup,
+    /// `dist.destroy_process_group()` (torch.rs): finalizes and destroys every communicator of the rank's groups.
+    DestroyProcessGroup,
     /// `dist.send(tensor, dst)`.
     DistSend {
         #[serde(rename = "_0", alias = "tensor")]

@@ -872,3 +872,45 @@ fn comm_split_declares_a_communicator_per_color() {
     assert_eq!(ops_of(&p, 2, 0)[0], &OpKind::CommSplit { parent: CommId(0), seq: 0, comm: Some(CommId(1)) });
     assert_eq!(ops_of(&p, 3, 0)[1], &OpKind::CommSplit { parent: CommId(0), seq: 1, comm: None });
 }
+
+/// N9, N12, N13: the communicator config and watchdog, and the lifecycle calls, load with clear errors (line:column
+/// of the offending field or argument) for bad input.
+#[test]
+fn lifecycle_and_watchdog_errors() {
+    let prog = |comms: &str, ops: &str| {
+        format!(
+            "Program(ranks: 2, streams: [Stream(\"s\", NonBlocking)], buffers: [Buffer(\"x\", 8)],\n\
+             comms: [{comms}], threads: [Thread(\"t\", [\n{ops}])])"
+        )
+    };
+    let p = ok(&prog(
+        "Comm(\"w\", config: NonBlocking, watchdog: \"600 s\"), Comm(\"ex\", members: [0, 1], init: Explicit)",
+        "CommInit(\"ex\"), Poll(\"ex\"), CommAbort(\"w\"), CommFinalize(\"ex\"), CommDestroy(\"ex\")",
+    ));
+    assert!(p.comms[0].nonblocking && p.comms[0].watchdog_ns == Some(600_000_000_000));
+    assert!(!p.comms[1].nonblocking && p.comms[1].watchdog_ns.is_none());
+    assert_eq!(*p.ranks[0].threads[0].ops.iter().map(|o| &o.kind).nth(1).unwrap(), OpKind::CommPoll { comm: CommId(1) });
+    let e = errors(&prog("Comm(\"w\", watchdog: \"0 s\")", ""));
+    assert!(e.len() == 1 && e[0].starts_with("2:29: the watchdog of `w` has a timeout of 0"), "{e:?}");
+    let e = errors(&prog("Comm(\"w\", watchdog: \"3 parsecs\")", ""));
+    assert!(e.len() == 1 && e[0].starts_with("2:29:"), "{e:?}");
+    let e = errors(&prog("Comm(\"w\", config: Nonblocking)", ""));
+    assert!(e.len() == 1 && e[0].contains("NonBlocking"), "{e:?}");
+    let e = errors(&prog("Comm(\"w\")", "Poll(\"v\")"));
+    assert!(e.len() == 1 && e[0].starts_with("3:1: unknown communicator `v`"), "{e:?}");
+    let e = errors(&prog("Comm(\"w\"), Comm(\"one\", members: [1])", "CommAbort(\"one\")"));
+    assert!(e.len() == 1 && e[0].contains("not a member") && e[0].contains("rank 0"), "{e:?}");
+    // Poll, finalize and destroy of an Explicit communicator need this thread's CommInit first; an abort does not.
+    let e = errors(&prog("Comm(\"ex\", init: Explicit)", "CommFinalize(\"ex\")"));
+    assert!(e.len() == 1 && e[0].contains("used before this thread's CommInit"), "{e:?}");
+    ok(&prog("Comm(\"ex\", init: Explicit)", "CommAbort(\"ex\")"));
+    // The PyTorch dialect's process group timeout.
+    let e = errors(&torch_prog("torch: Torch(timeout: 0),", "InitProcessGroup, DestroyProcessGroup"));
+    assert!(e.len() == 1 && e[0].contains("the process group timeout is 0"), "{e:?}");
+    let p = ok(&torch_prog("torch: Torch(timeout: \"30 s\"),", "InitProcessGroup, DistBarrier, DestroyProcessGroup"));
+    assert!(p.comms.iter().all(|c| c.watchdog_ns == Some(30_000_000_000)));
+    let kinds: Vec<&str> = p.ranks[0].threads[0].ops.iter().map(|o| o.kind.name()).collect();
+    assert_eq!(kinds[kinds.len() - 2..], ["CommFinalize", "CommDestroy"]);
+    let e = errors(&torch_prog("", "DestroyProcessGroup"));
+    assert!(e[0].contains("before dist.init_process_group"), "{e:?}");
+}

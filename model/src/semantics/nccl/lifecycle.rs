@@ -253,6 +253,10 @@ impl<'p> Semantics<'p> {
         for c in joins {
             st.host.threads[t as usize].clock.join(&c);
         }
+        // An abort while the finalize waited (another thread, the watchdog) stays what ended the communicator.
+        if matches!(st.nccl.ended.get(&(comm, rank)), Some(CommEnd::Aborted(_) | CommEnd::Watchdog)) {
+            return;
+        }
         let end = if matches!(self.op(by).kind, OpKind::CommDestroy { .. }) { CommEnd::Destroyed(by) } else { CommEnd::Finalized(by) };
         st.nccl.ended.insert((comm, rank), end);
     }
