@@ -147,6 +147,19 @@ pub fn check(sem: &Semantics, rep: &Report, file: &str) -> Output {
                     locs.push(r.first.who.loc());
                     locs.push(r.second.who.loc());
                 }
+                Problem::Timeout(to) => {
+                    rules.push(cuorder_model::rule::Rule::N9.id().to_string());
+                    for e in &to.stuck.cycle {
+                        rules.push(e.reason.rule().id().to_string());
+                        if let Node::Item(k) = e.from {
+                            locs.push(k.loc());
+                        }
+                        if let Node::Item(k) = e.to {
+                            locs.push(k.loc());
+                        }
+                    }
+                    locs.extend(to.at.iter().map(|(t, pc)| OpLoc { thread: *t, op: *pc }).filter(|l| (l.op as usize) < sem.ops_len(l.thread)));
+                }
                 Problem::Undefined(u) => {
                     rules.push(u.rule.id().to_string());
                     locs.extend(u.at.iter().copied());

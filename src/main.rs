@@ -327,7 +327,7 @@ enum Command {
     /// Print a rule of the model (docs/semantics.md): its statement, sources, how the model enforces it, the
     /// profile knobs, an example. Without RULE, list every rule id with its title.
     Explain {
-        /// A rule id as messages cite it: S1-S8, N1-N11, C1, P1-P5, V1.
+        /// A rule id as messages cite it: S1-S8, N1-N13, C1, P1-P5, V1.
         rule: Option<String>,
     },
 }

@@ -183,6 +183,35 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
             }
         }
         Problem::DataRace(r) => s.push_str(&explain_race(sem, r, &f.witness)),
+        Problem::Timeout(to) => {
+            let comms: Vec<&str> = to.comms.iter().map(|c| sem.comm_name(*c)).collect();
+            s.push_str(&format!(
+                "hang turned into abort after timeout: the watchdog of r{} found work on {} unfinished after {} and \
+                 aborted {} (N9, N13); without the watchdog this is a deadlock\n",
+                to.rank,
+                comms.join(", "),
+                cuorder_model::describe::duration_ns(to.timeout_ns),
+                if comms.len() == 1 { "it" } else { "them" }
+            ));
+            let d = &to.stuck;
+            s.push_str(if d.is_cycle { "wait-for cycle when it fired:
+" } else { "wait-for chain when it fired:
+" });
+            for (i, e) in d.cycle.iter().enumerate() {
+                s.push_str(&format!("  {}. {}
+", i + 1, e.text));
+            }
+            s.push_str("host threads:
+");
+            for b in &d.blocked {
+                s.push_str(&format!("  {b}
+"));
+            }
+            for fix in fixes(d) {
+                s.push_str(&format!("fix: {fix}
+"));
+            }
+        }
         Problem::StaleRead(r) => {
             let place = |l: OpLoc| {
                 let (rank, t) = sem.thread_of[l.thread as usize];

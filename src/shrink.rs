@@ -193,6 +193,11 @@ pub fn signature(sem: &Semantics, f: &RenderedFinding) -> Signature {
             sig.rules.insert(Rule::V1);
             sig.ops = vec![sem.info(r.writer).name];
         }
+        Problem::Timeout(to) => {
+            sig.cycle = Some(to.stuck.is_cycle);
+            sig.rules.insert(Rule::N9);
+            sig.rules.extend(to.stuck.cycle.iter().map(|e| e.reason.rule()));
+        }
     }
     sig
 }

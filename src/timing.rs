@@ -86,6 +86,9 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         let r = &run.races[m.race];
         let _ = writeln!(s, "data race {} at {}: {}", i + 1, fmt_ns(m.at_ns), crate::timeline::race_text(sem, r));
     }
+    for (at_ns, text) in timeouts(sem, run) {
+        let _ = writeln!(s, "timeout at {}: {text}", fmt_ns(at_ns));
+    }
     let _ = writeln!(s, "makespan: {} ({} ns)\n", fmt_ns(sum.makespan_ns), sum.makespan_ns);
     let _ = writeln!(s, "{:<8} {:>14} {:>8}", "rank", "compute", "bubble");
     for r in sum.ranks.iter().take(MAX_TABLE_ROWS) {
@@ -290,6 +293,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
                 }),
                 _ => None,
             })
+            .chain(timeouts(sem, run).into_iter().map(|(at_ns, text)| TimeFinding { kind: "timeout".into(), at_ns, text }))
             .collect(),
         ranks: sum.ranks.iter().map(|r| RankOut { rank: r.rank, compute_ns: r.compute_ns, bubble_fraction: r.bubble_fraction }).collect(),
         streams: sum
@@ -500,4 +504,31 @@ pub fn accuracy(sem: &Semantics, run: &TimedRun, obs: &cuorder_model::observatio
         kernel_end_max_abs_err_ns: end_err.last().copied().unwrap_or(0),
         kernel_duration_median_rel_err: dur_err.get(dur_err.len() / 2).copied().unwrap_or(0.0),
     })
+}
+
+/// The watchdog firings of a timed run (N9): when, and what they aborted.
+fn timeouts(sem: &Semantics, run: &TimedRun) -> Vec<(u64, String)> {
+    run.schedule
+        .iter()
+        .zip(&run.times_ns)
+        .filter_map(|(step, at)| match step {
+            cuorder_model::semantics::Step::Watchdog { rank } => {
+                let watched: Vec<&str> = sem
+                    .program
+                    .comms
+                    .iter()
+                    .filter(|c| c.watchdog_ns.is_some() && c.position(*rank).is_some())
+                    .map(|c| c.name.as_str())
+                    .collect();
+                Some((
+                    *at,
+                    format!(
+                        "hang turned into abort after timeout: the watchdog of r{rank} aborted {} (N9, N13)",
+                        watched.join(", ")
+                    ),
+                ))
+            }
+            _ => None,
+        })
+        .collect()
 }

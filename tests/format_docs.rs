@@ -68,6 +68,7 @@ fn every_operation_has_an_example() {
         "DistAllReduce(", "DistBroadcast(", "DistAllGather(", "DistReduceScatter(", "AllToAll(", "Reduce(", "Gather(", "Scatter(", "CommSplit(", "NewGroup(",
         "DistAllToAllSingle(", "DistReduce(", "DistGather(", "DistScatter(", "group: ", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
         "Malloc(", "MallocHost(", "LoadModule(", "HostFunc(", "calls_cuda: true", "EmptyCache",
+        "DistAllToAllSingle(", "DistReduce(", "DistGather(", "DistScatter(", "group: ", "Poll(", "CommAbort(", "DestroyProcessGroup", "timeout: \"30 s\"", "CommFinalize(", "CommDestroy(", "config: NonBlocking", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
     ] {
         assert!(examples.contains(op), "no example uses `{op}`");
     }

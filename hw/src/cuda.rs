@@ -53,11 +53,12 @@ pub fn nccl_msg(r: nc::ncclResult_t, comm: Option<ncclComm_t>) -> String {
     }
 }
 
-/// Checks an NCCL result (blocking communicators only: `ncclInProgress` is an error here).
+/// Checks an NCCL result. `ncclInProgress` counts as success: only a non-blocking communicator returns it, and the
+/// program polls it with [`comm_poll`] before its next call (N12).
 ///
 /// Errors: [`HwError::Nccl`] naming `call` and NCCL's text.
 pub fn nccl_check(r: nc::ncclResult_t, call: &'static str, comm: Option<ncclComm_t>) -> Result<(), HwError> {
-    if r == nc::ncclResult_t::ncclSuccess {
+    if r == nc::ncclResult_t::ncclSuccess || r == nc::ncclResult_t::ncclInProgress {
         Ok(())
     } else {
         Err(HwError::Nccl { call, message: nccl_msg(r, comm) })
@@ -405,6 +406,93 @@ pub fn comm_init_rank(nranks: i32, id: ncclUniqueId, rank: i32) -> Result<ncclCo
     let r = unsafe { nc::ncclCommInitRank(&mut c, nranks, id, rank) };
     nccl_check(r, "ncclCommInitRank", None)?;
     Ok(c)
+}
+
+/// The `ncclConfig_t` of `NCCL_CONFIG_INITIALIZER` (nccl.h: size, magic `0xcafebeef`, version, every other field
+/// `NCCL_CONFIG_UNDEF_INT` / null) with `blocking` set (N12: 0 makes every call on the communicator non-blocking).
+pub fn comm_config(blocking: bool) -> nc::ncclConfig_t {
+    const UNDEF: i32 = i32::MIN;
+    // SAFETY: the config is plain old data (integers and nullable pointers); all-zero is a valid value that the
+    // fields below overwrite.
+    let mut c: nc::ncclConfig_t = unsafe { std::mem::zeroed() };
+    c.size = std::mem::size_of::<nc::ncclConfig_t>();
+    c.magic = 0xcafe_beef;
+    // NCCL_VERSION(2, 28, 0): the layout of `ncclConfig_v22800`, which NCCL reads up to `size`.
+    c.version = 22800;
+    c.blocking = i32::from(blocking);
+    c.cgaClusterSize = UNDEF;
+    c.minCTAs = UNDEF;
+    c.maxCTAs = UNDEF;
+    c.splitShare = UNDEF;
+    c.trafficClass = UNDEF;
+    c.collnetEnable = UNDEF;
+    c.CTAPolicy = UNDEF;
+    c.shrinkShare = UNDEF;
+    c.nvlsCTAs = UNDEF;
+    c.nChannelsPerNetPeer = UNDEF;
+    c.nvlinkCentricSched = UNDEF;
+    c.graphUsageMode = UNDEF;
+    c.numRmaCtx = UNDEF;
+    c.maxP2pPeers = UNDEF;
+    c
+}
+
+/// `ncclCommInitRankConfig` with `config.blocking = blocking` (N8, N12). A non-blocking init may return with the
+/// communicator `ncclInProgress`: poll it ([`comm_poll`]) before using it.
+///
+/// Errors: [`HwError::Nccl`].
+pub fn comm_init_rank_config(nranks: i32, id: ncclUniqueId, rank: i32, blocking: bool) -> Result<ncclComm_t, HwError> {
+    let mut c = std::ptr::null_mut();
+    let mut config = comm_config(blocking);
+    // SAFETY: out-parameter call; the config lives across it.
+    let r = unsafe { nc::ncclCommInitRankConfig(&mut c, nranks, id, rank, &mut config) };
+    nccl_check(r, "ncclCommInitRankConfig", None)?;
+    Ok(c)
+}
+
+/// `ncclCommGetAsyncError(comm)` in a loop until it stops returning `ncclInProgress` (N12); the host spins (yielding)
+/// meanwhile, as NCCL's documentation shows.
+///
+/// Errors: [`HwError::Nccl`] when the call fails or the asynchronous state is an error.
+pub fn comm_poll(comm: ncclComm_t) -> Result<(), HwError> {
+    loop {
+        let mut state = nc::ncclResult_t::ncclSuccess;
+        // SAFETY: `comm` is a live communicator; out-parameter call.
+        let r = unsafe { nc::ncclCommGetAsyncError(comm, &mut state) };
+        if r != nc::ncclResult_t::ncclSuccess {
+            return Err(HwError::Nccl { call: "ncclCommGetAsyncError", message: nccl_msg(r, Some(comm)) });
+        }
+        match state {
+            nc::ncclResult_t::ncclInProgress => std::thread::yield_now(),
+            nc::ncclResult_t::ncclSuccess => return Ok(()),
+            e => return Err(HwError::Nccl { call: "ncclCommGetAsyncError", message: nccl_msg(e, Some(comm)) }),
+        }
+    }
+}
+
+/// `ncclCommAbort(comm)` (N13): ends the communicator's work on the device and frees it.
+///
+/// Errors: [`HwError::Nccl`].
+pub fn comm_abort(comm: ncclComm_t) -> Result<(), HwError> {
+    // SAFETY: `comm` is a live communicator, not used again after this call.
+    nccl_check(unsafe { nc::ncclCommAbort(comm) }, "ncclCommAbort", None)
+}
+
+/// `ncclCommFinalize(comm)` (N13): flushes the communicator's work; collective over its members (in progress on a
+/// non-blocking communicator).
+///
+/// Errors: [`HwError::Nccl`].
+pub fn comm_finalize(comm: ncclComm_t) -> Result<(), HwError> {
+    // SAFETY: `comm` is a live communicator.
+    nccl_check(unsafe { nc::ncclCommFinalize(comm) }, "ncclCommFinalize", Some(comm))
+}
+
+/// `ncclCommDestroy(comm)` (N13): frees the communicator (finalizing it first if the program did not).
+///
+/// Errors: [`HwError::Nccl`].
+pub fn comm_destroy(comm: ncclComm_t) -> Result<(), HwError> {
+    // SAFETY: `comm` is a live communicator, not used again after this call.
+    nccl_check(unsafe { nc::ncclCommDestroy(comm) }, "ncclCommDestroy", None)
 }
 
 /// `ncclCommSplit(parent, color, key, &new, NULL)` (N8: every member of `parent` must call it). Returns the new

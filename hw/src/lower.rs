@@ -97,6 +97,16 @@ pub enum Step {
     /// (one color per communicator the split creates), `NCCL_SPLIT_NOCOLOR` (-1) for none (`comm: None`); `key` is
     /// this rank's position in the new communicator, whose members the program lists in key order.
     CommSplit { parent: u32, color: i32, key: i32, comm: Option<u32> },
+    /// `ncclCommInitRankConfig` with `config.blocking = 0` (N12): the init may be in progress when it returns.
+    CommInitNonBlocking { comm: u32 },
+    /// `ncclCommGetAsyncError(comm)` in a loop until it is not `ncclInProgress` (N12).
+    CommPoll { comm: u32 },
+    /// `ncclCommAbort(comm)` (N13).
+    CommAbort { comm: u32 },
+    /// `ncclCommFinalize(comm)` (N13).
+    CommFinalize { comm: u32 },
+    /// `ncclCommDestroy(comm)` (N13).
+    CommDestroy { comm: u32 },
     /// `peer` is the peer's position in the communicator.
     Send { comm: u32, peer: i32, buf: ByteRange, stream: u32, trace: Tracing },
     Recv { comm: u32, peer: i32, buf: ByteRange, stream: u32, trace: Tracing },
@@ -621,7 +631,25 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                             }
                             Some(_) => {}
                         }
-                        Step::CommInit { comm: comm.0 }
+                        match p.comms.get(comm.0 as usize) {
+                            Some(c) if c.nonblocking => Step::CommInitNonBlocking { comm: comm.0 },
+                            _ => Step::CommInit { comm: comm.0 },
+                        }
+                    }
+                    OpKind::CommPoll { comm } | OpKind::CommAbort { comm } | OpKind::CommFinalize { comm } | OpKind::CommDestroy { comm } => {
+                        match p.comms.get(comm.0 as usize) {
+                            None => cx.err(format!("communicator index {} does not exist", comm.0)),
+                            Some(c) if !c.members.contains(&ri) => {
+                                cx.err(format!("rank {ri} is not a member of communicator `{}`", c.name))
+                            }
+                            Some(_) => {}
+                        }
+                        match kind.as_ref() {
+                            OpKind::CommPoll { .. } => Step::CommPoll { comm: comm.0 },
+                            OpKind::CommAbort { .. } => Step::CommAbort { comm: comm.0 },
+                            OpKind::CommFinalize { .. } => Step::CommFinalize { comm: comm.0 },
+                            _ => Step::CommDestroy { comm: comm.0 },
+                        }
                     }
                     OpKind::CommSplit { parent, comm, .. } => {
                         match p.comms.get(parent.0 as usize) {
@@ -912,7 +940,7 @@ mod tests {
         let y = b.buffer("y", 16, MemSpace::Device, false);
         let mut p = b.finish();
         // comm 0: world (0, 1, 2); comm 1: "pair" = ranks 2 and 0, in key order (2 first).
-        p.comms.push(Comm { name: "pair".into(), members: vec![2, 0], explicit_init: true });
+        p.comms.push(Comm { name: "pair".into(), members: vec![2, 0], explicit_init: true, nonblocking: false, watchdog_ns: None });
         for r in 0..3u32 {
             let (bx, by) = (BufRange { buf: BufRef { rank: r, index: x }, offset: 0, len: 48 }, BufRange { buf: BufRef { rank: r, index: y }, offset: 0, len: 16 });
             let joined = (r != 1).then_some(CommId(1));
@@ -947,7 +975,7 @@ mod tests {
         let s = b.stream("s", StreamKind::NonBlocking);
         let x = b.buffer("x", 12, MemSpace::Device, false);
         let mut p = b.finish();
-        p.comms.push(Comm { name: "solo".into(), members: vec![1], explicit_init: true });
+        p.comms.push(Comm { name: "solo".into(), members: vec![1], explicit_init: true, nonblocking: false, watchdog_ns: None });
         let bx = BufRange { buf: BufRef { rank: 0, index: x }, offset: 0, len: 12 };
         let half = BufRange { len: 4, ..bx };
         for kind in [
@@ -962,6 +990,52 @@ mod tests {
         assert!(has(0, "not a member of communicator `solo`"), "{text:#?}");
         assert!(has(1, "sizes do not fit"), "{text:#?}");
         assert!(has(2, "sizes do not fit"), "{text:#?}");
+    }
+
+    /// N12, N13: a non-blocking communicator's init lowers to ncclCommInitRankConfig (blocking = 0), and the poll,
+    /// abort, finalize and destroy calls lower to their NCCL calls on the communicator's index; a lifecycle call on a
+    /// communicator the rank is not in is an error of that op.
+    #[test]
+    fn lifecycle_calls_lower_to_their_nccl_calls() {
+        use cuorder_model::program::Comm;
+        let mut b = Builder::new("nb", 2);
+        let s = b.stream("s", StreamKind::NonBlocking);
+        let x = b.buffer("x", 16, MemSpace::Device, false);
+        let mut p = b.finish();
+        p.comms.push(Comm { name: "nb".into(), members: vec![0, 1], explicit_init: true, nonblocking: true, watchdog_ns: Some(1_000) });
+        p.comms.push(Comm { name: "solo".into(), members: vec![1], explicit_init: true, nonblocking: false, watchdog_ns: None });
+        for r in 0..2u32 {
+            let bx = BufRange { buf: BufRef { rank: r, index: x }, offset: 0, len: 16 };
+            let ops = vec![
+                OpKind::CommInit { comm: CommId(1) },
+                OpKind::CommPoll { comm: CommId(1) },
+                OpKind::Send { comm: CommId(1), peer: 1 - r, buf: bx, stream: sref(r, s) },
+                OpKind::CommPoll { comm: CommId(1) },
+                OpKind::CommFinalize { comm: CommId(1) },
+                OpKind::CommPoll { comm: CommId(1) },
+                OpKind::CommDestroy { comm: CommId(1) },
+                OpKind::CommAbort { comm: CommId(0) },
+            ];
+            for kind in ops {
+                p.ranks[r as usize].threads[0].ops.push(cuorder_model::program::Op { kind, origin: Default::default() });
+            }
+        }
+        let plan = lower(&p).unwrap();
+        let t = &plan.ranks[0].threads[0];
+        assert_eq!(t[0], Step::CommInitNonBlocking { comm: 1 });
+        assert_eq!(t[1], Step::CommPoll { comm: 1 });
+        assert!(matches!(t[2], Step::Send { comm: 1, peer: 1, .. }), "{:?}", t[2]);
+        assert_eq!((&t[4], &t[6], &t[7]), (&Step::CommFinalize { comm: 1 }, &Step::CommDestroy { comm: 1 }, &Step::CommAbort { comm: 0 }));
+        for st in &t[..] {
+            assert_eq!(st.device_stream().is_some(), matches!(st, Step::Send { .. }), "{st:?}");
+        }
+        // A blocking communicator's init stays ncclCommInitRank.
+        p.comms[1].nonblocking = false;
+        assert_eq!(lower(&p).unwrap().ranks[1].threads[0][0], Step::CommInit { comm: 1 });
+        // Rank 0 is not in `solo`.
+        p.ranks[0].threads[0].ops.push(cuorder_model::program::Op { kind: OpKind::CommPoll { comm: CommId(2) }, origin: Default::default() });
+        let text: Vec<String> = lower(&p).unwrap_err().iter().map(|e| e.to_string()).collect();
+        assert!(text.iter().any(|t| t.starts_with("op (rank 0, thread 0, op 8)") && t.contains("not a member of communicator `solo`")), "{text:#?}");
     }
 
     #[test]

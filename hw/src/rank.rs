@@ -232,7 +232,14 @@ fn run_rank(a: &RankArgs, log: Arc<LogWriter>) -> Result<(), HwError> {
         }
         if let Some(pos) = c.members.iter().position(|&m| m == rt.rank) {
             let id = rt.ids[ci].ok_or_else(|| HwError::Format(format!("no unique id for communicator `{}`", c.name)))?;
-            let comm = cuda::comm_init_rank(c.members.len() as i32, id, pos as i32)?;
+            let comm = if c.nonblocking {
+                // N12: a pre-existing non-blocking communicator is ready before the program starts.
+                let comm = cuda::comm_init_rank_config(c.members.len() as i32, id, pos as i32, false)?;
+                cuda::comm_poll(comm)?;
+                comm
+            } else {
+                cuda::comm_init_rank(c.members.len() as i32, id, pos as i32)?
+            };
             let _ = rt.comms[ci].set(CommPtr(comm));
         }
     }
@@ -913,6 +920,19 @@ fn exec(rt: &Rt, t: u32, i: u32, step: &Step, depth: &mut u32) -> Result<Option<
             let p = cuda::comm_init_rank(c.members.len() as i32, id, pos as i32)?;
             let _ = rt.comms[*comm as usize].set(CommPtr(p));
         }
+        // N12: the init returns at once (ncclInProgress); the program polls before using the communicator.
+        Step::CommInitNonBlocking { comm } => {
+            let c = &rt.program.comms[*comm as usize];
+            let pos = c.members.iter().position(|&m| m == rt.rank).unwrap_or(0);
+            let id = rt.ids[*comm as usize]
+                .ok_or_else(|| HwError::Format(format!("no unique id for communicator `{}`", c.name)))?;
+            let p = cuda::comm_init_rank_config(c.members.len() as i32, id, pos as i32, false)?;
+            let _ = rt.comms[*comm as usize].set(CommPtr(p));
+        }
+        Step::CommPoll { comm } => cuda::comm_poll(rt.comm(*comm)?)?,
+        Step::CommAbort { comm } => cuda::comm_abort(rt.comm(*comm)?)?,
+        Step::CommFinalize { comm } => cuda::comm_finalize(rt.comm(*comm)?)?,
+        Step::CommDestroy { comm } => cuda::comm_destroy(rt.comm(*comm)?)?,
         Step::CommSplit { parent, color, key, comm } => {
             let pc = rt.comm(*parent)?;
             let new = cuda::comm_split(pc, *color, *key)?;

@@ -21,7 +21,7 @@ impl Builder {
             program: Program {
                 name: name.into(),
                 ranks: vec![rank; ranks as usize],
-                comms: vec![Comm { name: "world".into(), members: (0..ranks).collect(), explicit_init: false }],
+                comms: vec![Comm { name: "world".into(), members: (0..ranks).collect(), explicit_init: false, nonblocking: false, watchdog_ns: None }],
                 barriers: vec![],
             },
         }
@@ -61,7 +61,7 @@ impl Builder {
 
     /// Adds a communicator; returns its id.
     pub fn comm(&mut self, name: &str, members: Vec<RankId>, explicit_init: bool) -> CommId {
-        self.program.comms.push(Comm { name: name.into(), members, explicit_init });
+        self.program.comms.push(Comm { name: name.into(), members, explicit_init, nonblocking: false, watchdog_ns: None });
         CommId(self.program.comms.len() as u32 - 1)
     }
 

@@ -102,6 +102,10 @@ impl Program {
                 Some(c) => format!("comm_split({} -> {})", comm(parent), comm(c)),
                 None => format!("comm_split({}, no color)", comm(parent)),
             },
+            OpKind::CommPoll { comm: c } => format!("poll({})", comm(c)),
+            OpKind::CommAbort { comm: c } => format!("comm_abort({})", comm(c)),
+            OpKind::CommFinalize { comm: c } => format!("comm_finalize({})", comm(c)),
+            OpKind::CommDestroy { comm: c } => format!("comm_destroy({})", comm(c)),
             OpKind::Send { comm: c, peer, buf, stream } => {
                 format!("send(to r{peer}, {}, {}, {}, {})", self.range_label(buf), bytes(buf.len), s(stream), comm(c))
             }

@@ -111,6 +111,12 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
     torch::declare_pairs(&pairs, &mut decls);
     torch::declare_groups(&groups, &mut decls);
     split::declare(&expanded, &mut decls, &mut issues);
+    // N9: ProcessGroupNCCL's watchdog covers every communicator of the program's process groups.
+    if let Some(ns) = torch_decls.watchdog_ns {
+        for c in &mut decls.comms {
+            c.watchdog_ns = Some(ns);
+        }
+    }
     let decls = decls;
     if budget.exhausted {
         return Err(issues.into_diagnostics(text, &full_index(), ranks_of_path));

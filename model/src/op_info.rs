@@ -112,6 +112,10 @@ impl OpKind {
             OpKind::Barrier { .. } => "Barrier",
             OpKind::CommInit { .. } => "CommInit",
             OpKind::CommSplit { .. } => "CommSplit",
+            OpKind::CommPoll { .. } => "Poll",
+            OpKind::CommAbort { .. } => "CommAbort",
+            OpKind::CommFinalize { .. } => "CommFinalize",
+            OpKind::CommDestroy { .. } => "CommDestroy",
             OpKind::Send { .. } => "Send",
             OpKind::Recv { .. } => "Recv",
             OpKind::GroupStart => "GroupStart",
@@ -254,6 +258,31 @@ impl OpKind {
                 nccl: Some(NcclRole::Init),
                 ..OpInfo::base(self.name(), Some(caller), None, vec![])
             },
+            // N12: a poll returns once its call in progress has finished in the background; its return enqueues the
+            // deferred work (judged by that work's footprint in `reduction.rs`). It writes the communicator's state
+            // (what is in progress), which an abort from another thread also writes.
+            OpKind::CommPoll { comm } => {
+                fp.push((Resource::Comm(*comm), Use::Write));
+                OpInfo { comm: Some(*comm), nccl: Some(NcclRole::Init), ..OpInfo::base(self.name(), Some(caller), None, vec![]) }
+            }
+            // N13: an abort ends the rank's unfinished launches on the communicator, so what it does depends on how
+            // far the device has got: it observes the device.
+            OpKind::CommAbort { comm } => {
+                fp.push((Resource::Comm(*comm), Use::Write));
+                fp.push((Resource::NcclIssuer(caller), Use::Write));
+                OpInfo {
+                    comm: Some(*comm),
+                    nccl: Some(NcclRole::Init),
+                    observes: Some(caller),
+                    ..OpInfo::base(self.name(), Some(caller), None, vec![])
+                }
+            }
+            // N13: finalize and destroy are arrivals at a rendezvous of the members (like an init), and end the
+            // communicator on this rank.
+            OpKind::CommFinalize { comm } | OpKind::CommDestroy { comm } => {
+                fp.push((Resource::Comm(*comm), Use::Write));
+                OpInfo { comm: Some(*comm), nccl: Some(NcclRole::Init), ..OpInfo::base(self.name(), Some(caller), None, vec![]) }
+            }
             OpKind::Send { comm, peer, buf, stream } => {
                 nccl(*comm, *stream, &[*buf], &mut fp);
                 ranks.push(buf.buf.rank);
@@ -420,6 +449,10 @@ impl OpKind {
             | OpKind::Barrier { .. }
             | OpKind::CommInit { .. }
             | OpKind::CommSplit { .. }
+            | OpKind::CommPoll { .. }
+            | OpKind::CommAbort { .. }
+            | OpKind::CommFinalize { .. }
+            | OpKind::CommDestroy { .. }
             | OpKind::Send { .. }
             | OpKind::GroupStart
             | OpKind::GroupEnd

@@ -121,6 +121,16 @@ pub struct Comm {
     /// `true` when the program creates it with [`OpKind::CommInit`] ops (N8); `false` when it exists before the
     /// program starts.
     pub explicit_init: bool,
+    /// `true` for a non-blocking communicator (`ncclConfig_t.blocking = 0`; N12): its calls return `ncclInProgress`
+    /// and enqueue nothing until an [`OpKind::CommPoll`] sees `ncclSuccess`. `false` (the default): every call
+    /// blocks until done.
+    #[serde(default)]
+    pub nonblocking: bool,
+    /// A host watchdog over this communicator (N9), in nanoseconds: when work on it has not ended this long after
+    /// it was issued, the rank's watchdog aborts the communicator (`ncclCommAbort`, N13), as ProcessGroupNCCL's
+    /// watchdog does after `init_process_group(timeout=)`. `None`: no watchdog (a hang stays a hang).
+    #[serde(default)]
+    pub watchdog_ns: Option<u64>,
 }
 
 impl Comm {
@@ -335,6 +345,20 @@ pub enum OpKind {
     /// `comm` is the communicator this rank joins (its members share its color, ordered by key), `None` for
     /// `NCCL_SPLIT_NOCOLOR`. The new communicator is usable by this thread after the call.
     CommSplit { parent: CommId, seq: u32, comm: Option<CommId> },
+    /// `ncclCommGetAsyncError(comm)` in a loop until it stops returning `ncclInProgress` (N12): blocks until the
+    /// call this thread made on the non-blocking `comm` has finished in the background, then the deferred work is
+    /// enqueued. Returns at once when nothing is in progress (and on a blocking communicator).
+    CommPoll { comm: CommId },
+    /// `ncclCommAbort(comm)` on this rank (N13): never waits; every launch of this rank on `comm` that has not ended
+    /// ends now with its unfinished operations *aborted* (their data is undefined), work still in progress is
+    /// dropped, and the communicator may not be used again on this rank.
+    CommAbort { comm: CommId },
+    /// `ncclCommFinalize(comm)` (N13): a collective call; blocks (or, non-blocking, is in progress) until every
+    /// launch of this rank on `comm` has ended and every member has called it.
+    CommFinalize { comm: CommId },
+    /// `ncclCommDestroy(comm)` (N13): frees the communicator locally after a finished `CommFinalize`; without one it
+    /// finalizes first (blocking, collective). The communicator may not be used again on this rank.
+    CommDestroy { comm: CommId },
     /// `ncclSend` of `buf.len` bytes to global rank `peer` (N1-N4).
     Send { comm: CommId, peer: RankId, buf: BufRange, stream: StreamRef },
     /// `ncclRecv` of `buf.len` bytes from global rank `peer`.

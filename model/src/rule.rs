@@ -46,6 +46,10 @@ pub enum Rule {
     N10,
     /// Thread safety: no concurrent NCCL calls on one device from several threads.
     N11,
+    /// Non-blocking communicators: calls may return `ncclInProgress`; poll until success before the next call.
+    N12,
+    /// Communicator end of life: abort, finalize, destroy; no use afterwards, no reliance on aborted data.
+    N13,
     /// Collectives: every member takes part, in one order; a broadcast root may finish early.
     C1,
     /// ProcessGroupNCCL runs each op on an internal NCCL stream with events before and after.
@@ -64,7 +68,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in the order of `docs/semantics.md`.
-    pub const ALL: [Rule; 26] = [
+    pub const ALL: [Rule; 28] = [
         Rule::S1,
         Rule::S2,
         Rule::S3,
@@ -84,6 +88,8 @@ impl Rule {
         Rule::N9,
         Rule::N10,
         Rule::N11,
+        Rule::N12,
+        Rule::N13,
         Rule::C1,
         Rule::P1,
         Rule::P2,
@@ -115,6 +121,8 @@ impl Rule {
             Rule::N9 => "N9",
             Rule::N10 => "N10",
             Rule::N11 => "N11",
+            Rule::N12 => "N12",
+            Rule::N13 => "N13",
             Rule::C1 => "C1",
             Rule::P1 => "P1",
             Rule::P2 => "P2",

@@ -293,6 +293,9 @@ impl Checker<'_> {
             let uses = match &op.kind {
                 OpKind::Send { comm, .. } | OpKind::Recv { comm, .. } | OpKind::Collective { comm, .. } => Some(*comm),
                 OpKind::CommSplit { parent, .. } => Some(*parent),
+                // N12, N13: poll, finalize and destroy are calls on this thread's communicator; an abort may come
+                // from any thread of the rank (a watchdog thread), so it needs no CommInit of its own.
+                OpKind::CommPoll { comm } | OpKind::CommFinalize { comm } | OpKind::CommDestroy { comm } => Some(*comm),
                 _ => None,
             };
             if let Some(c) = uses.and_then(|c| p.comms.get(c.0 as usize).map(|x| (c, x))) {
@@ -352,6 +355,15 @@ impl Checker<'_> {
                         }
                     }
                 },
+                OpKind::CommPoll { comm } | OpKind::CommAbort { comm } | OpKind::CommFinalize { comm } | OpKind::CommDestroy { comm } => {
+                    match p.comms.get(comm.0 as usize) {
+                        None => self.err(&at, format!("communicator {} does not exist (the program has {})", comm.0, p.comms.len())),
+                        Some(c) if c.position(rank).is_none() => {
+                            self.err(&at, format!("rank {rank} is not a member of communicator `{}`", c.name))
+                        }
+                        Some(_) => {}
+                    }
+                }
                 OpKind::CommInit { comm } => match p.comms.get(comm.0 as usize) {
                     None => self.err(&at, format!("communicator {} does not exist (the program has {})", comm.0, p.comms.len())),
                     Some(c) => {

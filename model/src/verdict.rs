@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::program::BufRef;
 use crate::rule::Rule;
-use crate::semantics::{OpLoc, Race, StaleRead, Step, Stuck, Undefined};
+use crate::semantics::{OpLoc, Race, StaleRead, Step, Stuck, Timeout, Undefined};
 
 /// One problem found by exploration.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,6 +19,9 @@ pub enum Problem {
     Undefined(Undefined),
     /// A value assertion (`Expect`) whose read does not see its writer's value (V1).
     StaleRead(StaleRead),
+    /// A hang that a host watchdog turned into an abort after its timeout (N9): the wait-for graph when it fired
+    /// and the communicators it aborted.
+    Timeout(Timeout),
 }
 
 /// How often a problem shows up among the executions explored.
@@ -48,16 +51,19 @@ pub enum ProblemKey {
     Undefined(Rule, Vec<OpLoc>),
     /// The failed value assertion.
     StaleRead(OpLoc),
+    /// A watchdog firing: its rank and where every unfinished thread was (thread, pc).
+    Timeout(u32, Vec<(u32, u32)>),
 }
 
 impl Problem {
-    /// Short name: "deadlock", "data race", "undefined", "stale read".
+    /// Short name: "deadlock", "data race", "undefined", "stale read", "timeout".
     pub fn kind_name(&self) -> &'static str {
         match self {
             Problem::Deadlock(_) => "deadlock",
             Problem::DataRace(_) => "data race",
             Problem::Undefined(_) => "undefined",
             Problem::StaleRead(_) => "stale read",
+            Problem::Timeout(_) => "timeout",
         }
     }
 }

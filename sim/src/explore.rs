@@ -171,6 +171,12 @@ impl Collector {
             self.record(ProblemKey::StaleRead(s.check), || Problem::StaleRead(s.clone()), path);
             present.push(ProblemKey::StaleRead(s.check));
         }
+        // N9: every hang a watchdog turned into an abort on the way here.
+        for to in &st.nccl.timeouts {
+            let key = ProblemKey::Timeout(to.rank, to.at.clone());
+            self.record(key.clone(), || Problem::Timeout(to.clone()), path);
+            present.push(key);
+        }
         let kind = if st.undefined.is_some() {
             Some(FinalKind::Undefined)
         } else if enabled.is_empty() {

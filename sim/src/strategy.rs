@@ -121,6 +121,9 @@ impl Pct {
                 sem.stream_agent(st.item(sem.find_comm_op(st, *loc).0).streams[0])
             }
             Step::Collective { comm, .. } | Step::RootEarly { comm, .. } => sem.agents + comm.0 as usize,
+            // N9: a watchdog is a host thread of its rank (the first one's priority; a rank without threads has no
+            // NCCL work to time out, but falls back to agent 0).
+            Step::Watchdog { rank } => sem.thread_base.get(*rank as usize).map_or(0, |t| *t as usize).min(sem.agents.saturating_sub(1)),
         }
     }
 

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use cuorder_model::program::{MemSpace, OpKind, RankId, StreamRef};
-use cuorder_model::semantics::{CommOpKind, ItemKey, ItemKind, OpLoc, P2pKey, Race, Semantics, State, Step};
+use cuorder_model::semantics::{CommOpKind, ItemKey, ItemKind, ItemStatus, OpLoc, P2pKey, Race, Semantics, State, Step};
 
 use crate::cost::{transfer_ns, CostModel};
 use crate::rng::Rng;
@@ -172,6 +172,10 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
                 | OpKind::Barrier { .. }
                 | OpKind::CommInit { .. }
                 | OpKind::CommSplit { .. }
+                | OpKind::CommPoll { .. }
+                | OpKind::CommAbort { .. }
+                | OpKind::CommFinalize { .. }
+                | OpKind::CommDestroy { .. }
                 | OpKind::Send { .. }
                 | OpKind::Recv { .. }
                 | OpKind::GroupStart
@@ -250,6 +254,9 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
             };
             costs.connect_ns * dirs.max(1) as u64
         }
+        // N9: the watchdog fires its timeout after the hang (timed runs measure it from the oldest unfinished work:
+        // `timed_run`).
+        Step::Watchdog { rank } => sem.watchdog_due(st, *rank).map_or(0, |(ns, _)| ns),
     }
 }
 
@@ -514,13 +521,20 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
                 }
             }
         };
-        let Some(step) = next else {
-            break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) };
+        let (step, p) = match next {
+            Some(step) => {
+                let (p, _) = pending.remove(&step).expect("a popped step is pending");
+                (step, p)
+            }
+            // N9: nothing left to do; a watchdog fires its timeout after the oldest unfinished work it watches began.
+            None => match watchdog_at(sem, &st, &log, now) {
+                Some(x) => x,
+                None => break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) },
+            },
         };
         if log.schedule.len() >= opt.max_steps {
             break Outcome::StepLimit(opt.max_steps);
         }
-        let (p, _) = pending.remove(&step).expect("a popped step is pending");
         let t = p.fire.max(now);
         let written = sem.step_ranks(&st, &step);
         log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
@@ -544,6 +558,30 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         forget.step(sem, &mut st);
     };
     log.finish(sem, costs, opt.seed, now, outcome)
+}
+
+/// The first watchdog to fire in a state where nothing else is pending (N9), and when: its timeout after the
+/// earliest start (or issue, if none started) of the unfinished launches of its rank, never before `now`.
+fn watchdog_at(sem: &Semantics, st: &State, log: &Log, now: u64) -> Option<(Step, Pending)> {
+    let by = log.schedule.len().checked_sub(1).map(|i| i as u32);
+    sem.watchdogs_if_stuck(st)
+        .into_iter()
+        .filter_map(|s| {
+            let Step::Watchdog { rank } = s else { return None };
+            let (timeout, comms) = sem.watchdog_due(st, rank)?;
+            let since = st
+                .streams
+                .items
+                .iter()
+                .filter(|(_, i)| i.status != ItemStatus::Done && i.rank() == rank)
+                .filter(|(_, i)| matches!(&i.kind, ItemKind::Launch { comm, .. } if comms.contains(comm)))
+                .map(|(k, _)| log.rec.item_start.get(k).copied().unwrap_or(now))
+                .min()
+                .unwrap_or(now);
+            let fire = since.saturating_add(timeout).max(now);
+            Some((s, Pending { fire, cost: fire - now, by }))
+        })
+        .min_by_key(|(s, p)| (p.fire, s.clone()))
 }
 
 /// Times a given schedule (an explored execution, a witness): each step fires at the later of its discrete-event
@@ -749,5 +787,6 @@ pub fn describe(sem: &Semantics, step: &Step, host: Option<(u32, bool)>) -> (Str
         Step::Connect { a, b, comm, .. } => {
             (sem.thread_label(*a), format!("connection set-up on {} with {}", sem.comm_name(*comm), sem.thread_label(*b)))
         }
+        Step::Watchdog { rank } => (format!("r{rank} watchdog"), "times out and aborts its communicators (N9)".to_string()),
     }
 }

@@ -103,6 +103,9 @@ fn comm_init(threads: &[ThreadOps], d: &Decls, issues: &mut Issues) {
                 OpKind::Send { comm, stream, .. }
                 | OpKind::Recv { comm, stream, .. }
                 | OpKind::Collective { comm, stream, .. } => Some((*comm, stream.rank)),
+                // N12, N13: poll, finalize and destroy use this thread's communicator; an abort may come from any
+                // thread of the rank (a watchdog thread).
+                OpKind::CommPoll { comm } | OpKind::CommFinalize { comm } | OpKind::CommDestroy { comm } => Some((*comm, t.rank)),
                 _ => None,
             };
             if let Some((comm, rank)) = used {

@@ -3,7 +3,7 @@
 
 use super::issues::{Issue, Issues};
 use super::span_index::{field, index};
-use super::surface::{SBuffer, SComm, SInit, SOp, SProgram, SSpace, SStreamKind, SThread, Size};
+use super::surface::{Duration, SBuffer, SComm, SConfig, SInit, SOp, SProgram, SSpace, SStreamKind, SThread, Size};
 use super::units::{parse_size, SIZE_HELP};
 use super::{MAX_RANKS, MAX_THREADS_PER_RANK};
 use crate::program::{Buffer, Comm, MemSpace, RankId, StreamKind};
@@ -172,7 +172,7 @@ pub fn check<'a>(p: &'a SProgram, issues: &mut Issues) -> Decls<'a> {
     }
 
     let mut first = BTreeMap::new();
-    for (i, SComm { name, members, init }) in p.comms.iter().enumerate() {
+    for (i, SComm { name, members, init, config, watchdog }) in p.comms.iter().enumerate() {
         let item = index("comms", i);
         let path = field(&item, 0);
         let members: Vec<RankId> = match members {
@@ -195,7 +195,36 @@ pub fn check<'a>(p: &'a SProgram, issues: &mut Issues) -> Decls<'a> {
                 seen
             }
         };
-        d.comms.push(Comm { name: name.clone(), members, explicit_init: *init == SInit::Explicit });
+        // N9: a watchdog's timeout, a positive duration.
+        let watchdog_ns = match watchdog {
+            None => None,
+            Some(w) => {
+                let path = field(&item, "watchdog");
+                let r = match w {
+                    Duration::Nanos(n) => Ok(*n),
+                    Duration::Text(t) => super::units::parse_duration(t),
+                    Duration::Invalid(m) => Err(m.clone()),
+                };
+                match r {
+                    Ok(0) => {
+                        issues.push(Issue::new(path, format!("the watchdog of `{name}` has a timeout of 0")).help("give a positive timeout, e.g. \"600 s\""));
+                        None
+                    }
+                    Ok(n) => Some(n),
+                    Err(m) => {
+                        issues.push(Issue::new(path, m).help(super::units::DURATION_HELP));
+                        None
+                    }
+                }
+            }
+        };
+        d.comms.push(Comm {
+            name: name.clone(),
+            members,
+            explicit_init: *init == SInit::Explicit,
+            nonblocking: *config == SConfig::NonBlocking,
+            watchdog_ns,
+        });
         if check_name("communicator", name, &path, issues) {
             declare("communicator", &mut d.comm_idx, &mut first, name, i as u32, &path, issues);
         }

@@ -36,6 +36,10 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         SOp::HostWrite { buf } => SOp::HostWrite { buf: t.buf(buf, &f("0")) },
         SOp::Barrier { name } => SOp::Barrier { name: t.text(name, &f("0")) },
         SOp::CommInit { comm } => SOp::CommInit { comm: t.text(comm, &f("0")) },
+        SOp::Poll { comm } => SOp::Poll { comm: t.text(comm, &f("0")) },
+        SOp::CommAbort { comm } => SOp::CommAbort { comm: t.text(comm, &f("0")) },
+        SOp::CommFinalize { comm } => SOp::CommFinalize { comm: t.text(comm, &f("0")) },
+        SOp::CommDestroy { comm } => SOp::CommDestroy { comm: t.text(comm, &f("0")) },
         SOp::CommSplit { comm, new, color, key } => SOp::CommSplit {
             comm: t.text(comm, &f("0")),
             new: t.opt(new, &f("new")),
@@ -139,6 +143,7 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         }
         // PyTorch calls never reach here either: expansion lowered them to the ops above (`torch.rs`).
         SOp::InitProcessGroup
+        | SOp::DestroyProcessGroup
         | SOp::DistSend { .. }
         | SOp::DistRecv { .. }
         | SOp::Isend { .. }

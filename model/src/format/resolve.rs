@@ -585,6 +585,17 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 let _ = self.member(cx, c, cx.rank, "", &f("0"))?;
                 Some(OpKind::CommInit { comm: c })
             }
+            // N12, N13: calls on this rank's member of the communicator.
+            SOp::Poll { comm: name } | SOp::CommAbort { comm: name } | SOp::CommFinalize { comm: name } | SOp::CommDestroy { comm: name } => {
+                let c = self.comm(cx, Some(name), p)?;
+                let _ = self.member(cx, c, cx.rank, "", &f("0"))?;
+                Some(match op {
+                    SOp::Poll { .. } => OpKind::CommPoll { comm: c },
+                    SOp::CommAbort { .. } => OpKind::CommAbort { comm: c },
+                    SOp::CommFinalize { .. } => OpKind::CommFinalize { comm: c },
+                    _ => OpKind::CommDestroy { comm: c },
+                })
+            }
             // N8: the communicator joined was declared from every rank's split after expansion (`split.rs`).
             SOp::CommSplit { comm: name, new, .. } => {
                 let parent = self.comm(cx, Some(name), &f("0"));
@@ -738,6 +749,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             // PyTorch calls never reach here: expansion lowered them (`torch.rs`). Should one, it is reported rather
             // than silently dropped.
             SOp::InitProcessGroup
+            | SOp::DestroyProcessGroup
             | SOp::DistSend { .. }
             | SOp::DistRecv { .. }
             | SOp::Isend { .. }

@@ -143,13 +143,13 @@ pub fn declare(expanded: &[(RankId, u32, &str, Vec<Item>)], d: &mut Decls, issue
             members.sort_unstable();
             created.insert(name.clone(), path);
             d.comm_idx.insert(name.clone(), d.comms.len() as u32);
-            d.comms.push(Comm { name, members: members.into_iter().map(|(_, _, r)| r).collect(), explicit_init: true });
+            d.comms.push(Comm { name, members: members.into_iter().map(|(_, _, r)| r).collect(), explicit_init: true, nonblocking: false, watchdog_ns: None });
         }
     }
     for (name, rank) in rejected {
         if !d.comm_idx.contains_key(&name) {
             d.comm_idx.insert(name.clone(), d.comms.len() as u32);
-            d.comms.push(Comm { name, members: vec![rank], explicit_init: true });
+            d.comms.push(Comm { name, members: vec![rank], explicit_init: true, nonblocking: false, watchdog_ns: None });
         }
     }
 }

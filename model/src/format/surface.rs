@@ -29,6 +29,10 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
     ("Barrier", &["name"]),
     ("CommInit", &["comm"]),
     ("CommSplit", &["comm"]),
+    ("Poll", &["comm"]),
+    ("CommAbort", &["comm"]),
+    ("CommFinalize", &["comm"]),
+    ("CommDestroy", &["comm"]),
     ("NewGroup", &["name", "ranks"]),
     ("DistReduce", &["tensor"]),
     ("DistGather", &["tensor"]),
@@ -116,6 +120,10 @@ pub struct STorch {
     pub version: STorchVersion,
     #[serde(default)]
     pub init: STorchInit,
+    /// `init_process_group(timeout=)`: ProcessGroupNCCL's watchdog aborts the communicators of work unfinished after
+    /// this long (N9; PyTorch's default is 10 min, with `TORCH_NCCL_ASYNC_ERROR_HANDLING` on). Absent: no watchdog.
+    #[serde(default)]
+    pub timeout: Option<Duration>,
 }
 
 /// How the default process group was initialised, which decides the communicator of unbatched P2P ops (P2).
@@ -193,7 +201,8 @@ pub enum SSpace {
     PageableHost,
 }
 
-/// `Comm("world")`, `Comm("pair01", members: [0, 1], init: Explicit)`.
+/// `Comm("world")`, `Comm("pair01", members: [0, 1], init: Explicit)`,
+/// `Comm("nb", config: NonBlocking, watchdog: "10 s")`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename = "Comm", deny_unknown_fields)]
 pub struct SComm {
@@ -204,6 +213,23 @@ pub struct SComm {
     pub members: Option<Vec<u32>>,
     #[serde(rename = "_2", alias = "init", default)]
     pub init: SInit,
+    /// `ncclConfig_t.blocking` (N12).
+    #[serde(default)]
+    pub config: SConfig,
+    /// A host watchdog that aborts the communicator when its work has not ended after this long (N9).
+    #[serde(default)]
+    pub watchdog: Option<Duration>,
+}
+
+/// `ncclConfig_t.blocking` of a communicator (N12).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename = "communicator config")]
+pub enum SConfig {
+    /// `blocking = 1` (NCCL's default): every call returns once done.
+    #[default]
+    Blocking,
+    /// `blocking = 0`: calls may return `ncclInProgress`; poll with `Poll(comm)` before the next call.
+    NonBlocking,
 }
 
 /// How a communicator comes to exist.
@@ -300,6 +326,26 @@ pub enum SOp {
         name: String,
     },
     CommInit {
+        #[serde(rename = "_0", alias = "comm")]
+        comm: String,
+    },
+    /// `ncclCommGetAsyncError(comm)` until it stops returning `ncclInProgress` (N12).
+    Poll {
+        #[serde(rename = "_0", alias = "comm")]
+        comm: String,
+    },
+    /// `ncclCommAbort(comm)` (N13).
+    CommAbort {
+        #[serde(rename = "_0", alias = "comm")]
+        comm: String,
+    },
+    /// `ncclCommFinalize(comm)` (N13).
+    CommFinalize {
+        #[serde(rename = "_0", alias = "comm")]
+        comm: String,
+    },
+    /// `ncclCommDestroy(comm)` (N13).
+    CommDestroy {
         #[serde(rename = "_0", alias = "comm")]
         comm: String,
     },
@@ -483,6 +529,8 @@ pub enum SOp {
     },
     /// `dist.init_process_group("nccl")` (torch.rs).
     InitProcessGroup,
+    /// `dist.destroy_process_group()` (torch.rs): finalizes and destroys every communicator of the rank's groups.
+    DestroyProcessGroup,
     /// `dist.send(tensor, dst)`.
     DistSend {
         #[serde(rename = "_0", alias = "tensor")]

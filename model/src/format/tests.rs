@@ -72,8 +72,8 @@ fn all_ops_program_loads_with_its_structure() {
     assert_eq!((b[5].bytes, b[5].space), (4096, MemSpace::PinnedHost));
     assert_eq!(b[6].space, MemSpace::PageableHost);
     assert!(b[7].pooled && b[7].space == MemSpace::Device);
-    assert_eq!(p.comms[0], Comm { name: "world".into(), members: vec![0, 1, 2, 3], explicit_init: false });
-    assert_eq!(p.comms[1], Comm { name: "pair01".into(), members: vec![0, 1], explicit_init: true });
+    assert_eq!(p.comms[0], Comm { name: "world".into(), members: vec![0, 1, 2, 3], explicit_init: false, nonblocking: false, watchdog_ns: None });
+    assert_eq!(p.comms[1], Comm { name: "pair01".into(), members: vec![0, 1], explicit_init: true, nonblocking: false, watchdog_ns: None });
     assert_eq!(p.barriers.len(), 1);
     assert_eq!(p.barriers[0].participants, vec![(0, 0), (0, 1), (1, 0), (2, 0), (3, 0)]);
     assert_eq!(ops_of(&p, 0, 0).len(), 39);
@@ -755,7 +755,7 @@ fn torch_p2p_is_lowered_as_process_group_nccl_does_it() {
     assert_eq!(torch_ops(&p), on("nccl"));
     // Initialised lazily (the default): the pair's own communicator and stream, created at its first use (P2, N8).
     let p = ok(&torch_prog("", ops));
-    assert_eq!(p.comms[1], Comm { name: "torch.p2p.0:1".into(), members: vec![0, 1], explicit_init: true });
+    assert_eq!(p.comms[1], Comm { name: "torch.p2p.0:1".into(), members: vec![0, 1], explicit_init: true, nonblocking: false, watchdog_ns: None });
     assert_eq!(p.ranks[0].streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["sL", "side", "nccl", "nccl.0:1", "sPT.main"]);
     let mut expected = on("nccl.0:1");
     expected.insert(1, "CommInit { comm: CommId(1) }".into());
@@ -902,4 +902,46 @@ fn host_calls_that_synchronize_and_host_functions() {
     one_error("HostFunc(\"cb\", stream: \"s9\")", &["s9"]);
     one_error("LoadModule(\" \")", &["LoadModule needs a module name"]);
     one_error("HostFunc(\"cb\", stream: \"s0\", reads: [\"p@1\"])", &["host memory of rank 1's process"]);
+}
+
+/// N9, N12, N13: the communicator config and watchdog, and the lifecycle calls, load with clear errors (line:column
+/// of the offending field or argument) for bad input.
+#[test]
+fn lifecycle_and_watchdog_errors() {
+    let prog = |comms: &str, ops: &str| {
+        format!(
+            "Program(ranks: 2, streams: [Stream(\"s\", NonBlocking)], buffers: [Buffer(\"x\", 8)],\n\
+             comms: [{comms}], threads: [Thread(\"t\", [\n{ops}])])"
+        )
+    };
+    let p = ok(&prog(
+        "Comm(\"w\", config: NonBlocking, watchdog: \"600 s\"), Comm(\"ex\", members: [0, 1], init: Explicit)",
+        "CommInit(\"ex\"), Poll(\"ex\"), CommAbort(\"w\"), CommFinalize(\"ex\"), CommDestroy(\"ex\")",
+    ));
+    assert!(p.comms[0].nonblocking && p.comms[0].watchdog_ns == Some(600_000_000_000));
+    assert!(!p.comms[1].nonblocking && p.comms[1].watchdog_ns.is_none());
+    assert_eq!(*p.ranks[0].threads[0].ops.iter().map(|o| &o.kind).nth(1).unwrap(), OpKind::CommPoll { comm: CommId(1) });
+    let e = errors(&prog("Comm(\"w\", watchdog: \"0 s\")", ""));
+    assert!(e.len() == 1 && e[0].starts_with("2:29: the watchdog of `w` has a timeout of 0"), "{e:?}");
+    let e = errors(&prog("Comm(\"w\", watchdog: \"3 parsecs\")", ""));
+    assert!(e.len() == 1 && e[0].starts_with("2:29:"), "{e:?}");
+    let e = errors(&prog("Comm(\"w\", config: Nonblocking)", ""));
+    assert!(e.len() == 1 && e[0].contains("NonBlocking"), "{e:?}");
+    let e = errors(&prog("Comm(\"w\")", "Poll(\"v\")"));
+    assert!(e.len() == 1 && e[0].starts_with("3:1: unknown communicator `v`"), "{e:?}");
+    let e = errors(&prog("Comm(\"w\"), Comm(\"one\", members: [1])", "CommAbort(\"one\")"));
+    assert!(e.len() == 1 && e[0].contains("not a member") && e[0].contains("rank 0"), "{e:?}");
+    // Poll, finalize and destroy of an Explicit communicator need this thread's CommInit first; an abort does not.
+    let e = errors(&prog("Comm(\"ex\", init: Explicit)", "CommFinalize(\"ex\")"));
+    assert!(e.len() == 1 && e[0].contains("used before this thread's CommInit"), "{e:?}");
+    ok(&prog("Comm(\"ex\", init: Explicit)", "CommAbort(\"ex\")"));
+    // The PyTorch dialect's process group timeout.
+    let e = errors(&torch_prog("torch: Torch(timeout: 0),", "InitProcessGroup, DestroyProcessGroup"));
+    assert!(e.len() == 1 && e[0].contains("the process group timeout is 0"), "{e:?}");
+    let p = ok(&torch_prog("torch: Torch(timeout: \"30 s\"),", "InitProcessGroup, DistBarrier, DestroyProcessGroup"));
+    assert!(p.comms.iter().all(|c| c.watchdog_ns == Some(30_000_000_000)));
+    let kinds: Vec<&str> = p.ranks[0].threads[0].ops.iter().map(|o| o.kind.name()).collect();
+    assert_eq!(kinds[kinds.len() - 2..], ["CommFinalize", "CommDestroy"]);
+    let e = errors(&torch_prog("", "DestroyProcessGroup"));
+    assert!(e[0].contains("before dist.init_process_group"), "{e:?}");
 }

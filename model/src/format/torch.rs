@@ -34,6 +34,8 @@ pub struct TorchDecls {
     pub used: bool,
     pub version: STorchVersion,
     pub init: STorchInit,
+    /// The watchdog timeout of `Torch(timeout:)`, ns (N9).
+    pub watchdog_ns: Option<u64>,
     /// Call site number and number of works, by path.
     sites: BTreeMap<String, (u32, usize)>,
 }
@@ -66,6 +68,7 @@ fn works_of(op: &SOp) -> Option<usize> {
         | SOp::DistBarrier => Some(1),
         SOp::BatchIsendIrecv { ops, .. } => Some(ops.len()),
         SOp::InitProcessGroup
+        | SOp::DestroyProcessGroup
         | SOp::NewGroup { .. }
         | SOp::WorkWait { .. }
         | SOp::CudaSynchronize
@@ -87,6 +90,21 @@ pub fn declare(p: &SProgram, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
         init: p.torch.as_ref().map(|t| t.init).unwrap_or_default(),
         ..Default::default()
     };
+    // N9: `init_process_group(timeout=)`, ProcessGroupNCCL's watchdog (WorkNCCL::checkTimeout against
+    // `options_->timeout`; default kProcessGroupNCCLDefaultTimeout, 10 min).
+    if let Some(d) = p.torch.as_ref().and_then(|t| t.timeout.as_ref()) {
+        let path = field("torch", "timeout");
+        let r = match d {
+            super::surface::Duration::Nanos(n) => Ok(*n),
+            super::surface::Duration::Text(t) => super::units::parse_duration(t),
+            super::surface::Duration::Invalid(m) => Err(m.clone()),
+        };
+        match r {
+            Ok(0) => issues.push(Issue::new(path, "the process group timeout is 0").help("give a positive timeout, e.g. \"600 s\" (PyTorch's default, 10 minutes)")),
+            Ok(n) => t.watchdog_ns = Some(n),
+            Err(m) => issues.push(Issue::new(path, m).help(super::units::DURATION_HELP)),
+        }
+    }
     // In document order, so that call site numbers (and event names) read top to bottom. Recursion is bounded by
     // the parser's MAX_NESTING_DEPTH.
     fn walk(ops: &[SOp], base: &str, t: &mut TorchDecls, next: &mut u32) {
@@ -139,7 +157,7 @@ pub fn declare(p: &SProgram, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
         }
     }
     if d.comms.is_empty() && d.ranks > 0 {
-        d.comms.push(Comm { name: WORLD.to_string(), members: (0..d.ranks).collect(), explicit_init: false });
+        d.comms.push(Comm { name: WORLD.to_string(), members: (0..d.ranks).collect(), explicit_init: false, nonblocking: false, watchdog_ns: None });
         d.comm_idx.insert(WORLD.to_string(), 0);
     }
     t
@@ -178,7 +196,7 @@ pub fn declare_groups(groups: &BTreeMap<String, Vec<u32>>, d: &mut Decls) {
             continue;
         }
         d.comm_idx.insert(comm.clone(), d.comms.len() as u32);
-        d.comms.push(Comm { name: comm, members: ranks.clone(), explicit_init: true });
+        d.comms.push(Comm { name: comm, members: ranks.clone(), explicit_init: true, nonblocking: false, watchdog_ns: None });
     }
 }
 
@@ -194,7 +212,7 @@ pub fn declare_pairs(pairs: &BTreeSet<(u32, u32)>, d: &mut Decls) {
         d.streams.push((pair_stream(lo, hi), StreamKind::NonBlocking));
         d.stream_idx.insert(pair_stream(lo, hi), d.streams.len() as u32);
         d.comm_idx.insert(pair_comm(lo, hi), d.comms.len() as u32);
-        d.comms.push(Comm { name: pair_comm(lo, hi), members: vec![lo, hi], explicit_init: true });
+        d.comms.push(Comm { name: pair_comm(lo, hi), members: vec![lo, hi], explicit_init: true, nonblocking: false, watchdog_ns: None });
     }
 }
 
@@ -320,6 +338,29 @@ pub fn lower<'a>(
         // `init_process_group("nccl")`: the default group's communicator exists from the start in the model (its
         // NCCL connections are still set up lazily at first use, N7); the call only has to come first.
         SOp::InitProcessGroup => tcx.initialized = true,
+        // `dist.destroy_process_group()`: ProcessGroupNCCL::shutdown of every group. Since PyTorch 2.5 it "will wait
+        // for all NCCL kernels to finish before destroying communicators": `ncclComm->finalize()` on every
+        // communicator of the group, `waitReady`, then destroy (before, in 2.3-2.4, it aborted them; "moved code of
+        // `shutdown()` to `abort()` because it actually implemented an abort behavior", kwen2501, Aug 2024). The
+        // communicators this rank holds, in one order on every rank: the default group's, the lazily created pair
+        // communicators, the new groups' (N13: finalize is collective).
+        SOp::DestroyProcessGroup => {
+            let mut comms: Vec<String> = vec![comm.clone().unwrap_or_else(|| WORLD.to_string())];
+            comms.extend(tcx.inited_pairs.iter().map(|(lo, hi)| pair_comm(*lo, *hi)));
+            for (g, members) in &tcx.groups {
+                let holds = if tcx.decls.init == STorchInit::Eager { members.contains(&rank) } else { tcx.inited_groups.contains(g) };
+                if holds {
+                    comms.push(group_comm(g));
+                }
+            }
+            for c in &comms {
+                owned(out, SOp::CommFinalize { comm: c.clone() });
+            }
+            for c in comms {
+                owned(out, SOp::CommDestroy { comm: c });
+            }
+            tcx.initialized = false;
+        }
         // `dist.send`/`dist.recv` are `pg.send([t], dst, tag).wait()` (torch/distributed/distributed_c10d.py), and
         // ProcessGroupNCCL::pointToPoint runs syncStream, the NCCL call on the NCCL stream, then records the work's
         // end event there; WorkNCCL::wait makes the current stream wait on it (P1). A lazily initialised group runs

@@ -60,6 +60,9 @@ pub enum Reason {
     ImplicitSync,
     /// A host thread's launch returns only once its work has ended (`CUDA_LAUNCH_BLOCKING=1`; S7).
     LaunchBlocking,
+    /// A host thread in `CommFinalize`/`CommDestroy` waits for a member to call it, or for its own launches on the
+    /// communicator to end (N13).
+    Finalize,
 }
 
 impl Reason {
@@ -81,6 +84,7 @@ impl Reason {
             Reason::CollectiveMember => Rule::C1,
             Reason::QueueFull => Rule::S6,
             Reason::ImplicitSync | Reason::LaunchBlocking => Rule::S7,
+            Reason::Finalize => Rule::N13,
         }
     }
 }
@@ -156,6 +160,13 @@ impl<'p> Semantics<'p> {
                 self.thread_label(t),
                 self.program.stream_label(*stream, r)
             ),
+            Some(Wait::Poll(c)) => match self.background_of(st, t, *c) {
+                Some(p) => {
+                    let call = format!("#{} {}", p.op, self.program.op_label(r, &self.op(OpLoc { thread: t, op: p.op }).kind));
+                    format!("{} is blocked in {op}, waiting for {call} to leave ncclInProgress (N12)", self.thread_label(t))
+                }
+                None => format!("{} is blocked in {op}", self.thread_label(t)),
+            },
             Some(_) => format!("{} is blocked in {op}", self.thread_label(t)),
             None => format!("{} is about to call {op}", self.thread_label(t)),
         }
@@ -183,8 +194,33 @@ impl<'p> Semantics<'p> {
             Node::Thread(t) => {
                 let th = &st.host.threads[t as usize];
                 let me = self.thread_position(st, t);
-                match &th.wait {
-                    None => {}
+                // A poll waits for what its call in progress waits for (N12).
+                let wait: Option<Wait> = match &th.wait {
+                    Some(Wait::Poll(c)) => self.background_of(st, t, *c).map(|p| p.wait.clone()),
+                    w => w.clone(),
+                };
+                match &wait {
+                    None | Some(Wait::Poll(_)) => {}
+                    Some(Wait::Finalize(c)) => {
+                        let comm = &self.program.comms[c.0 as usize];
+                        let rank = self.rank_of(t);
+                        for (k, i) in &st.streams.items {
+                            if i.status != ItemStatus::Done && i.rank() == rank && matches!(i.kind, ItemKind::Launch { comm: x, .. } if x == *c) {
+                                let text = format!("{me}, which flushes {} first (N13)", self.item_label(st, *k));
+                                edge(Node::Item(*k), Reason::Finalize, text);
+                            }
+                        }
+                        for r in &comm.members {
+                            if st.nccl.finalize_arrived.get(c).is_some_and(|m| m.contains_key(r)) {
+                                continue;
+                            }
+                            let ends = |k: &OpKind| matches!(k, OpKind::CommFinalize { comm: x } | OpKind::CommDestroy { comm: x } if x == c);
+                            match self.future_issuer(st, *r, ends) {
+                                Some(u) => edge(Node::Thread(u), Reason::Finalize, format!("{me}: comm_finalize({}) waits for r{r} to call it (N13)", comm.name)),
+                                None => edge(self.never(*r), Reason::Finalize, format!("{me}: r{r} never finalizes {} (N13)", comm.name)),
+                            }
+                        }
+                    }
                     Some(Wait::Items { items, .. }) => {
                         if let Some(k) = items.iter().find(|k| !st.item_done(**k)) {
                             let op = &self.op(OpLoc { thread: t, op: th.pc }).kind;
@@ -266,9 +302,8 @@ impl<'p> Semantics<'p> {
                         for ((comm, mine, peer), dirs) in need {
                             // The thread blocked in its own set-up with us on this communicator, or the one that will
                             // need the connection.
-                            let blocked = (0..st.host.threads.len() as u32).find(|u| {
-                                matches!(&st.host.threads[*u as usize].wait, Some(Wait::Connect { need: p, .. }) if p.contains_key(&(*comm, *peer, *mine)))
-                            });
+                            let blocked = (0..st.host.threads.len() as u32)
+                                .find(|u| self.connect_needs(st, *u as usize).any(|p| p.contains_key(&(*comm, *peer, *mine))));
                             let uses = |k: &OpKind| match k {
                                 OpKind::Send { comm: c, peer: p, .. } | OpKind::Recv { comm: c, peer: p, .. } => p == mine && c == comm,
                                 OpKind::Collective { comm: c, .. } => c == comm,
@@ -276,10 +311,7 @@ impl<'p> Semantics<'p> {
                             };
                             match blocked.or_else(|| self.future_issuer(st, *peer, uses)) {
                                 Some(u) => {
-                                    let theirs = match &st.host.threads[u as usize].wait {
-                                        Some(Wait::Connect { need: p, .. }) => p.get(&(*comm, *peer, *mine)).cloned(),
-                                        _ => None,
-                                    };
+                                    let theirs = self.connect_needs(st, u as usize).find_map(|p| p.get(&(*comm, *peer, *mine)).cloned());
                                     let nonmirrored = theirs.as_ref().is_some_and(|x| x != dirs);
                                     let why = match &theirs {
                                         Some(x) if nonmirrored => {

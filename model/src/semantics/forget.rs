@@ -129,7 +129,8 @@ impl<'p> Semantics<'p> {
                 match &t.wait {
                     Some(Wait::Items { items, .. }) => items.iter().for_each(&mut mark),
                     Some(Wait::Staged(k)) => mark(k),
-                    Some(Wait::Init(..) | Wait::Barrier { .. } | Wait::Connect { .. } | Wait::QueueSlot { .. }) | None => {}
+                    Some(Wait::Init(..) | Wait::Barrier { .. } | Wait::Connect { .. } | Wait::QueueSlot { .. } | Wait::Poll(_) | Wait::Finalize(_))
+                    | None => {}
                 }
             }
         }
@@ -224,9 +225,10 @@ pub(crate) struct ThreadFuture {
 }
 
 impl ThreadFuture {
-    pub(crate) fn new(ops: &[Op], infos: &[OpInfo], stream_index: impl Fn(StreamRef) -> usize) -> ThreadFuture {
-        // Where each op enqueues its work (an NCCL op inside a group: at the group end; N4).
-        let at = super::reduction::effect_points(ops, infos);
+    pub(crate) fn new(ops: &[Op], infos: &[OpInfo], program: &Program, stream_index: impl Fn(StreamRef) -> usize) -> ThreadFuture {
+        // Where each op enqueues its work (an NCCL op inside a group: at the group end, N4; on a non-blocking
+        // communicator: as late as the thread's last op, N12).
+        let at = super::reduction::effect_points(ops, infos, program);
         let mut last_host_access = None;
         let mut host_ranks = vec![];
         let mut last: std::collections::BTreeMap<usize, u32> = Default::default();

@@ -14,7 +14,7 @@ impl<'p> Semantics<'p> {
             return 0;
         }
         match &th.wait {
-            Some(w) => u32::from(self.wait_satisfied(st, w)),
+            Some(w) => u32::from(self.wait_satisfied(st, t, w)),
             None => match &self.ops_of(t)[th.pc as usize].kind {
                 OpKind::Alloc { buf, stream } => 1 + self.reusable(st, *buf, *stream).len() as u32,
                 OpKind::Memcpy { stream: Some(_), dst, src } if self.pageable_async(dst, src) => 2,
@@ -30,13 +30,22 @@ impl<'p> Semantics<'p> {
                     let sync = self.implicit_sync_of(op);
                     1 + u32::from(sync.possible() != sync.guaranteed)
                 }
+                // N12: a call on a non-blocking communicator may return ncclSuccess or ncclInProgress.
+                OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } if th.group_depth == 0 => {
+                    self.nonblocking_outcomes(st, t, &[th.pc]).unwrap_or(1)
+                }
+                OpKind::GroupEnd if th.group_depth == 1 && !th.group_ops.is_empty() => {
+                    self.nonblocking_outcomes(st, t, &th.group_ops).unwrap_or(1)
+                }
                 _ => 1,
             },
         }
     }
 
-    fn wait_satisfied(&self, st: &State, w: &Wait) -> bool {
+    fn wait_satisfied(&self, st: &State, t: ThreadId, w: &Wait) -> bool {
         match w {
+            Wait::Poll(c) => self.poll_satisfied(st, t, *c),
+            Wait::Finalize(c) => self.finalize_complete(st, *c, self.rank_of(t)),
             Wait::Items { items, .. } => items.iter().all(|k| st.item_done(*k)),
             Wait::Staged(k) => self.item_ready(st, *k, st.item(*k)),
             Wait::Init(c, n) => self.init_complete(st, *c, *n),
@@ -165,6 +174,12 @@ impl<'p> Semantics<'p> {
         st.host.threads[t as usize].clock.tick(t as usize);
         let op = &self.ops_of(t)[pc as usize];
         let key = ItemKey::of(loc, 0);
+        // N12, N13: a call on a communicator that is still in progress, or no longer exists, is undefined.
+        if let Some(comm) = self.lifecycle_comm(&op.kind) {
+            if !self.check_comm_usable(st, loc, comm, self.acting_rank(loc)) {
+                return;
+            }
+        }
         match &op.kind {
             OpKind::Kernel { stream, reads, writes, .. } => {
                 let all: Vec<BufRange> = reads.iter().chain(writes).copied().collect();
@@ -216,14 +231,22 @@ impl<'p> Semantics<'p> {
                 st.host.barrier_arrived.entry((*barrier, r)).or_default().insert(t, c);
                 self.block(st, t, Wait::Barrier { barrier: *barrier, round: r });
             }
+            OpKind::CommInit { comm } if self.is_nonblocking(*comm) => self.comm_init_nonblocking(st, t, *comm),
             OpKind::CommInit { comm } => self.comm_init(st, t, *comm, 0),
             OpKind::CommSplit { parent, seq, .. } => self.comm_init(st, t, *parent, seq + 1),
-            OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } => self.nccl_call(st, t, pc),
+            OpKind::CommPoll { comm } => self.comm_poll(st, t, *comm),
+            OpKind::CommAbort { comm } => {
+                let c = st.host.threads[t as usize].clock.clone();
+                self.abort_comm(st, *comm, self.acting_rank(loc), CommEnd::Aborted(loc), Some(&c), fx);
+                self.advance(st, t);
+            }
+            OpKind::CommFinalize { comm } | OpKind::CommDestroy { comm } => self.comm_finalize(st, t, *comm),
+            OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } => self.nccl_call(st, t, pc, choice),
             OpKind::GroupStart => {
                 st.host.threads[t as usize].group_depth += 1;
                 self.advance(st, t);
             }
-            OpKind::GroupEnd => self.group_end_call(st, t),
+            OpKind::GroupEnd => self.group_end_call(st, t, choice),
             OpKind::Alloc { buf, stream } => self.alloc(st, loc, *buf, *stream, choice, fx),
             OpKind::Free { buf } => self.free(st, loc, *buf),
             OpKind::RecordStream { buf, stream } => self.record_stream(st, loc, *buf, *stream),
@@ -368,6 +391,11 @@ impl<'p> Semantics<'p> {
             Wait::QueueSlot { .. } => {
                 st.host.threads[t as usize].wait = None;
                 return;
+            }
+            Wait::Poll(c) => self.poll_unblock(st, t, c),
+            Wait::Finalize(c) => {
+                let at = OpLoc { thread: t, op: st.host.threads[t as usize].pc };
+                self.finalize_unblock(st, t, c, at);
             }
         }
         st.host.threads[t as usize].clock.tick(t as usize);

@@ -114,7 +114,27 @@ impl<'p> Semantics<'p> {
                     out.sort_unstable();
                     out.dedup();
                 }
+                // A poll's return launches the work its call in progress deferred (N12).
+                if let Some(Wait::Poll(c)) = &th.wait {
+                    if let Some(Pending { wait: Wait::Connect { ops, .. }, .. }) = self.background_of(st, t, *c) {
+                        for &o in ops {
+                            out.extend(self.op_ranks(OpLoc { thread: t, op: o }, home));
+                        }
+                        out.sort_unstable();
+                        out.dedup();
+                    }
+                }
                 out
+            }
+            // The watchdog aborts the rank's watched communicators, which their other members' steps depend on.
+            Step::Watchdog { rank } => {
+                let mut v = vec![*rank];
+                for c in self.program.comms.iter().filter(|c| c.watchdog_ns.is_some() && c.position(*rank).is_some()) {
+                    v.extend(c.members.iter().copied());
+                }
+                v.sort_unstable();
+                v.dedup();
+                v
             }
             Step::Item(k) => vec![st.item(*k).rank()],
             Step::Transfer { send, recv } => {

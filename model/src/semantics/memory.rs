@@ -103,6 +103,9 @@ impl<'p> Semantics<'p> {
     /// ended and its end happens before the read; otherwise the read is stale.
     pub(crate) fn check_expect(&self, st: &mut State, check: OpLoc, range: BufRange, writer: u32, at: &VClock) {
         let writer = OpLoc { thread: check.thread, op: writer };
+        if self.check_aborted_writer(st, check, writer) {
+            return;
+        }
         let seen = st.memory.write_ends.get(&writer).is_some_and(|e| e.happens_before(at));
         if !seen {
             st.memory.stale.insert(StaleRead { check, writer, range });

@@ -63,6 +63,8 @@ pub struct Semantics<'p> {
     /// Per rank, ascending: the threads with an NCCL op acting on that rank (the only ones that can wait for a
     /// connection set-up there; N7).
     nccl_threads_of: Vec<Vec<ThreadId>>,
+    /// Whether some communicator has a host watchdog (N9).
+    watched: bool,
 }
 
 impl<'p> Semantics<'p> {
@@ -102,7 +104,7 @@ impl<'p> Semantics<'p> {
         let future = thread_of
             .iter()
             .zip(&infos)
-            .map(|((r, t), info)| forget::ThreadFuture::new(&program.ranks[*r as usize].threads[*t as usize].ops, info, |s| (stream_base[s.rank as usize] + s.index) as usize))
+            .map(|((r, t), info)| forget::ThreadFuture::new(&program.ranks[*r as usize].threads[*t as usize].ops, info, program, |s| (stream_base[s.rank as usize] + s.index) as usize))
             .collect::<Vec<forget::ThreadFuture>>();
         let mut future_issuers = vec![0; streams as usize];
         for f in &future {
@@ -140,6 +142,7 @@ impl<'p> Semantics<'p> {
             }
         }
         Semantics {
+            watched: program.comms.iter().any(|c| c.watchdog_ns.is_some()),
             nccl_threads_of,
             stream_ranks,
             program,
@@ -169,6 +172,7 @@ impl<'p> Semantics<'p> {
                         group_depth: 0,
                         group_ops: vec![],
                         answers: vec![],
+                        background: vec![],
                     })
                     .collect(),
                 barrier_arrived: Default::default(),
@@ -191,6 +195,10 @@ impl<'p> Semantics<'p> {
                 connected: Default::default(),
                 init_arrived: Default::default(),
                 issuer: Default::default(),
+                finalize_arrived: Default::default(),
+                ended: Default::default(),
+                timeouts: Default::default(),
+                aborted_ops: Default::default(),
             },
             memory: MemoryState {
                 accesses: Default::default(),
@@ -245,6 +253,11 @@ impl<'p> Semantics<'p> {
     /// (docs/program-format.md, "acting rank").
     pub fn acting_rank(&self, loc: OpLoc) -> RankId {
         self.info(loc).acting_rank.unwrap_or_else(|| self.rank_of(loc.thread))
+    }
+
+    /// Number of ops of a thread.
+    pub fn ops_len(&self, t: ThreadId) -> usize {
+        self.ops_of(t).len()
     }
 
     pub(crate) fn ops_of(&self, t: ThreadId) -> &'p [Op] {
@@ -310,6 +323,7 @@ impl<'p> Semantics<'p> {
         self.item_steps(st, &heads, &mut out);
         self.comm_steps(st, &heads, &mut out);
         self.connect_steps(st, &mut out);
+        self.watchdog_steps(st, &mut out);
         out
     }
 
@@ -327,6 +341,7 @@ impl<'p> Semantics<'p> {
             Step::Collective { comm, seq } => self.collective(st, *comm, *seq, &mut fx),
             Step::RootEarly { comm, seq } => self.root_early(st, *comm, *seq, &mut fx),
             Step::Connect { a, b, comm, ra, rb } => self.connect(st, *a, *b, *comm, *ra, *rb),
+            Step::Watchdog { rank } => self.watchdog(st, *rank, &mut fx),
         }
         fx.races = st.memory.races.len() - races_before;
         fx.undefined = st.undefined.as_ref().map(|u| u.rule);

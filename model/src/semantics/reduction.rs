@@ -37,7 +37,7 @@ impl Tables {
         let nccl_on = infos.iter().flatten().filter(|i| i.comm.is_some()).filter_map(|i| i.acting_rank).collect();
         let threads = program.ranks.iter().flat_map(|r| r.threads.iter());
         for (thread, info) in threads.zip(infos) {
-            let at = effect_points(&thread.ops, info);
+            let at = effect_points(&thread.ops, info, program);
             let mut t: BTreeMap<Resource, (Option<u32>, Option<u32>)> = BTreeMap::new();
             let mut o: BTreeMap<RankId, u32> = BTreeMap::new();
             for (i, inf) in info.iter().enumerate() {
@@ -58,8 +58,9 @@ impl Tables {
 }
 
 /// Where each op of a thread takes effect: its own index, except an NCCL op inside a group, which takes effect at
-/// the outermost group end (N4), or at the thread's last op if the group never ends.
-pub(crate) fn effect_points(ops: &[Op], infos: &[OpInfo]) -> Vec<u32> {
+/// the outermost group end (N4), or at the thread's last op if the group never ends; and an NCCL op on a
+/// non-blocking communicator, whose work may be deferred to a later poll (N12): at the thread's last op.
+pub(crate) fn effect_points(ops: &[Op], infos: &[OpInfo], program: &Program) -> Vec<u32> {
     let mut at: Vec<u32> = (0..ops.len() as u32).collect();
     let mut depth = 0u32;
     let mut open: Vec<usize> = vec![];
@@ -81,6 +82,12 @@ pub(crate) fn effect_points(ops: &[Op], infos: &[OpInfo]) -> Vec<u32> {
     for j in open {
         at[j] = ops.len().saturating_sub(1) as u32;
     }
+    let last = ops.len().saturating_sub(1) as u32;
+    for (i, info) in infos.iter().enumerate() {
+        if info.stream.is_some() && info.comm.is_some_and(|c| program.comms[c.0 as usize].nonblocking) {
+            at[i] = last;
+        }
+    }
     at
 }
 
@@ -96,7 +103,8 @@ impl<'p> Semantics<'p> {
             | Step::Drain { .. }
             | Step::Collective { .. }
             | Step::RootEarly { .. }
-            | Step::Connect { .. } => false,
+            | Step::Connect { .. }
+            | Step::Watchdog { .. } => false,
         }
     }
 
@@ -131,6 +139,13 @@ impl<'p> Semantics<'p> {
         let th = &st.host.threads[t as usize];
         let group: Vec<u32> = match &th.wait {
             Some(Wait::Connect { ops, .. }) => ops.clone(),
+            // N12: a poll's return launches the deferred work.
+            Some(Wait::Poll(c)) => match self.background_of(st, t, *c) {
+                Some(Pending { wait: Wait::Connect { ops, .. }, .. }) => ops.clone(),
+                _ => return self.independent_of_others(st, t, &self.info(OpLoc { thread: t, op: th.pc }).footprint),
+            },
+            // N13: the return of a finalize ends the communicator on the rank, which other threads' calls observe.
+            Some(Wait::Finalize(_)) => return self.independent_of_others(st, t, &self.info(OpLoc { thread: t, op: th.pc }).footprint),
             Some(_) => return true,
             None => {
                 let loc = OpLoc { thread: t, op: th.pc };
@@ -193,7 +208,12 @@ impl<'p> Semantics<'p> {
                 }
                 self.device_spinning(st, st.item(*k).rank())
             }
-            Step::Host { .. } | Step::Transfer { .. } | Step::Drain { .. } | Step::Collective { .. } | Step::Connect { .. } => false,
+            Step::Host { .. }
+            | Step::Transfer { .. }
+            | Step::Drain { .. }
+            | Step::Collective { .. }
+            | Step::Connect { .. }
+            | Step::Watchdog { .. } => false,
         }
     }
 }

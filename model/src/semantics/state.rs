@@ -36,6 +36,10 @@ pub enum Step {
     /// Two hosts blocked in lazy connection set-up with mirrored needs on one communicator connect (N7): thread `a`
     /// acting for rank `ra`, thread `b` for rank `rb`.
     Connect { a: ThreadId, b: ThreadId, comm: CommId, ra: RankId, rb: RankId },
+    /// The host watchdog of `rank` fires (N9): nothing else can happen (or only what the platform may withhold
+    /// forever) while work on a watched communicator of the rank is unfinished, so its timeout expires and it
+    /// aborts the rank's watched communicators (N13). Timed runs fire it at its time.
+    Watchdog { rank: RankId },
 }
 
 /// A connection direction of a communicator (N7): (communicator, source rank, destination rank, `true` for the
@@ -67,6 +71,24 @@ pub enum Wait {
         /// The group's NCCL ops, launched once every set-up is done.
         ops: Vec<u32>,
     },
+    /// In `CommPoll(comm)`: until the call in progress on the non-blocking `comm` ([`ThreadState::background`]) has
+    /// finished, or the communicator was aborted (N12).
+    Poll(CommId),
+    /// In `CommFinalize(comm)` or a `CommDestroy(comm)` that finalizes: until every launch of this rank on `comm`
+    /// has ended and every member has called it (N13).
+    Finalize(CommId),
+}
+
+/// A call on a non-blocking communicator that returned `ncclInProgress` and runs in the background until a
+/// `CommPoll` sees it finish (N12).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Pending {
+    pub comm: CommId,
+    /// The op that made the call.
+    pub op: u32,
+    /// What it waits for: `Init` (the rendezvous of `CommInit`), `Connect` (connection set-up, then the deferred
+    /// launch of `ops`, which are only this communicator's), `Finalize`.
+    pub wait: Wait,
 }
 
 /// One host thread's state.
@@ -82,6 +104,9 @@ pub struct ThreadState {
     pub group_ops: Vec<u32>,
     /// Answers of event/stream queries so far (`true` = ready), in order.
     pub answers: Vec<bool>,
+    /// Calls of this thread in progress on non-blocking communicators, at most one per communicator, sorted by
+    /// communicator (N12).
+    pub background: Vec<Pending>,
 }
 
 /// State of one NCCL op inside a launch.
@@ -91,6 +116,8 @@ pub enum CommOpStatus {
     /// A send whose bytes sit in the connection's buffers (eager); the send is finished, the recv not yet.
     Buffered,
     Done,
+    /// Ended by `ncclCommAbort` (or a watchdog) before it completed: what it wrote is undefined (N13).
+    Aborted,
 }
 
 /// What an NCCL op inside a launch does.
@@ -347,6 +374,40 @@ pub struct NcclState {
     pub init_arrived: BTreeMap<(CommId, u32), BTreeMap<RankId, VClock>>,
     /// The thread that last issued NCCL work on each device (acting rank), when, and on which communicator (N11).
     pub issuer: BTreeMap<RankId, (ThreadId, Epoch, CommId)>,
+    /// `CommFinalize` (or finalizing `CommDestroy`) arrivals: comm -> rank -> host clock at arrival (N13).
+    pub finalize_arrived: BTreeMap<CommId, BTreeMap<RankId, VClock>>,
+    /// What ended a communicator on a rank (N13): using it afterwards is undefined.
+    pub ended: BTreeMap<(CommId, RankId), CommEnd>,
+    /// Watchdog firings so far, with the hang each one turned into an abort (N9).
+    pub timeouts: BTreeSet<Timeout>,
+    /// Aborted ops that a value assertion names as its writer (N13: relying on their data is undefined).
+    pub aborted_ops: BTreeSet<OpLoc>,
+}
+
+/// How a communicator's life ended on a rank (N13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum CommEnd {
+    /// `ncclCommAbort` by the op at this location.
+    Aborted(OpLoc),
+    /// Aborted by the rank's watchdog (N9).
+    Watchdog,
+    /// `ncclCommFinalize` returned (or its poll saw success): only `CommDestroy` may follow.
+    Finalized(OpLoc),
+    /// `ncclCommDestroy` by the op at this location.
+    Destroyed(OpLoc),
+}
+
+/// A watchdog firing (N9): the rank whose watchdog fired, its timeout, the communicators it aborted, and the hang
+/// it turned into an abort (the wait-for graph when it fired).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Timeout {
+    pub rank: RankId,
+    /// The timeout in nanoseconds (the smallest of the aborted communicators').
+    pub timeout_ns: u64,
+    pub comms: Vec<CommId>,
+    /// Where every unfinished thread was when it fired: (thread, pc); the key of the finding.
+    pub at: Vec<(ThreadId, u32)>,
+    pub stuck: super::explain::Stuck,
 }
 
 /// Memory accesses and the races found (race detection).

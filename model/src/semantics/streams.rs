@@ -158,6 +158,10 @@ impl<'p> Semantics<'p> {
             self.finish_item(st, k, c, fx);
         } else {
             item.status = ItemStatus::Running;
+            // N13: a launch aborted before it started ends at once.
+            if Self::ends_at_start(item) {
+                self.end_launch(st, k, fx);
+            }
         }
     }
 

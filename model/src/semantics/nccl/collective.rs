@@ -18,7 +18,7 @@ impl<'p> Semantics<'p> {
 
     /// Whether the part at `p` has started: it is running (and pending) or has already ended.
     fn part_started(st: &State, p: (ItemKey, u32)) -> bool {
-        st.comm_op(p).1.status != CommOpStatus::Pending || Self::op_eligible(st.item(p.0), p.1 as usize)
+        matches!(st.comm_op(p).1.status, CommOpStatus::Done | CommOpStatus::Buffered) || Self::op_eligible(st.item(p.0), p.1 as usize)
     }
 
     /// The members whose parts the part of `rank` needs running before it can end (C1).

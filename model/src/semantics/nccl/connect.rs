@@ -99,8 +99,7 @@ impl<'p> Semantics<'p> {
         }
         for ((comm, me, peer), dirs) in need {
             for (u, th) in st.host.threads.iter().enumerate() {
-                let Some(Wait::Connect { need: p, .. }) = &th.wait else { continue };
-                let Some(theirs) = p.get(&(*comm, *peer, *me)) else { continue };
+                let Some(theirs) = self.connect_needs(st, u).find_map(|p| p.get(&(*comm, *peer, *me))) else { continue };
                 if theirs != dirs {
                     let at = vec![OpLoc { thread: t, op: st.host.threads[t as usize].pc }, OpLoc { thread: u as u32, op: th.pc }];
                     let msg = format!(
@@ -118,6 +117,20 @@ impl<'p> Semantics<'p> {
         }
     }
 
+    /// Every connection set-up thread `u` waits for: the one it is blocked in, and those of its calls in progress
+    /// on non-blocking communicators, which set up in the background (N12).
+    pub(crate) fn connect_needs<'s>(&self, st: &'s State, u: usize) -> impl Iterator<Item = &'s BTreeMap<(CommId, RankId, RankId), BTreeSet<Dir>>> + 's {
+        let th = &st.host.threads[u];
+        let blocked = match &th.wait {
+            Some(Wait::Connect { need, .. }) => Some(need),
+            _ => None,
+        };
+        blocked.into_iter().chain(th.background.iter().filter_map(|p| match &p.wait {
+            Wait::Connect { need, .. } => Some(need),
+            _ => None,
+        }))
+    }
+
     pub(crate) fn connect_steps(&self, st: &State, out: &mut Vec<Step>) {
         for a in 0..st.host.threads.len() {
             self.connect_steps_from(st, a, out);
@@ -126,20 +139,21 @@ impl<'p> Semantics<'p> {
 
     /// The connection set-ups thread `a` starts (each pair once: from the side with the lower (thread, rank)).
     pub(crate) fn connect_steps_from(&self, st: &State, a: usize, out: &mut Vec<Step>) {
-        let Some(Wait::Connect { need: pa, .. }) = &st.host.threads[a].wait else { return };
-        for ((comm, ra, rb), need_a) in pa {
-            // Only a thread with NCCL ops acting on `rb` can wait for this set-up (ascending, as the steps are listed).
-            for &b in &self.nccl_threads_of[*rb as usize] {
-                let b = b as usize;
-                if b == a {
-                    continue;
-                }
-                let Some(Wait::Connect { need: pb, .. }) = &st.host.threads[b].wait else { continue };
-                if (b, *rb) < (a, *ra) {
-                    continue;
-                }
-                if pb.get(&(*comm, *rb, *ra)) == Some(need_a) {
-                    out.push(Step::Connect { a: a as u32, b: b as u32, comm: *comm, ra: *ra, rb: *rb });
+        for pa in self.connect_needs(st, a) {
+            for ((comm, ra, rb), need_a) in pa {
+                // Only a thread with NCCL ops acting on `rb` can wait for this set-up (ascending, as the steps are
+                // listed).
+                for &b in &self.nccl_threads_of[*rb as usize] {
+                    let b = b as usize;
+                    if b == a || (b, *rb) < (a, *ra) {
+                        continue;
+                    }
+                    if self.connect_needs(st, b).any(|pb| pb.get(&(*comm, *rb, *ra)) == Some(need_a)) {
+                        let s = Step::Connect { a: a as u32, b: b as u32, comm: *comm, ra: *ra, rb: *rb };
+                        if !out.contains(&s) {
+                            out.push(s);
+                        }
+                    }
                 }
             }
         }
@@ -150,9 +164,13 @@ impl<'p> Semantics<'p> {
     pub(crate) fn connect(&self, st: &mut State, a: ThreadId, b: ThreadId, comm: CommId, ra: RankId, rb: RankId) {
         for (t, key) in [(a, (comm, ra, rb)), (b, (comm, rb, ra))] {
             let th = &mut st.host.threads[t as usize];
-            if let Some(Wait::Connect { need: p, .. }) = &mut th.wait {
-                if let Some(dirs) = p.remove(&key) {
-                    st.nccl.connected.extend(dirs);
+            let bg = th.background.iter_mut().map(|p| &mut p.wait);
+            for w in th.wait.iter_mut().chain(bg) {
+                if let Wait::Connect { need: p, .. } = w {
+                    if let Some(dirs) = p.remove(&key) {
+                        st.nccl.connected.extend(dirs);
+                        break;
+                    }
                 }
             }
             th.clock.tick(t as usize);

@@ -5,6 +5,7 @@
 mod collective;
 mod connect;
 mod init;
+mod lifecycle;
 mod p2p;
 
 pub use connect::{dirs_label, dirs_label_with};
@@ -16,17 +17,57 @@ use crate::op_info::NcclRole;
 impl<'p> Semantics<'p> {
     /// A send, recv or collective call: collected by an open group (N4: nothing is enqueued before the outermost
     /// group end), or a group of one.
-    pub(crate) fn nccl_call(&self, st: &mut State, t: ThreadId, pc: u32) {
+    pub(crate) fn nccl_call(&self, st: &mut State, t: ThreadId, pc: u32, choice: u32) {
         if st.host.threads[t as usize].group_depth > 0 {
             st.host.threads[t as usize].group_ops.push(pc);
             self.advance(st, t);
         } else {
-            self.group_end(st, t, vec![pc]);
+            self.group_end(st, t, vec![pc], choice);
+        }
+    }
+
+    /// The communicator whose life (N12, N13) a host call depends on: NCCL calls, and the lifecycle calls.
+    pub(crate) fn lifecycle_comm(&self, k: &OpKind) -> Option<CommId> {
+        match k {
+            OpKind::CommInit { comm }
+            | OpKind::CommPoll { comm }
+            | OpKind::CommAbort { comm }
+            | OpKind::CommFinalize { comm }
+            | OpKind::CommDestroy { comm }
+            | OpKind::Send { comm, .. }
+            | OpKind::Recv { comm, .. }
+            | OpKind::Collective { comm, .. } => Some(*comm),
+            OpKind::CommSplit { parent, .. } => Some(*parent),
+            OpKind::Kernel { .. }
+            | OpKind::Memset { .. }
+            | OpKind::Memcpy { .. }
+            | OpKind::EventRecord { .. }
+            | OpKind::StreamWaitEvent { .. }
+            | OpKind::EventQuery { .. }
+            | OpKind::EventSynchronize { .. }
+            | OpKind::StreamSynchronize { .. }
+            | OpKind::StreamQuery { .. }
+            | OpKind::DeviceSynchronize { .. }
+            | OpKind::HostSleep { .. }
+            | OpKind::HostAccess { .. }
+            | OpKind::Barrier { .. }
+            | OpKind::GroupStart
+            | OpKind::GroupEnd
+            | OpKind::Alloc { .. }
+            | OpKind::Free { .. }
+            | OpKind::RecordStream { .. }
+            | OpKind::Expect { .. }
+            | OpKind::CudaFree { .. }
+            | OpKind::CudaMalloc { .. }
+            | OpKind::CudaMallocHost { .. }
+            | OpKind::LoadModule { .. }
+            | OpKind::HostFunc { .. }
+            | OpKind::EmptyCache { .. } => None,
         }
     }
 
     /// `ncclGroupEnd`: the outermost one launches what the group collected (N4).
-    pub(crate) fn group_end_call(&self, st: &mut State, t: ThreadId) {
+    pub(crate) fn group_end_call(&self, st: &mut State, t: ThreadId, choice: u32) {
         let th = &mut st.host.threads[t as usize];
         th.group_depth = th.group_depth.saturating_sub(1);
         if th.group_depth > 0 {
@@ -36,13 +77,17 @@ impl<'p> Semantics<'p> {
         if ops.is_empty() {
             self.advance(st, t);
         } else {
-            self.group_end(st, t, ops);
+            self.group_end(st, t, ops, choice);
         }
     }
 
     /// The outermost group end (or an ungrouped call): set up connections if needed (N7), then enqueue one launch
     /// per communicator and acting rank.
-    fn group_end(&self, st: &mut State, t: ThreadId, ops: Vec<u32>) {
+    fn group_end(&self, st: &mut State, t: ThreadId, ops: Vec<u32>, choice: u32) {
+        // N12: on non-blocking communicators the call may return ncclInProgress and defer the work.
+        if self.nonblocking_group_end(st, t, &ops, choice) {
+            return;
+        }
         if self.profile.lazy_connect {
             let (need, immediate) = self.new_connections(st, t, &ops);
             st.nccl.connected.extend(immediate);
@@ -269,7 +314,7 @@ impl<'p> Semantics<'p> {
     }
 
     /// Ends a launch whose ops have all finished: its end joins every op's completion (MODEL.md).
-    fn end_launch(&self, st: &mut State, k: ItemKey, fx: &mut Effects) {
+    pub(crate) fn end_launch(&self, st: &mut State, k: ItemKey, fx: &mut Effects) {
         let item = st.item(k);
         let ItemKind::Launch { ops, .. } = &item.kind else { unreachable!("not a launch") };
         let mut c = item.start.clone().expect("a running launch has started");
