@@ -150,6 +150,7 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         | SOp::DistAllGather { .. }
         | SOp::DistReduceScatter { .. }
         | SOp::DistAllToAllSingle { .. }
+        | SOp::DistAllToAll { .. }
         | SOp::DistReduce { .. }
         | SOp::DistGather { .. }
         | SOp::DistScatter { .. }
