@@ -8,6 +8,12 @@
 //! none (the default process group over every rank), and per call site the events ProcessGroupNCCL records: the
 //! `syncStream` event `torch.pre.N` and the work end events `torch.end.N.J`. A call site inside a loop re-records
 //! its events every iteration (S3: a wait binds to the latest record at the time of the wait).
+//!
+//! The settings (`torch: Torch(version, init, avoid_record_streams)`, each overridable from the command line through
+//! [`super::TorchOptions`]) pick the ProcessGroupNCCL behaviours that differ between versions and set-ups. With
+//! `avoid_record_streams` the lowering tracks, per thread, which works stash which pooled tensors, and moves the
+//! `Free` of a tensor deleted while stashed to the `WorkWait` that releases it. `dist.all_to_all` and
+//! `all_to_all_single` with split sizes become one NCCL group of sends and recvs per peer.
 
 use super::expand::{Env, Item, Leaf};
 use super::issues::{Issue, Issues};
