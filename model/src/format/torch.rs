@@ -956,7 +956,7 @@ fn all_to_all_parts(
                 let mut out = Vec::with_capacity(n);
                 for (j, l) in lens.into_iter().enumerate() {
                     out.push((BufArg::Slice(buf.clone(), Size::Bytes(at_off), Size::Bytes(l)), l, at(j)));
-                    at_off += l;
+                    at_off = at_off.saturating_add(l);
                 }
                 Some(Some(out))
             };
