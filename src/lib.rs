@@ -12,6 +12,7 @@ pub mod traces;
 
 use std::path::Path;
 
+use cuorder_model::format::TorchOptions;
 use cuorder_model::profile::Profile;
 use cuorder_model::program::Program;
 
@@ -98,9 +99,16 @@ pub fn read_input(path: &Path) -> Result<String, LoadError> {
 /// Errors: the file cannot be read (see [`read_input`]), or it has syntax or validation errors (all of them, up to
 /// the renderer's cap, rendered with file, line, column and a snippet).
 pub fn load_program(path: &Path, color: bool) -> Result<(Program, String), LoadError> {
+    load_program_with(path, color, &TorchOptions::default())
+}
+
+/// [`load_program`] with the PyTorch dialect's settings overridden by `torch` (`check --torch-version ..`).
+///
+/// Errors: as [`load_program`].
+pub fn load_program_with(path: &Path, color: bool, torch: &TorchOptions) -> Result<(Program, String), LoadError> {
     let text = read_input(path)?;
     let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("program");
-    let program = load_program_text(&path.display().to_string(), name, &text, color)?;
+    let program = load_program_text_with(&path.display().to_string(), name, &text, color, torch)?;
     Ok((program, text))
 }
 
@@ -108,8 +116,21 @@ pub fn load_program(path: &Path, color: bool) -> Result<(Program, String), LoadE
 ///
 /// Errors: as [`load_program`].
 pub fn load_program_text(file: &str, name: &str, text: &str, color: bool) -> Result<Program, LoadError> {
+    load_program_text_with(file, name, text, color, &TorchOptions::default())
+}
+
+/// [`load_program_text`] with the PyTorch dialect's settings overridden by `torch`.
+///
+/// Errors: as [`load_program`].
+pub fn load_program_text_with(
+    file: &str,
+    name: &str,
+    text: &str,
+    color: bool,
+    torch: &TorchOptions,
+) -> Result<Program, LoadError> {
     let (file, text) = (file.to_string(), text.to_string());
-    match cuorder_model::format::load(name, &text) {
+    match cuorder_model::format::load_with(name, &text, torch) {
         Ok(p) => Ok(p),
         Err(diags) => {
             // A resolved program (as `cuorder gen` and `cuorder-hw smoke-programs` write) is accepted too, after the

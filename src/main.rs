@@ -89,6 +89,78 @@ impl Budgets {
     }
 }
 
+/// The PyTorch dialect's settings, each overriding what the program's `torch: Torch(..)` says, so that one script is
+/// checked on each PyTorch profile without editing it (docs/program-format.md). A program without PyTorch calls is
+/// unaffected.
+#[derive(clap::Args, Clone, Copy, Default)]
+struct TorchArgs {
+    /// Lower PyTorch calls as this ProcessGroupNCCL version (P3: batch_isend_irecv's end events inside the NCCL
+    /// group before PR 82450, after it since).
+    #[arg(long, value_enum, value_name = "VERSION")]
+    torch_version: Option<TorchVersionArg>,
+    /// How the default process group was initialised (P2): `lazy` (per-pair P2P communicators) or `eager`
+    /// (`init_process_group(.., device_id=..)`).
+    #[arg(long, value_enum, value_name = "INIT")]
+    torch_init: Option<TorchInitArg>,
+    /// TORCH_NCCL_AVOID_RECORD_STREAMS: works stash their tensors until `wait()` instead of `record_stream` (P4).
+    #[arg(long, value_name = "true|false", action = clap::ArgAction::Set)]
+    torch_avoid_record_streams: Option<bool>,
+}
+
+/// `--torch-version`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TorchVersionArg {
+    /// Before pytorch/pytorch PR 82450 (2022).
+    Before82450,
+    /// Since PR 82450.
+    Since82450,
+}
+
+/// `--torch-init`.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TorchInitArg {
+    /// `init_process_group("nccl")`: communicators created lazily.
+    Lazy,
+    /// `init_process_group("nccl", device_id=..)`: eager (PR 132900).
+    Eager,
+}
+
+impl TorchArgs {
+    fn options(self) -> cuorder_model::format::TorchOptions {
+        use cuorder_model::format::{TorchInit, TorchVersion};
+        cuorder_model::format::TorchOptions {
+            version: self.torch_version.map(|v| match v {
+                TorchVersionArg::Before82450 => TorchVersion::Before82450,
+                TorchVersionArg::Since82450 => TorchVersion::Since82450,
+            }),
+            init: self.torch_init.map(|i| match i {
+                TorchInitArg::Lazy => TorchInit::Lazy,
+                TorchInitArg::Eager => TorchInit::Eager,
+            }),
+            avoid_record_streams: self.torch_avoid_record_streams,
+        }
+    }
+
+    /// The settings given, as a line for the report (empty when none).
+    fn note(self) -> String {
+        let mut given = Vec::new();
+        if let Some(v) = self.torch_version {
+            given.push(format!("--torch-version {}", v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()));
+        }
+        if let Some(i) = self.torch_init {
+            given.push(format!("--torch-init {}", i.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()));
+        }
+        if let Some(a) = self.torch_avoid_record_streams {
+            given.push(format!("--torch-avoid-record-streams {a}"));
+        }
+        if given.is_empty() {
+            String::new()
+        } else {
+            format!("PyTorch calls lowered with {} (overriding the program's `torch:`)\n", given.join(", "))
+        }
+    }
+}
+
 /// Writes to stdout; a closed stdout (`| head -1`) ends the output quietly instead of panicking. Returns whether
 /// stdout is still open.
 fn say(text: &str) -> bool {
@@ -131,6 +203,8 @@ enum Command {
         format: Format,
         #[command(flatten)]
         budgets: Budgets,
+        #[command(flatten)]
+        torch: TorchArgs,
     },
     /// Run one execution and print it as a per-rank, per-stream timeline.
     Run {
@@ -166,6 +240,8 @@ enum Command {
         /// Watchdog for a hardware run, in seconds (hangs are reported as observations).
         #[arg(long, default_value_t = 20)]
         timeout_s: u64,
+        #[command(flatten)]
+        torch: TorchArgs,
     },
     /// Check a hardware observation (from `cuorder-hw run`) against the model: prints "agrees" or each
     /// disagreement. Exit 0 agrees, 1 disagrees, 2 bad input.
@@ -225,6 +301,8 @@ enum Command {
         /// Stop after this many steps.
         #[arg(long, default_value_t = 100_000_000)]
         max_steps: usize,
+        #[command(flatten)]
+        torch: TorchArgs,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     Completions {
@@ -445,8 +523,18 @@ fn load_both(
     program: &std::path::Path,
     color: bool,
 ) -> Result<(cuorder_model::profile::Profile, cuorder_model::program::Program), LoadError> {
+    load_both_with(profile, program, color, TorchArgs::default())
+}
+
+/// [`load_both`] with the PyTorch dialect's settings of the command line.
+fn load_both_with(
+    profile: &str,
+    program: &std::path::Path,
+    color: bool,
+    torch: TorchArgs,
+) -> Result<(cuorder_model::profile::Profile, cuorder_model::program::Program), LoadError> {
     let prof = load_profile(profile)?;
-    let (prog, _) = load_program(program, color)?;
+    let (prog, _) = cuorder::load_program_with(program, color, &torch.options())?;
     Ok((prof, prog))
 }
 
@@ -454,14 +542,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let color = cli.color.enabled();
     match cli.command {
-        Command::Check { program, profile, format, budgets } => {
-            let (prof, prog) = match load_both(&profile, &program, color) {
+        Command::Check { program, profile, format, budgets, torch } => {
+            let (prof, prog) = match load_both_with(&profile, &program, color, torch) {
                 Ok(x) => x,
                 Err(e) => return fail_as(format, "check", e),
             };
             let rep = report::check(&prog, &prof, &budgets.limits());
             match format {
-                Format::Text => say(&rep.to_text()),
+                Format::Text => say(&(torch.note() + &rep.to_text())),
                 Format::Json => {
                     let sem = Semantics::new(&prog, &prof);
                     say(&cuorder::json::check(&sem, &rep, &program.display().to_string()).to_json())
@@ -469,8 +557,8 @@ fn main() -> ExitCode {
             };
             ExitCode::from(rep.exit_code() as u8)
         }
-        Command::Run { program, profile, seed, witness, timeline, costs, trace, max_steps, budgets, backend, timeout_s } => {
-            let (prof, prog) = match load_both(&profile, &program, color) {
+        Command::Run { program, profile, seed, witness, timeline, costs, trace, max_steps, budgets, backend, timeout_s, torch } => {
+            let (prof, prog) = match load_both_with(&profile, &program, color, torch) {
                 Ok(x) => x,
                 Err(e) => return fail(e),
             };
@@ -538,8 +626,8 @@ fn main() -> ExitCode {
             }
             ExitCode::from(if timed_out { 3 } else { 0 })
         }
-        Command::Time { program, profile, costs, seed, jitter, timeline, lanes, compare, format, max_steps } => {
-            let (prof, prog) = match load_both(&profile, &program, color) {
+        Command::Time { program, profile, costs, seed, jitter, timeline, lanes, compare, format, max_steps, torch } => {
+            let (prof, prog) = match load_both_with(&profile, &program, color, torch) {
                 Ok(x) => x,
                 Err(e) => return fail_as(format, "time", e),
             };

@@ -31,6 +31,9 @@ const TORCH_EXPECTED: &[(&str, &str, &[&str])] = &[
     ("megatron-batch-p2p-synchronize.ron", "portable", &[]),
     // The experts read the all-to-all's output before work.wait() (P1): a race on every rank.
     ("new-group-all-to-all.ron", "portable", &["data race always", "data race always", "data race always", "data race always"]),
+    // TORCH_NCCL_AVOID_RECORD_STREAMS: the stash lets go at the wait, and the block returns to a stream the wait
+    // did not order after the send (P4).
+    ("avoid-record-streams.ron", "portable", &["data race sometimes"]),
 ];
 
 fn check_torch_example(file: &str, profile: &str) -> String {
@@ -77,6 +80,18 @@ fn torch_new_group_all_to_all_races_before_the_wait_and_is_clean_after() {
     );
     assert_ne!(fixed, bug);
     assert_eq!(kinds(&common::check_text("new-group-all-to-all-fixed", &fixed, "portable")), Vec::<String>::new());
+}
+
+#[test]
+fn torch_avoid_record_streams_races_where_record_stream_is_clean() {
+    let text = check_torch_example("avoid-record-streams.ron", "portable");
+    assert!(text.contains("the caching allocator handed t's freed block to u"), "{text}");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/torch/avoid-record-streams.ron");
+    let src = std::fs::read_to_string(path).unwrap();
+    let opts = cuorder_model::format::TorchOptions { avoid_record_streams: Some(false), ..Default::default() };
+    let p = cuorder_model::format::load_with("avoid-record-streams", &src, &opts).unwrap();
+    let r = cuorder::report::check(&p, &cuorder_model::profile::Profile::portable(), &Default::default());
+    assert_eq!(kinds(&r), Vec::<String>::new(), "{}", r.to_text());
 }
 
 #[test]

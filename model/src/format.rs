@@ -24,6 +24,7 @@ mod surface;
 mod units;
 
 pub use diagnostic::{Diagnostic, Related};
+pub use surface::{STorchInit as TorchInit, STorchVersion as TorchVersion};
 pub use units::{parse_duration, parse_size};
 
 use crate::program::{Op, Origin, Program, Rank, Stream, StreamKind, Thread};
@@ -57,9 +58,28 @@ pub const MAX_NESTING_DEPTH: usize = 128;
 /// Duration of a kernel that does not say, in ns.
 pub const DEFAULT_KERNEL_NS: u64 = 10_000;
 
+/// What loading may set from outside the program text: the PyTorch dialect's settings, which override what the
+/// program's `torch: Torch(..)` says (so that one script can be checked on each PyTorch profile; `cuorder check
+/// --torch-version/--torch-init/--torch-avoid-record-streams`). `None` keeps the program's value (or its default).
+/// A program without PyTorch calls is unaffected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TorchOptions {
+    /// Lower as this ProcessGroupNCCL version (P3).
+    pub version: Option<TorchVersion>,
+    /// Lower as this default-group initialisation (P2).
+    pub init: Option<TorchInit>,
+    /// `TORCH_NCCL_AVOID_RECORD_STREAMS` (P4).
+    pub avoid_record_streams: Option<bool>,
+}
+
 /// Parses, expands and validates the program `text`; `name` becomes [`Program::name`]. On failure, every error found
 /// (or the one syntax error that stopped parsing), in source order.
 pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
+    load_with(name, text, &TorchOptions::default())
+}
+
+/// [`load`] with the PyTorch dialect's settings overridden by `torch` (see [`TorchOptions`]).
+pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program, Vec<Diagnostic>> {
     // The light index places ops and desugars; every error path builds the full one for its diagnostics.
     let full_index = || {
         let mut index = SpanIndex::build(text);
@@ -79,7 +99,7 @@ pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
     index.alias_positional(surface::POSITIONAL);
     let mut issues = Issues::default();
     let mut decls = decls::check(&surface, &mut issues);
-    let torch_decls = torch::declare(&surface, &mut decls, &mut issues);
+    let torch_decls = torch::declare(&surface, torch, &mut decls, &mut issues);
     let ranks = decls.ranks;
 
     // How many ranks run the thread a path belongs to (to say "rank 1: ..." only when an error is rank-specific).

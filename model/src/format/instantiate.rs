@@ -155,6 +155,7 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         | SOp::DistAllGather { .. }
         | SOp::DistReduceScatter { .. }
         | SOp::DistAllToAllSingle { .. }
+        | SOp::DistAllToAll { .. }
         | SOp::DistReduce { .. }
         | SOp::DistGather { .. }
         | SOp::DistScatter { .. }

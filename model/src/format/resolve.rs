@@ -761,6 +761,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             | SOp::DistAllGather { .. }
             | SOp::DistReduceScatter { .. }
             | SOp::DistAllToAllSingle { .. }
+            | SOp::DistAllToAll { .. }
             | SOp::DistReduce { .. }
             | SOp::DistGather { .. }
             | SOp::DistScatter { .. }

@@ -124,6 +124,10 @@ pub struct STorch {
     /// this long (N9; PyTorch's default is 10 min, with `TORCH_NCCL_ASYNC_ERROR_HANDLING` on). Absent: no watchdog.
     #[serde(default)]
     pub timeout: Option<Duration>,
+    /// `TORCH_NCCL_AVOID_RECORD_STREAMS=1`: ProcessGroupNCCL stashes the tensors of a call in its work until
+    /// `work.wait()` instead of calling `record_stream` on the NCCL stream (P4).
+    #[serde(default)]
+    pub avoid_record_streams: bool,
 }
 
 /// How the default process group was initialised, which decides the communicator of unbatched P2P ops (P2).
@@ -609,10 +613,25 @@ pub enum SOp {
         #[serde(default)]
         group: Option<String>,
     },
-    /// `dist.all_to_all_single(output, input)` with equal splits (sync or `async_op`).
+    /// `dist.all_to_all_single(output, input, output_split_sizes, input_split_sizes)` (sync or `async_op`); the
+    /// split sizes are in bytes, one per rank of the group, and absent means equal splits.
     DistAllToAllSingle {
         output: BufArg,
         input: BufArg,
+        #[serde(default)]
+        output_split_sizes: Option<Vec<Size>>,
+        #[serde(default)]
+        input_split_sizes: Option<Vec<Size>>,
+        #[serde(default)]
+        async_op: Option<String>,
+        #[serde(default)]
+        group: Option<String>,
+    },
+    /// `dist.all_to_all(output_tensor_list, input_tensor_list)`: one tensor per rank of the group in each list
+    /// (sync or `async_op`).
+    DistAllToAll {
+        outputs: Vec<BufArg>,
+        inputs: Vec<BufArg>,
         #[serde(default)]
         async_op: Option<String>,
         #[serde(default)]

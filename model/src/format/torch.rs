@@ -8,13 +8,19 @@
 //! none (the default process group over every rank), and per call site the events ProcessGroupNCCL records: the
 //! `syncStream` event `torch.pre.N` and the work end events `torch.end.N.J`. A call site inside a loop re-records
 //! its events every iteration (S3: a wait binds to the latest record at the time of the wait).
+//!
+//! The settings (`torch: Torch(version, init, avoid_record_streams)`, each overridable from the command line through
+//! [`super::TorchOptions`]) pick the ProcessGroupNCCL behaviours that differ between versions and set-ups. With
+//! `avoid_record_streams` the lowering tracks, per thread, which works stash which pooled tensors, and moves the
+//! `Free` of a tensor deleted while stashed to the `WorkWait` that releases it. `dist.all_to_all` and
+//! `all_to_all_single` with split sizes become one NCCL group of sends and recvs per peer.
 
 use super::expand::{Env, Item, Leaf};
 use super::issues::{Issue, Issues};
 use super::span_index::{field, index};
 use super::expand::Scope;
 use super::expr::Value;
-use super::surface::{BufArg, ExprArg, Peer, Root, SOp, SP2PKind, SProgram, STorchInit, STorchVersion, SimplePeer};
+use super::surface::{BufArg, ExprArg, Peer, Root, SOp, SP2PKind, SProgram, STorchInit, STorchVersion, SimplePeer, Size};
 use super::decls::Decls;
 use crate::program::{Comm, StreamKind};
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,10 +38,14 @@ pub const BARRIER_TENSOR: &str = "torch.barrier";
 pub struct TorchDecls {
     /// Whether the program makes any PyTorch call.
     pub used: bool,
+    /// The ProcessGroupNCCL version lowered (P3).
     pub version: STorchVersion,
+    /// How the default group was initialised (P2).
     pub init: STorchInit,
     /// The watchdog timeout of `Torch(timeout:)`, ns (N9).
     pub watchdog_ns: Option<u64>,
+    /// `TORCH_NCCL_AVOID_RECORD_STREAMS`: works stash their tensors instead of `record_stream` (P4).
+    pub avoid_record_streams: bool,
     /// Call site number and number of works, by path.
     sites: BTreeMap<String, (u32, usize)>,
 }
@@ -62,6 +72,7 @@ fn works_of(op: &SOp) -> Option<usize> {
         | SOp::DistAllGather { .. }
         | SOp::DistReduceScatter { .. }
         | SOp::DistAllToAllSingle { .. }
+        | SOp::DistAllToAll { .. }
         | SOp::DistReduce { .. }
         | SOp::DistGather { .. }
         | SOp::DistScatter { .. }
@@ -82,12 +93,17 @@ fn works_of(op: &SOp) -> Option<usize> {
     }
 }
 
-/// Finds the program's PyTorch calls and declares what their lowering uses (module docs) in `d`.
-pub fn declare(p: &SProgram, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
+/// Finds the program's PyTorch calls and declares what their lowering uses (module docs) in `d`. The settings are
+/// the program's `torch: Torch(..)` (or their defaults), each overridden by `opts` where it says (`--torch-version`,
+/// `--torch-init`, `--torch-avoid-record-streams`).
+pub fn declare(p: &SProgram, opts: &super::TorchOptions, d: &mut Decls, issues: &mut Issues) -> TorchDecls {
     let mut t = TorchDecls {
         used: p.torch.is_some(),
-        version: p.torch.as_ref().map(|t| t.version).unwrap_or_default(),
-        init: p.torch.as_ref().map(|t| t.init).unwrap_or_default(),
+        version: opts.version.unwrap_or_else(|| p.torch.as_ref().map(|t| t.version).unwrap_or_default()),
+        init: opts.init.unwrap_or_else(|| p.torch.as_ref().map(|t| t.init).unwrap_or_default()),
+        avoid_record_streams: opts
+            .avoid_record_streams
+            .unwrap_or_else(|| p.torch.as_ref().is_some_and(|t| t.avoid_record_streams)),
         ..Default::default()
     };
     // N9: `init_process_group(timeout=)`, ProcessGroupNCCL's watchdog (WorkNCCL::checkTimeout against
@@ -247,6 +263,19 @@ pub struct TorchCx<'t> {
     pub inited_groups: BTreeSet<String>,
     /// Lazily initialised groups this thread created: declared after expansion (`declare_groups`).
     pub lazy_groups: BTreeMap<String, Vec<u32>>,
+    /// Bytes of every declared buffer whose size is known (split sizes of `all_to_all` are checked against them).
+    sizes: BTreeMap<String, u64>,
+    /// The members of the default group's communicator, in communicator order.
+    default_members: Vec<u32>,
+    /// `TORCH_NCCL_AVOID_RECORD_STREAMS` (P4): the stash id of each work name (`WorkNCCL::stashed_for_allocator_safety_`).
+    work_stash: BTreeMap<String, u32>,
+    /// Stash id -> the pooled tensors it holds until its work's `wait()`.
+    stashes: BTreeMap<u32, Vec<String>>,
+    /// Pooled tensor -> the stashes that hold it.
+    holders: BTreeMap<String, BTreeSet<u32>>,
+    /// Tensors deleted (`Del`) while a stash held them: their `Free` comes when the last stash lets go.
+    deferred: BTreeSet<String>,
+    next_stash: u32,
 }
 
 impl<'t> TorchCx<'t> {
@@ -264,7 +293,64 @@ impl<'t> TorchCx<'t> {
             inited_groups: BTreeSet::new(),
             lazy_groups: BTreeMap::new(),
             pooled: d.buffers.iter().filter(|b| b.pooled).map(|b| b.name.clone()).collect(),
+            sizes: d
+                .buffers
+                .iter()
+                .zip(&d.buffer_size_known)
+                .filter(|(_, known)| **known)
+                .map(|(b, _)| (b.name.clone(), b.bytes))
+                .collect(),
+            default_members: match d.comm_idx.get(WORLD).or(d.comm_idx.values().next().filter(|_| d.comms.len() == 1)) {
+                Some(&c) => d.comms[c as usize].members.clone(),
+                None => (0..d.ranks).collect(),
+            },
+            work_stash: BTreeMap::new(),
+            stashes: BTreeMap::new(),
+            holders: BTreeMap::new(),
+            deferred: BTreeSet::new(),
+            next_stash: 0,
         }
+    }
+
+    /// A new stash holding `tensors` (none: no stash), for the work named `work` when it has a name.
+    fn stash(&mut self, work: Option<&str>, tensors: Vec<String>) -> Option<u32> {
+        if tensors.is_empty() {
+            if let Some(w) = work {
+                self.work_stash.remove(w);
+            }
+            return None;
+        }
+        let id = self.next_stash;
+        self.next_stash += 1;
+        for t in &tensors {
+            self.holders.entry(t.clone()).or_default().insert(id);
+        }
+        self.stashes.insert(id, tensors);
+        if let Some(w) = work {
+            // A work name assigned again drops the old work object; its stash is then released by the watchdog once
+            // the op has completed (`workCleanupLoop`), which the model leaves out (module docs of P4 below).
+            self.work_stash.insert(w.to_string(), id);
+        }
+        Some(id)
+    }
+
+    /// Releases stash `id` (`stashed_for_allocator_safety_->clear()` in `WorkNCCL::synchronizeStreams`), returning
+    /// the deleted tensors whose last holder it was: their `Free` happens now.
+    fn release(&mut self, id: u32) -> Vec<String> {
+        let mut freed = Vec::new();
+        for t in self.stashes.remove(&id).unwrap_or_default() {
+            let last = self.holders.get_mut(&t).is_some_and(|h| {
+                h.remove(&id);
+                h.is_empty()
+            });
+            if last {
+                self.holders.remove(&t);
+                if self.deferred.remove(&t) {
+                    freed.push(t);
+                }
+            }
+        }
+        freed
     }
 
     fn current(&self) -> String {
@@ -306,12 +392,25 @@ pub fn lower<'a>(
             | SOp::Del { .. }
     );
     // ProcessGroupNCCL records every tensor of a collective or P2P op on the NCCL stream
-    // (`c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), ncclStream)`, unless
-    // TORCH_NCCL_AVOID_RECORD_STREAMS), so that freeing it early cannot hand its block to other work too soon (P4).
+    // (`c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), ncclStream)`), so that freeing
+    // it early cannot hand its block to other work too soon (P4). With TORCH_NCCL_AVOID_RECORD_STREAMS
+    // (`avoidRecordStreams_`) it records nothing and stashes the tensors in the work instead
+    // (`work->stashed_for_allocator_safety_`: collective() stashes inputs and outputs, pointToPoint its tensor,
+    // alltoall every tensor of both lists), so that `del t` drops only the Python reference: the block returns to
+    // the pool when `work.wait()` clears the stash (`WorkNCCL::synchronizeStreams`, after the current stream waits
+    // for the end event).
+    let avoid = tcx.decls.avoid_record_streams;
+    let stashed = std::cell::RefCell::new(Vec::<String>::new());
     let record = |out: &mut Vec<Item<'a>>, tensor: &BufArg, stream: &str| {
         let name = super::expr::interpolate(tensor.name(), &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v));
-        if name.is_ok_and(|n| tcx.pooled.contains(n.as_ref())) {
-            owned(out, SOp::RecordStream { buf: tensor.name().to_string(), stream: stream.to_string() });
+        if let Ok(n) = name {
+            if tcx.pooled.contains(n.as_ref()) {
+                if avoid {
+                    stashed.borrow_mut().push(n.into_owned());
+                } else {
+                    owned(out, SOp::RecordStream { buf: tensor.name().to_string(), stream: stream.to_string() });
+                }
+            }
         }
     };
     if is_dist && !tcx.initialized {
@@ -399,7 +498,9 @@ pub fn lower<'a>(
             match op {
                 SOp::Isend { work, .. } | SOp::Irecv { work, .. } => {
                     tcx.works.insert(work.clone(), vec![end_event(n, 0)]);
+                    tcx.stash(Some(work), stashed.take());
                 }
+                // The work's wait clears its stash at once: nothing stays held.
                 _ => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
             }
         }
@@ -429,13 +530,22 @@ pub fn lower<'a>(
                 }
             }
             tcx.works.insert(works.clone(), (0..ops.len()).map(|j| end_event(n, j)).collect());
+            tcx.stash(Some(works), stashed.take());
         }
         // WorkNCCL::wait -> synchronizeStreams: the current stream waits on the work's end event; the host does not
         // block (P1).
+        // With TORCH_NCCL_AVOID_RECORD_STREAMS it then clears the work's stash (`stashed_for_allocator_safety_->clear()`
+        // in WorkNCCL::synchronizeStreams): a tensor deleted since the call is freed here, its block returning to its
+        // allocation stream's pool (P4).
         SOp::WorkWait { work } => match tcx.works.get(work) {
             Some(events) => {
                 for e in events.clone() {
                     owned(out, SOp::Wait { event: e, stream: cur.clone() });
+                }
+                if let Some(id) = tcx.work_stash.remove(work) {
+                    for t in tcx.release(id) {
+                        owned(out, SOp::Free { buf: t });
+                    }
                 }
             }
             None => {
@@ -458,6 +568,7 @@ pub fn lower<'a>(
         | SOp::DistAllGather { async_op, group, .. }
         | SOp::DistReduceScatter { async_op, group, .. }
         | SOp::DistAllToAllSingle { async_op, group, .. }
+        | SOp::DistAllToAll { async_op, group, .. }
         | SOp::DistReduce { async_op, group, .. }
         | SOp::DistGather { async_op, group, .. }
         | SOp::DistScatter { async_op, group, .. } => {
@@ -494,6 +605,48 @@ pub fn lower<'a>(
                 },
             };
             sync_stream(out, n);
+            // `all_to_all` (lists) and `all_to_all_single` with split sizes: not one NCCL collective but one group
+            // of ncclSend/ncclRecv per peer (below).
+            let split = match op {
+                SOp::DistAllToAllSingle { output_split_sizes: None, input_split_sizes: None, .. } => None,
+                SOp::DistAllToAllSingle { .. } | SOp::DistAllToAll { .. } => {
+                    let members = match &group {
+                        Some(g) => tcx.groups.get(g).cloned().unwrap_or_default(),
+                        None => tcx.default_members.clone(),
+                    };
+                    let scope = Scope { rank, ranks, env: env.as_deref() };
+                    all_to_all_parts(op, path, rank, &members, &scope, &tcx.sizes, issues)
+                }
+                _ => None,
+            };
+            // `dist.all_to_all_single` with `input_split_sizes`/`output_split_sizes`: ProcessGroupNCCL::alltoall_base
+            // checks them (`c10d::checkSplitSizes`: one per rank, summing to the tensor; none means equal parts),
+            // turns them into lengths and offsets (`computeLengthsAndOffsets`) and calls
+            // torch::cuda::nccl::all2all_single_unequal_split: `ncclGroupStart(); for r in ranks { if (sendcounts[r]
+            // != 0) ncclSend(sendbuff + senddispls[r], sendcounts[r], r); if (recvcounts[r] != 0) ncclRecv(recvbuff +
+            // recvdispls[r], recvcounts[r], r); } ncclGroupEnd()` (torch/csrc/cuda/nccl.cpp).
+            // `dist.all_to_all(outputs, inputs)`: ProcessGroupNCCL::alltoall calls torch::cuda::nccl::all2all, the
+            // same loop over the lists' tensors (`if (input.numel() != 0) ncclSend(input, r)`, likewise ncclRecv).
+            // The model has no send to oneself: the caller's own part (NCCL copies it inside the group's kernel) is
+            // a device copy on the NCCL stream after the group, between the same syncStream wait and end event.
+            if let Some(parts) = split {
+                if !parts.remote.is_empty() {
+                    push(out, Leaf::GroupStart);
+                    for (peer, op, at) in parts.remote {
+                        let peer = Peer::Rank { rank: ExprArg::int(peer.to_string(), i64::from(peer)) };
+                        let op = match op {
+                            Dir::Send(buf) => SOp::Send { to: peer, buf, stream: nccl.clone(), comm: comm.clone() },
+                            Dir::Recv(buf) => SOp::Recv { from: peer, buf, stream: nccl.clone(), comm: comm.clone() },
+                        };
+                        out.push(Item { leaf: Leaf::Owned(Rc::new(op)), path: Rc::from(at.as_str()), env: env.clone() });
+                    }
+                    push(out, Leaf::GroupEnd);
+                }
+                if let Some((dst, src, at)) = parts.own {
+                    let copy = SOp::Memcpy { dst, src, stream: Some(nccl.clone()) };
+                    out.push(Item { leaf: Leaf::Owned(Rc::new(copy)), path: Rc::from(at.as_str()), env: env.clone() });
+                }
+            } else {
             let stream = nccl.clone();
             let coll = match op {
                 SOp::DistBroadcast { tensor, src: Root::Rank { rank }, .. } => SOp::Broadcast {
@@ -547,6 +700,7 @@ pub fn lower<'a>(
                 _ => return None,
             };
             owned(out, coll);
+            }
             match op {
                 SOp::DistAllGather { output, input, .. }
                 | SOp::DistReduceScatter { output, input, .. }
@@ -559,12 +713,18 @@ pub fn lower<'a>(
                 SOp::DistAllReduce { tensor, .. } | SOp::DistBroadcast { tensor, .. } | SOp::DistReduce { tensor, .. } => {
                     record(out, tensor, &nccl)
                 }
+                SOp::DistAllToAll { outputs, inputs, .. } => {
+                    for t in inputs.iter().chain(outputs) {
+                        record(out, t, &nccl);
+                    }
+                }
                 _ => {}
             }
             owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
             match async_op {
                 Some(w) => {
                     tcx.works.insert(w.clone(), vec![end_event(n, 0)]);
+                    tcx.stash(Some(w), stashed.take());
                 }
                 None => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
             }
@@ -626,8 +786,31 @@ pub fn lower<'a>(
         // `torch.cuda.synchronize()` is cudaDeviceSynchronize (P5).
         SOp::CudaSynchronize => owned(out, SOp::DeviceSync),
         // The caching allocator (P4): `torch.empty` allocates on the current stream, `del` frees.
-        SOp::Empty { tensor } => owned(out, SOp::Alloc { buf: tensor.clone(), stream: cur }),
-        SOp::Del { tensor } => owned(out, SOp::Free { buf: tensor.clone() }),
+        // With TORCH_NCCL_AVOID_RECORD_STREAMS, `del t` while a work's stash holds `t` only drops the Python
+        // reference: the block is freed when the last such work's `wait()` clears its stash (above). A stash whose
+        // work is never waited for is released by the watchdog (`workCleanupLoop`) once the op has completed, after
+        // which reusing the block is ordered after the op anyway; the model keeps such a block allocated.
+        SOp::Empty { tensor } => {
+            let name = super::expr::interpolate(tensor, &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v));
+            if let Some(n) = name.ok().filter(|n| tcx.deferred.contains(n.as_ref())) {
+                issues.push(
+                    Issue::new(field(path, 0), format!("`{n}` is allocated again while a work still holds its previous block"))
+                        .help("with TORCH_NCCL_AVOID_RECORD_STREAMS the deleted tensor stays in the work's stash until `work.wait()`; wait first, or give the new tensor another name (another `Pooled` buffer)")
+                        .on_rank(rank),
+                );
+                return Some(0);
+            }
+            owned(out, SOp::Alloc { buf: tensor.clone(), stream: cur })
+        }
+        SOp::Del { tensor } => {
+            let name = super::expr::interpolate(tensor, &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v));
+            match name.ok().filter(|n| tcx.holders.contains_key(n.as_ref())) {
+                Some(n) => {
+                    tcx.deferred.insert(n.into_owned());
+                }
+                None => owned(out, SOp::Free { buf: tensor.clone() }),
+            }
+        }
         // A tensor operation runs on the current stream (torch.cuda.current_stream()).
         SOp::Compute { name, reads, writes, duration } => owned(
             out,
@@ -661,4 +844,188 @@ fn peer_rank(peer: &Peer, rank: u32, ranks: u32, env: &Option<Rc<Env>>) -> Optio
         },
     };
     (p < ranks && p != rank).then_some(p)
+}
+
+/// One part of a lowered all-to-all: the send to or the recv from a peer.
+enum Dir {
+    Send(BufArg),
+    Recv(BufArg),
+}
+
+/// An all-to-all as point-to-point: (global peer, send or recv, the path it is written at) in NCCL call order, and
+/// the caller's own part as (destination, source, path).
+struct Parts {
+    remote: Vec<(u32, Dir, String)>,
+    own: Option<(BufArg, BufArg, String)>,
+}
+
+/// A size as written, filled in for `scope`; `None` when it does not parse (instantiation reports why).
+fn size_value(s: &Size, scope: &Scope) -> Option<u64> {
+    match s {
+        Size::Bytes(b) => Some(*b),
+        Size::Text(t) => super::units::parse_size(&super::expr::interpolate(t, &|v| scope.lookup(v)).ok()?).ok(),
+        Size::Invalid(_) => None,
+    }
+}
+
+/// The buffer (name as written), offset and length in bytes that a tensor argument names, when known.
+fn extent(arg: &BufArg, scope: &Scope, sizes: &BTreeMap<String, u64>) -> Option<(String, u64, u64)> {
+    match arg {
+        BufArg::Whole(n) => {
+            let name = super::expr::interpolate(n, &|v| scope.lookup(v)).ok()?;
+            sizes.get(name.as_ref()).map(|b| (n.clone(), 0, *b))
+        }
+        BufArg::Slice(n, o, l) => Some((n.clone(), size_value(o, scope)?, size_value(l, scope)?)),
+    }
+}
+
+/// The point-to-point parts of `dist.all_to_all` or of `dist.all_to_all_single` with split sizes (written at
+/// `path`) on `rank`, a member of the group `members` (global ranks in group order). Split sizes are checked as
+/// `c10d::checkSplitSizes` does and reported at their place; `None` leaves an `all_to_all_single` whose tensors'
+/// sizes are unknown to the plain `AllToAll`, so that resolution reports what is wrong with them.
+fn all_to_all_parts(
+    op: &SOp,
+    path: &str,
+    rank: u32,
+    members: &[u32],
+    scope: &Scope,
+    sizes: &BTreeMap<String, u64>,
+    issues: &mut Issues,
+) -> Option<Parts> {
+    let mut parts = Parts { remote: Vec::new(), own: None };
+    let Some(me) = members.iter().position(|m| *m == rank) else {
+        issues.push(Issue::new(path, "this rank is not a member of the process group's communicator").on_rank(rank));
+        return Some(parts);
+    };
+    let n = members.len();
+    match op {
+        SOp::DistAllToAll { outputs, inputs, .. } => {
+            let mut ok = true;
+            for (list, name) in [(inputs, "inputs"), (outputs, "outputs")] {
+                if list.len() != n {
+                    issues.push(
+                        Issue::new(field(path, name), format!("`{name}` has {} tensors; the group has {n} ranks", list.len()))
+                            .help("dist.all_to_all takes one tensor per rank of the group in each list (zero-sized ones included)")
+                            .on_rank(rank),
+                    );
+                    ok = false;
+                }
+            }
+            if !ok {
+                return Some(parts);
+            }
+            let len = |b: &BufArg| extent(b, scope, sizes).map(|e| e.2);
+            for (r, &peer) in members.iter().enumerate() {
+                let (i, o) = (&inputs[r], &outputs[r]);
+                let (ip, opath) = (index(&field(path, "inputs"), r), index(&field(path, "outputs"), r));
+                if r == me {
+                    match (len(i), len(o)) {
+                        (Some(a), Some(b)) if a != b => issues.push(
+                            Issue::new(opath, format!("this rank's own part differs in size: inputs[{r}] is {a} bytes, outputs[{r}] {b} bytes"))
+                                .help("rank r's inputs[j] is rank j's outputs[r]: here both are this rank's own part")
+                                .on_rank(rank),
+                        ),
+                        (Some(0), Some(0)) => {}
+                        _ => parts.own = Some((o.clone(), i.clone(), opath)),
+                    }
+                    continue;
+                }
+                if len(i) != Some(0) {
+                    parts.remote.push((peer, Dir::Send(i.clone()), ip));
+                }
+                if len(o) != Some(0) {
+                    parts.remote.push((peer, Dir::Recv(o.clone()), opath));
+                }
+            }
+        }
+        SOp::DistAllToAllSingle { output, input, output_split_sizes, input_split_sizes, .. } => {
+            let mut chunks = |arg: &BufArg, splits: &Option<Vec<Size>>, arg_name: &str, split_name: &str| {
+                let (buf, off, len) = extent(arg, scope, sizes)?;
+                let at = |j: usize| match splits {
+                    Some(_) => index(&field(path, split_name), j),
+                    None => field(path, arg_name),
+                };
+                let lens: Vec<u64> = match splits {
+                    None => {
+                        if len % n as u64 != 0 {
+                            issues.push(
+                                Issue::new(field(path, arg_name), format!("`{arg_name}` ({len} bytes) does not split into {n} equal parts"))
+                                    .help(format!("without `{split_name}` each rank of the group gets an equal part (c10d::checkSplitSizes); give the sizes"))
+                                    .on_rank(rank),
+                            );
+                            return Some(None);
+                        }
+                        vec![len / n as u64; n]
+                    }
+                    Some(list) => {
+                        if list.len() != n {
+                            issues.push(
+                                Issue::new(field(path, split_name), format!("`{split_name}` has {} sizes; the group has {n} ranks", list.len()))
+                                    .help("one size (bytes) per rank of the group, as dist.all_to_all_single requires")
+                                    .on_rank(rank),
+                            );
+                            return Some(None);
+                        }
+                        let mut lens = Vec::with_capacity(n);
+                        for (j, s) in list.iter().enumerate() {
+                            match size_value(s, scope) {
+                                Some(v) => lens.push(v),
+                                None => {
+                                    issues.push(
+                                        Issue::new(index(&field(path, split_name), j), "not a size")
+                                            .help(super::units::SIZE_HELP)
+                                            .on_rank(rank),
+                                    );
+                                    return Some(None);
+                                }
+                            }
+                        }
+                        let sum = lens.iter().try_fold(0u64, |a, b| a.checked_add(*b));
+                        if sum != Some(len) {
+                            let total = sum.map_or_else(|| "more than 2^64".to_string(), |s| s.to_string());
+                            issues.push(
+                                Issue::new(field(path, split_name), format!("`{split_name}` add up to {total} bytes, but `{arg_name}` is {len} bytes"))
+                                    .help("the split sizes must add up to the tensor (c10d::checkSplitSizes: \"Split sizes doesn't match total dim 0 size\")")
+                                    .on_rank(rank),
+                            );
+                            return Some(None);
+                        }
+                        lens
+                    }
+                };
+                let mut at_off = off;
+                let mut out = Vec::with_capacity(n);
+                for (j, l) in lens.into_iter().enumerate() {
+                    out.push((BufArg::Slice(buf.clone(), Size::Bytes(at_off), Size::Bytes(l)), l, at(j)));
+                    at_off = at_off.saturating_add(l);
+                }
+                Some(Some(out))
+            };
+            let send = chunks(input, input_split_sizes, "input", "input_split_sizes")?;
+            let recv = chunks(output, output_split_sizes, "output", "output_split_sizes")?;
+            let (Some(send), Some(recv)) = (send, recv) else { return Some(parts) };
+            for (r, ((s, sl, sat), (d, dl, dat))) in send.into_iter().zip(recv).enumerate() {
+                if r == me {
+                    if sl != dl {
+                        issues.push(
+                            Issue::new(dat, format!("this rank's own part differs in size: it sends itself {sl} bytes and receives {dl}"))
+                                .help(format!("input_split_sizes[{r}] and output_split_sizes[{r}] must be equal on rank {rank} (group rank {r})"))
+                                .on_rank(rank),
+                        );
+                    } else if sl != 0 {
+                        parts.own = Some((d, s, dat));
+                    }
+                    continue;
+                }
+                if sl != 0 {
+                    parts.remote.push((members[r], Dir::Send(s), sat));
+                }
+                if dl != 0 {
+                    parts.remote.push((members[r], Dir::Recv(d), dat));
+                }
+            }
+        }
+        _ => return None,
+    }
+    Some(parts)
 }
