@@ -199,3 +199,13 @@ fn n9_timed_runs_fire_the_watchdog_at_its_time() {
     let at = run.schedule.iter().position(|s| matches!(s, Step::Watchdog { rank: 0 })).expect("the watchdog fired");
     assert!(run.times_ns[at] >= 30_000_000_000 && run.times_ns[at] < 31_000_000_000, "{}", run.times_ns[at]);
 }
+
+/// The hardware programs of the lifecycle calls (`hw/programs/`, run with `cuorder-hw run` on two GPUs) are clean
+/// in the model: a hang or a failure on the hardware is then a finding about NCCL or the lowering, not the program.
+#[test]
+fn the_hardware_lifecycle_programs_are_clean_in_the_model() {
+    for f in ["hw/programs/nonblocking-lifecycle.ron", "hw/programs/abort-spinning-recv.ron"] {
+        let (r, _) = common::check_file(f, "portable");
+        assert_eq!(kinds(&r), Vec::<String>::new(), "{f}: {}", r.to_text());
+    }
+}

@@ -123,13 +123,15 @@ pub struct Comm {
     pub explicit_init: bool,
     /// `true` for a non-blocking communicator (`ncclConfig_t.blocking = 0`; N12): its calls return `ncclInProgress`
     /// and enqueue nothing until an [`OpKind::CommPoll`] sees `ncclSuccess`. `false` (the default): every call
-    /// blocks until done.
-    #[serde(default)]
+    /// blocks until done. Left out of the serialized form when `false`, so that programs without it serialize (and
+    /// fingerprint: `hw/src/pack.rs`) as before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub nonblocking: bool,
     /// A host watchdog over this communicator (N9), in nanoseconds: when work on it has not ended this long after
     /// it was issued, the rank's watchdog aborts the communicator (`ncclCommAbort`, N13), as ProcessGroupNCCL's
-    /// watchdog does after `init_process_group(timeout=)`. `None`: no watchdog (a hang stays a hang).
-    #[serde(default)]
+    /// watchdog does after `init_process_group(timeout=)`. `None`: no watchdog (a hang stays a hang); left out of
+    /// the serialized form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watchdog_ns: Option<u64>,
 }
 

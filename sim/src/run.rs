@@ -119,6 +119,7 @@ pub fn describe_step(sem: &Semantics, i: u32, before: Option<Before>, step: &Ste
             } else if after.host.threads[t].wait.is_some() {
                 let how = match &after.host.threads[t].wait {
                     Some(Wait::Connect { .. }) => " (connection set-up, N7)",
+                    Some(Wait::Poll(_)) => " (ncclInProgress, N12)",
                     _ => "",
                 };
                 ev(lane, format!("calls #{pc} {label} and blocks{how}"));
@@ -128,6 +129,11 @@ pub fn describe_step(sem: &Semantics, i: u32, before: Option<Before>, step: &Ste
         }
         Step::Connect { a, b, comm, .. } => {
             ev(sem.thread_label(*a), format!("connection set-up on {} with {} done (N7)", sem.comm_name(*comm), sem.thread_label(*b)));
+        }
+        Step::Watchdog { rank } => {
+            let aborted: Vec<&str> =
+                after.nccl.timeouts.iter().filter(|t| t.rank == *rank).flat_map(|t| t.comms.iter().map(|c| sem.comm_name(*c))).collect();
+            ev(format!("r{rank} watchdog"), format!("times out: a hang turned into abort of {} (N9, N13)", aborted.join(", ")));
         }
         _ => {}
     }
