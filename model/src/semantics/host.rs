@@ -174,8 +174,10 @@ impl<'p> Semantics<'p> {
         st.host.threads[t as usize].clock.tick(t as usize);
         let op = &self.ops_of(t)[pc as usize];
         let key = ItemKey::of(loc, 0);
-        // N12, N13: a call on a communicator that is still in progress, or no longer exists, is undefined.
-        if let Some(comm) = self.lifecycle_comm(&op.kind) {
+        // N12, N13: a call on a communicator that is still in progress, or no longer exists, is undefined. The op
+        // table's communicator is the one whose life the call depends on (NCCL calls, the life-cycle calls, a split's
+        // parent).
+        if let Some(comm) = self.info(loc).comm {
             if !self.check_comm_usable(st, loc, comm, self.acting_rank(loc)) {
                 return;
             }

@@ -26,46 +26,6 @@ impl<'p> Semantics<'p> {
         }
     }
 
-    /// The communicator whose life (N12, N13) a host call depends on: NCCL calls, and the lifecycle calls.
-    pub(crate) fn lifecycle_comm(&self, k: &OpKind) -> Option<CommId> {
-        match k {
-            OpKind::CommInit { comm }
-            | OpKind::CommPoll { comm }
-            | OpKind::CommAbort { comm }
-            | OpKind::CommFinalize { comm }
-            | OpKind::CommDestroy { comm }
-            | OpKind::Send { comm, .. }
-            | OpKind::Recv { comm, .. }
-            | OpKind::Collective { comm, .. } => Some(*comm),
-            OpKind::CommSplit { parent, .. } => Some(*parent),
-            OpKind::Kernel { .. }
-            | OpKind::Memset { .. }
-            | OpKind::Memcpy { .. }
-            | OpKind::EventRecord { .. }
-            | OpKind::StreamWaitEvent { .. }
-            | OpKind::EventQuery { .. }
-            | OpKind::EventSynchronize { .. }
-            | OpKind::StreamSynchronize { .. }
-            | OpKind::StreamQuery { .. }
-            | OpKind::DeviceSynchronize { .. }
-            | OpKind::HostSleep { .. }
-            | OpKind::HostAccess { .. }
-            | OpKind::Barrier { .. }
-            | OpKind::GroupStart
-            | OpKind::GroupEnd
-            | OpKind::Alloc { .. }
-            | OpKind::Free { .. }
-            | OpKind::RecordStream { .. }
-            | OpKind::Expect { .. }
-            | OpKind::CudaFree { .. }
-            | OpKind::CudaMalloc { .. }
-            | OpKind::CudaMallocHost { .. }
-            | OpKind::LoadModule { .. }
-            | OpKind::HostFunc { .. }
-            | OpKind::EmptyCache { .. } => None,
-        }
-    }
-
     /// `ncclGroupEnd`: the outermost one launches what the group collected (N4).
     pub(crate) fn group_end_call(&self, st: &mut State, t: ThreadId, choice: u32) {
         let th = &mut st.host.threads[t as usize];
