@@ -261,6 +261,13 @@ fn fixes(d: &Stuck) -> Vec<&'static str> {
              before ops that wait for each other",
         );
     }
+    if has(&|r| r == Reason::EarlierPlan) {
+        out.push(
+            "keep every group within one kernel plan: split a large group into several groups that each rank cuts the \
+             same way (bounded by count and size, as Megatron-LM PR 7189 does), or make sure no call of the group \
+             waits for work that a later call of the same group must let through (N14)",
+        );
+    }
     if has(&|r| r == Reason::CommSerialized) {
         out.push("put the ops that must progress together in one group (N4); one communicator runs its launches one after another even on different streams");
     }

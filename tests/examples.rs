@@ -18,6 +18,10 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("cudafree-during-recv.ron", &["deadlock sometimes"]),
     // Clean under portable, whose launch queue is unbounded; see the test below for a bounded one (S6).
     ("launch-queue-full.ron", &[]),
+    // N14: the third send to r1 is in the second kernel plan, behind the send to r2, whose recv waits for r1.
+    ("group-plan-split.ron", &["deadlock sometimes"]),
+    // The same calls in two groups that each fit one plan.
+    ("group-plan-split-fixed.ron", &[]),
 ];
 
 /// (file in examples/torch/, profile, expected kinds): the PyTorch-dialect examples.
@@ -239,6 +243,26 @@ fn launch_queue_full_hangs_with_a_bounded_queue() {
     let r = cuorder::report::check(&p, &bounded, &Default::default());
     assert_eq!(kinds(&r), vec!["deadlock always"], "{}", r.to_text());
     insta::assert_snapshot!("launch-queue-full-depth-2", common::without_stats(&r.to_text()));
+}
+
+/// N14: the deadlock of group-plan-split.ron comes from the kernel-plan cut alone: with one plan per group (the
+/// documented behaviour, `p2p_plan: None`) the program completes; under `eager` (16 MiB is beyond its 4 MiB window,
+/// so every send waits for its recv) it hangs in every execution, and the cycle names the plan.
+#[test]
+fn group_plan_split_hangs_only_through_the_plan_cut() {
+    use cuorder_model::profile::Profile;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/group-plan-split.ron");
+    let p = cuorder_model::format::load("group-plan-split", &std::fs::read_to_string(path).unwrap()).unwrap();
+    let one_plan = Profile { p2p_plan: None, ..Profile::portable() };
+    let r = cuorder::report::check(&p, &one_plan, &Default::default());
+    assert_eq!(kinds(&r), Vec::<String>::new(), "{}", r.to_text());
+    let r = cuorder::report::check(&p, &Profile::eager(), &Default::default());
+    assert_eq!(kinds(&r), vec!["deadlock always"], "{}", r.to_text());
+    let text = r.to_text();
+    assert!(text.contains("behind an earlier kernel plan of its group (plan 2 of its launch; N14)"), "{text}");
+    assert!(text.contains("Megatron-LM PR 7189"), "{text}");
+    let eager_one_plan = Profile { p2p_plan: None, ..Profile::eager() };
+    assert_eq!(kinds(&cuorder::report::check(&p, &eager_one_plan, &Default::default())), Vec::<String>::new());
 }
 
 #[test]

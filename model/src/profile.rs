@@ -147,6 +147,55 @@ pub struct Profile {
     /// blocked when launch lots of kernels (>1000)").
     #[serde(default)]
     pub launch_queue_depth_observed: Option<u32>,
+    /// N14: the kernel-plan budget NCCL cuts a group's point-to-point calls with; `None` (the default when a RON
+    /// profile leaves it out): every group is launched as one plan, as the NCCL User Guide describes (N4).
+    #[serde(default)]
+    pub p2p_plan: Option<PlanBudget>,
+}
+
+/// N14: how NCCL cuts the point-to-point calls of one group into kernel plans (NCCL `src/enqueue.cc`,
+/// `scheduleP2pTasksToPlan`). The calls are taken in NCCL's schedule order (per peer in call order, one send and one
+/// recv per round, rounds in the p2p schedule's order) as (send, recv) pairs; a pair joins the current plan while the
+/// plan's used batches plus `channels_per_peer` (the worst case a pair may need) fit in `batches`, and then uses
+/// `ceil(max(send bytes, recv bytes) / chunk_bytes)` batches, at least 1 and at most `channels_per_peer`. Plans run one
+/// after another on the stream, so a call in a later plan waits until every call of the earlier plans has finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanBudget {
+    /// Work batches one plan's kernel arguments hold (NCCL 2.28: 4 KiB of arguments, 16 bytes per batch: 254).
+    pub batches: u32,
+    /// Channels a (send, recv) pair may spread over (`p2pnChannelsPerPeer`; 64 on a one-rank communicator of an
+    /// H200; topology-dependent with more ranks).
+    pub channels_per_peer: u32,
+    /// Bytes one channel's share of a pair carries before the pair takes another channel (64 KiB measured).
+    pub chunk_bytes: u64,
+}
+
+impl PlanBudget {
+    /// What NCCL 2.28.9 did on an H200 (one-rank communicator, CUDA 13, driver 580): groups of 4-byte to 64 KiB
+    /// pairs took a new plan every 191 pairs, 128 KiB every 96, 256 KiB every 48, 512 KiB every 24, 1 MiB every 12,
+    /// 4 and 16 MiB every 3 (`traces/hw/plan-split-2026-12-02/`, `hw/scripts/plan-split.py`).
+    pub const H200_NCCL_2_28: PlanBudget = PlanBudget { batches: 254, channels_per_peer: 64, chunk_bytes: 64 << 10 };
+
+    /// Batches a (send, recv) pair of at most `bytes` each takes.
+    pub fn pair_cost(&self, bytes: u64) -> u32 {
+        let chunks = bytes.div_ceil(self.chunk_bytes.max(1)).max(1);
+        chunks.min(self.channels_per_peer.max(1) as u64) as u32
+    }
+
+    /// Whether one more pair fits a plan that already uses `used` batches (a plan always takes its first pair).
+    pub fn fits(&self, used: u32) -> bool {
+        used == 0 || used.saturating_add(self.channels_per_peer) <= self.batches
+    }
+
+    /// Pairs of `bytes` each that one plan holds.
+    pub fn pairs_per_plan(&self, bytes: u64) -> u32 {
+        // The first pair always fits; another fits while used + channels_per_peer <= batches.
+        match self.batches.checked_sub(self.channels_per_peer) {
+            Some(room) => room / self.pair_cost(bytes) + 1,
+            None => 1,
+        }
+    }
 }
 
 impl Profile {
@@ -159,7 +208,9 @@ impl Profile {
     ///   host at first contact (NCCL_COMM_BLOCKING, "Group calls"); non-mirrored first contact is undefined;
     /// - N5: launches on one communicator may be serialized (NCCL source), which can hang a program but orders
     ///   nothing a program may rely on;
-    /// - C1: a broadcast root may finish before the other members start, or wait for them.
+    /// - C1: a broadcast root may finish before the other members start, or wait for them;
+    /// - N14: a group's point-to-point calls are cut into kernel plans as NCCL 2.28 cuts them on an H200 (NCCL source,
+    ///   measured; the documentation says a group never blocks itself, the implementation can).
     pub fn portable() -> Profile {
         Profile {
             name: "portable".into(),
@@ -179,6 +230,7 @@ impl Profile {
             launch_blocking: false,
             launch_queue_depth: None,
             launch_queue_depth_observed: None,
+            p2p_plan: Some(PlanBudget::H200_NCCL_2_28),
         }
     }
 
@@ -205,6 +257,7 @@ impl Profile {
             launch_blocking: false,
             launch_queue_depth: None,
             launch_queue_depth_observed: None,
+            p2p_plan: Some(PlanBudget::H200_NCCL_2_28),
         }
     }
 
@@ -282,6 +335,20 @@ impl Profile {
                  until one starts."
             ),
         });
+        v.push(match &self.p2p_plan {
+            None => "N14 groups: every group's point-to-point calls are launched as one kernel plan.".to_string(),
+            Some(b) => format!(
+                "N14 groups: a group's point-to-point calls are cut into kernel plans that run one after another, as \
+                 NCCL 2.28 does ({} batches per plan, up to {} channels per pair, {} per channel: {} pairs of 64 KiB \
+                 per plan, {} of 1 MiB, {} of 16 MiB); a call in a later plan waits for the earlier plans.",
+                b.batches,
+                b.channels_per_peer,
+                crate::describe::bytes(b.chunk_bytes),
+                b.pairs_per_plan(64 << 10),
+                b.pairs_per_plan(1 << 20),
+                b.pairs_per_plan(16 << 20)
+            ),
+        });
         v.push(format!(
             "C1 parts that only send (a broadcast or scatter root, a gather non-root) may finish before the other members \
              start when their message {}.",
@@ -328,6 +395,14 @@ impl Profile {
             out.push("launch_queue_depth: Some(0) holds no launch, so no program could issue any work (S6); use \
                       Some(1) or more, or None for an unbounded queue"
                 .to_string());
+        }
+        if let Some(b) = &self.p2p_plan {
+            if b.channels_per_peer == 0 || b.chunk_bytes == 0 || b.batches == 0 {
+                out.push(format!(
+                    "p2p_plan: batches ({}), channels_per_peer ({}) and chunk_bytes ({}) must all be at least 1 (N14)",
+                    b.batches, b.channels_per_peer, b.chunk_bytes
+                ));
+            }
         }
         let s = &self.implicit_sync;
         for (name, sync) in [("free", s.free), ("malloc", s.malloc), ("malloc_host", s.malloc_host), ("lazy_load", s.lazy_load)] {

@@ -50,6 +50,8 @@ pub enum Rule {
     N12,
     /// Communicator end of life: abort, finalize, destroy; no use afterwards, no reliance on aborted data.
     N13,
+    /// A group's point-to-point calls may be cut into kernel plans that run one after another.
+    N14,
     /// Collectives: every member takes part, in one order; a broadcast root may finish early.
     C1,
     /// ProcessGroupNCCL runs each op on an internal NCCL stream with events before and after.
@@ -68,7 +70,7 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in the order of `docs/semantics.md`.
-    pub const ALL: [Rule; 28] = [
+    pub const ALL: [Rule; 29] = [
         Rule::S1,
         Rule::S2,
         Rule::S3,
@@ -90,6 +92,7 @@ impl Rule {
         Rule::N11,
         Rule::N12,
         Rule::N13,
+        Rule::N14,
         Rule::C1,
         Rule::P1,
         Rule::P2,
@@ -123,6 +126,7 @@ impl Rule {
             Rule::N11 => "N11",
             Rule::N12 => "N12",
             Rule::N13 => "N13",
+            Rule::N14 => "N14",
             Rule::C1 => "C1",
             Rule::P1 => "P1",
             Rule::P2 => "P2",

@@ -49,6 +49,8 @@ pub enum Reason {
     RecvWaitsSend,
     /// The matching op runs but is behind an earlier op to the same peer in its launch (N4).
     SamePeerOrder,
+    /// The matching op's launch runs but the op is in a later kernel plan than calls still unfinished (N14).
+    EarlierPlan,
     /// An op waits for the peer to issue the matching op, or the peer never does (N3).
     Unmatched,
     /// A collective part waits for a member's part (C1).
@@ -80,6 +82,7 @@ impl Reason {
             Reason::Connect { .. } => Rule::N7,
             Reason::Rendezvous { .. } | Reason::RecvWaitsSend => Rule::N2,
             Reason::SamePeerOrder => Rule::N4,
+            Reason::EarlierPlan => Rule::N14,
             Reason::Unmatched => Rule::N3,
             Reason::CollectiveMember => Rule::C1,
             Reason::QueueFull => Rule::S6,
@@ -384,7 +387,9 @@ impl<'p> Semantics<'p> {
         let rank = item.rank();
         let me = self.item_label(st, k);
         let (possible, guaranteed) = (self.profile.eager_bytes_per_connection, self.profile.eager_guaranteed());
-        for op in ops.iter().filter(|o| o.status == CommOpStatus::Pending) {
+        // An op of a later kernel plan waits for its own launch's earlier plan (N14): the ops of that plan say why.
+        let front = ops.iter().filter(|o| o.status == CommOpStatus::Pending).map(|o| o.plan).min().unwrap_or(0);
+        for op in ops.iter().filter(|o| o.status == CommOpStatus::Pending && o.plan == front) {
             let used = match op.kind {
                 CommOpKind::Send { peer, .. } => st.nccl.eager_used.get(&(*comm, rank, peer)).copied().unwrap_or(0),
                 _ => 0,
@@ -459,6 +464,10 @@ impl<'p> Semantics<'p> {
                     };
                     if oitem.status != ItemStatus::Running {
                         edge(Node::Item(ok), reason, format!("{lead} waits for {owhat} to run {why}"));
+                    } else if oops.iter().any(|o| o.plan < oop.plan && o.status == CommOpStatus::Pending) {
+                        // Running but held back by an unfinished earlier kernel plan of its group (N14).
+                        let text = format!("{lead} waits for {owhat}, which is behind an earlier kernel plan of its group (plan {} of its launch; N14)", oop.plan + 1);
+                        edge(Node::Item(ok), Reason::EarlierPlan, text);
                     } else {
                         // Running but held back by an earlier op to the same peer in its launch (N4).
                         edge(Node::Item(ok), Reason::SamePeerOrder, format!("{lead} waits for {owhat}, which is behind an earlier op to the same peer (N4)"));

@@ -26,7 +26,7 @@ pub mod state;
 mod streams;
 
 pub use explain::{Node, Reason, Stuck, WaitEdge};
-pub use nccl::{dirs_label, dirs_label_with};
+pub use nccl::{cut_plans, dirs_label, dirs_label_with, p2p_schedule_deltas, P2pCall};
 pub use ids::*;
 pub use state::*;
 

@@ -138,6 +138,10 @@ pub struct CommOp {
     pub status: CommOpStatus,
     /// Clock of the op's completion (joins the data flow; MODEL.md).
     pub done: Option<VClock>,
+    /// N14: the kernel plan of its launch the op is in (0 unless the profile's budget cuts the group); an op makes
+    /// progress only once every op of an earlier plan has finished.
+    #[serde(default)]
+    pub plan: u32,
 }
 
 /// What an item is.

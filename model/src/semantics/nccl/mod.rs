@@ -10,9 +10,93 @@ mod p2p;
 
 pub use connect::{dirs_label, dirs_label_with};
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
 use super::*;
 use crate::clock::Epoch;
 use crate::op_info::NcclRole;
+use crate::profile::PlanBudget;
+
+/// The P2P lane of a launch's op: its direction and peer (N4: one lane runs in call order); `None` for a collective.
+fn lane(k: &CommOpKind) -> Option<(u8, RankId)> {
+    match k {
+        CommOpKind::Send { peer, .. } => Some((0, *peer)),
+        CommOpKind::Recv { peer, .. } => Some((1, *peer)),
+        CommOpKind::Collective { .. } => None,
+    }
+}
+
+/// N14: NCCL's point-to-point schedule on one node (`init.cc`, flat case): the offsets `delta` of the rounds, in
+/// order; round r sends to `rank + delta` and receives from `rank - delta` (modulo `n`). The offsets are the
+/// triangular numbers modulo the next power of two of `n`, those below `n`, so every offset occurs exactly once.
+pub fn p2p_schedule_deltas(n: usize) -> Vec<usize> {
+    let pow2 = n.max(1).next_power_of_two();
+    let (mut out, mut delta) = (Vec::with_capacity(n), 0usize);
+    for round in 1..=pow2 {
+        if delta < n {
+            out.push(delta);
+        }
+        delta = (delta + round) & (pow2 - 1);
+    }
+    out
+}
+
+/// A point-to-point call of one launch, as [`cut_plans`] sees it: direction, the peer's position in the
+/// communicator, and the bytes it moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct P2pCall {
+    pub send: bool,
+    pub peer: usize,
+    pub bytes: u64,
+}
+
+/// N14: the kernel plan (0, 1, ..) of each of one rank's point-to-point `calls` of a group (in call order), on a
+/// communicator of `n` members where the rank is at position `me`, as NCCL cuts them with `budget`: (send, recv)
+/// pairs in NCCL's schedule order (epoch by epoch; in each, the rounds of [`p2p_schedule_deltas`], pairing the next
+/// send to `me + delta` with the next recv from `me - delta`), a new plan when the next pair does not fit
+/// ([`PlanBudget::fits`]). Calls that fit one plan however they pair (the common case) cost O(calls).
+pub fn cut_plans(budget: &PlanBudget, n: usize, me: usize, calls: &[P2pCall]) -> Vec<u32> {
+    let mut plans = vec![0u32; calls.len()];
+    let Some(largest) = calls.iter().map(|c| c.bytes).max() else { return plans };
+    if calls.len() as u64 <= budget.pairs_per_plan(largest) as u64 || n == 0 {
+        return plans;
+    }
+    let deltas = p2p_schedule_deltas(n);
+    let mut round_of = vec![0usize; n];
+    for (r, d) in deltas.iter().enumerate() {
+        round_of[*d] = r;
+    }
+    // Per round, the queues of the sends and the recvs that the round pairs, in call order.
+    let mut queues: BTreeMap<usize, (VecDeque<usize>, VecDeque<usize>)> = BTreeMap::new();
+    for (i, c) in calls.iter().enumerate() {
+        let p = c.peer % n;
+        if c.send {
+            queues.entry(round_of[(p + n - me % n) % n]).or_default().0.push_back(i);
+        } else {
+            queues.entry(round_of[(me % n + n - p) % n]).or_default().1.push_back(i);
+        }
+    }
+    let (mut plan, mut used, mut left) = (0u32, 0u32, calls.len());
+    while left > 0 {
+        for (sends, recvs) in queues.values_mut() {
+            let pair = [sends.pop_front(), recvs.pop_front()];
+            if pair == [None, None] {
+                continue;
+            }
+            if !budget.fits(used) {
+                plan += 1;
+                used = 0;
+            }
+            let bytes = pair.iter().flatten().map(|&i| calls[i].bytes).max().unwrap_or(0);
+            used = used.saturating_add(budget.pair_cost(bytes));
+            for i in pair.into_iter().flatten() {
+                plans[i] = plan;
+                left -= 1;
+            }
+        }
+    }
+    plans
+}
 
 impl<'p> Semantics<'p> {
     /// A send, recv or collective call: collected by an open group (N4: nothing is enqueued before the outermost
@@ -120,8 +204,9 @@ impl<'p> Semantics<'p> {
                 if !streams.contains(&stream) {
                     streams.push(stream);
                 }
-                cops.push(CommOp { loc, kind: ck, bytes, status: CommOpStatus::Pending, done: None });
+                cops.push(CommOp { loc, kind: ck, bytes, status: CommOpStatus::Pending, done: None, plan: 0 });
             }
+            self.assign_plans(comm, rank, &mut cops);
             self.check_matching(st, comm, rank, &cops);
             let all: Vec<BufRange> = cops.iter().flat_map(|o| self.info(o.loc).accesses.iter().map(|a| a.range)).collect();
             if !self.check_allocated(st, at, &all) {
@@ -200,9 +285,9 @@ impl<'p> Semantics<'p> {
         }
     }
 
-    /// Whether the op at `idx` of a running launch may make progress: the launch runs and every earlier P2P op of
-    /// the same launch to the same peer in the same direction has finished (N4). Collectives of one group run
-    /// concurrently (NCCL issue 900).
+    /// Whether the op at `idx` of a running launch may make progress: the launch runs, every earlier P2P op of the
+    /// same launch to the same peer in the same direction has finished (N4), and so has every op of an earlier
+    /// kernel plan (N14). Collectives of one group run concurrently (NCCL issue 900).
     pub(crate) fn op_eligible(item: &Item, idx: usize) -> bool {
         if item.status != ItemStatus::Running {
             return false;
@@ -212,13 +297,60 @@ impl<'p> Semantics<'p> {
         if me.status != CommOpStatus::Pending {
             return false;
         }
-        let lane = |k: &CommOpKind| match k {
-            CommOpKind::Send { peer, .. } => Some((0, *peer)),
-            CommOpKind::Recv { peer, .. } => Some((1, *peer)),
-            CommOpKind::Collective { .. } => None,
-        };
+        if me.plan > 0 && ops.iter().any(|o| o.plan < me.plan && o.status == CommOpStatus::Pending) {
+            return false;
+        }
         let Some(mine) = lane(&me.kind) else { return true };
         ops[..idx].iter().all(|o| lane(&o.kind) != Some(mine) || o.status != CommOpStatus::Pending)
+    }
+
+    /// The indices of a running launch's ops that may make progress ([`Self::op_eligible`] for each, in one pass:
+    /// a launch of hundreds of ops costs O(ops log ops) per step, not O(ops²)).
+    pub(crate) fn eligible_ops(item: &Item) -> Vec<usize> {
+        let ItemKind::Launch { ops, .. } = &item.kind else { return vec![] };
+        if item.status != ItemStatus::Running {
+            return vec![];
+        }
+        let Some(front) = ops.iter().filter(|o| o.status == CommOpStatus::Pending).map(|o| o.plan).min() else {
+            return vec![];
+        };
+        let mut lanes: BTreeSet<(u8, RankId)> = BTreeSet::new();
+        let mut out = vec![];
+        for (i, o) in ops.iter().enumerate() {
+            if o.status != CommOpStatus::Pending {
+                continue;
+            }
+            let first_of_lane = lane(&o.kind).is_none_or(|l| lanes.insert(l));
+            if first_of_lane && o.plan == front {
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    /// N14: numbers the kernel plans of a launch's point-to-point calls (`cops`, in call order) with the profile's
+    /// budget ([`cut_plans`]). Collectives stay in the first plan.
+    pub(crate) fn assign_plans(&self, comm: CommId, rank: RankId, cops: &mut [CommOp]) {
+        let Some(budget) = self.profile.p2p_plan else { return };
+        let members = &self.program.comms[comm.0 as usize].members;
+        let Some(me) = member_position(members, rank) else { return };
+        let pos = |peer: RankId| member_position(members, peer).expect("a peer is a member");
+        let calls: Vec<Option<P2pCall>> = cops
+            .iter()
+            .map(|o| match o.kind {
+                CommOpKind::Send { peer, .. } => Some(P2pCall { send: true, peer: pos(peer), bytes: o.bytes }),
+                CommOpKind::Recv { peer, .. } => Some(P2pCall { send: false, peer: pos(peer), bytes: o.bytes }),
+                CommOpKind::Collective { .. } => None,
+            })
+            .collect();
+        let p2p: Vec<P2pCall> = calls.iter().flatten().copied().collect();
+        let plans = cut_plans(&budget, members.len(), me, &p2p);
+        let mut next = plans.into_iter();
+        for (o, c) in cops.iter_mut().zip(&calls) {
+            if c.is_some() {
+                o.plan = next.next().expect("one plan per call");
+            }
+        }
     }
 
     /// Device steps of running launches: P2P delivery (N2) and collective completion (C1).
@@ -231,10 +363,8 @@ impl<'p> Semantics<'p> {
                 continue;
             }
             let rank = item.rank();
-            for (i, op) in ops.iter().enumerate() {
-                if !Self::op_eligible(item, i) {
-                    continue;
-                }
+            for i in Self::eligible_ops(item) {
+                let op = &ops[i];
                 match op.kind {
                     CommOpKind::Send { peer, seq } => self.send_steps(st, *comm, rank, peer, seq, op, out),
                     CommOpKind::Recv { peer, seq } => self.recv_steps(st, *comm, rank, peer, seq, op, out),
