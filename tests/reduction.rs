@@ -178,3 +178,27 @@ fn reduction_and_forgetting_keep_host_call_verdicts() {
         }
     }
 }
+
+/// Issue 10 (groups of many calls): transfers that cannot go eager and drains are explored alone. The plan-split
+/// deadlock (N14) keeps its verdict without reduction, under `portable` (eager possible, so only the drains are
+/// local) and `eager` (16 MiB sends beyond the window: their transfers are local too), and reduction explores fewer
+/// states.
+#[test]
+fn p2p_delivery_reduction_keeps_the_group_verdicts() {
+    let f = "examples/group-plan-split.ron";
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let p = cuorder_model::format::load(f, &std::fs::read_to_string(root.join(f)).unwrap()).unwrap();
+    let key = |r: &cuorder::report::Report| {
+        let mut v: Vec<String> = r.findings.iter().map(|f| format!("{} {}", f.kind, f.frequency)).collect();
+        v.sort();
+        v
+    };
+    for prof in [Profile::portable(), Profile::eager()] {
+        let on = check(&p, &prof, &Limits::default());
+        let off = check(&p, &prof, &Limits { reduce: false, max_states: 400_000, ..Limits::default() });
+        assert!(off.limit_hit.is_none(), "the unreduced search must finish for the comparison to mean something");
+        assert_eq!(key(&on), key(&off), "under {}", prof.name);
+        assert!(!key(&on).is_empty(), "the N14 deadlock is found under {}", prof.name);
+        assert!(on.states < off.states, "under {}: {} states reduced, {} not", prof.name, on.states, off.states);
+    }
+}

@@ -28,6 +28,8 @@ pub(crate) struct Tables {
     observer: Vec<BTreeMap<RankId, u32>>,
     /// Devices on which some op issues an NCCL launch (the others never have a spinning kernel; S1).
     pub(crate) nccl_on: std::collections::BTreeSet<RankId>,
+    /// Whether anything can abort a communicator (a `CommAbort` op or a watchdog; N9, N13).
+    pub(crate) aborts: bool,
 }
 
 impl Tables {
@@ -53,7 +55,9 @@ impl Tables {
             touch.push(t);
             observer.push(o);
         }
-        Tables { touch, observer, nccl_on }
+        let aborts = program.comms.iter().any(|c| c.watchdog_ns.is_some())
+            || program.ranks.iter().flat_map(|r| r.threads.iter()).flat_map(|t| t.ops.iter()).any(|o| matches!(o.kind, OpKind::CommAbort { .. }));
+        Tables { touch, observer, nccl_on, aborts }
     }
 }
 
@@ -98,14 +102,33 @@ impl<'p> Semantics<'p> {
         match step {
             Step::Item(k) => self.item_is_local(st, *k),
             Step::Host { thread, .. } => self.host_is_local(st, *thread),
-            Step::Transfer { .. }
-            | Step::Eager { .. }
-            | Step::Drain { .. }
+            // A transfer is the send's only way to finish when it cannot go eager (N2); otherwise delivering
+            // eagerly is an alternative with fewer happens-before edges, explored too.
+            Step::Transfer { send, recv } => !self.eager_possible(st, *send) && self.p2p_is_local(st, &[*send, *recv]),
+            Step::Drain { recv } => self.p2p_is_local(st, &[*recv]),
+            Step::Eager { .. }
             | Step::Collective { .. }
             | Step::RootEarly { .. }
             | Step::Connect { .. }
             | Step::Watchdog { .. } => false,
         }
+    }
+
+    /// A transfer with no eager alternative (or a drain) finishes two running ops (one) with clocks fixed when their
+    /// launches started, and touches no eager credit that any other step needs (a drain only gives credit back), so
+    /// it commutes with every other step and stays enabled until taken; and since it stays enabled, no state reached
+    /// without it is stuck.
+    /// Except: an abort (a `CommAbort` or a watchdog, N13) could end the ops first, and ending the launch changes
+    /// what a query or an allocation of the device may answer; so it is local only when the program has no abort
+    /// and no host thread has an op still to run that observes the devices of the ops.
+    fn p2p_is_local(&self, st: &State, ops: &[OpLoc]) -> bool {
+        if self.reduction.aborts {
+            return false;
+        }
+        ops.iter().all(|loc| {
+            let rank = self.acting_rank(*loc);
+            st.host.threads.iter().enumerate().all(|(u, th)| self.reduction.observer[u].get(&rank).is_none_or(|last| th.pc > *last))
+        })
     }
 
     fn item_is_local(&self, st: &State, k: ItemKey) -> bool {

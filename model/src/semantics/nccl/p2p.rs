@@ -29,6 +29,17 @@ impl<'p> Semantics<'p> {
         }
     }
 
+    /// Whether the running send at `send` could deliver eagerly now instead (N2: a non-empty message within what is
+    /// left of the window the profile allows at all).
+    pub(crate) fn eager_possible(&self, st: &State, send: OpLoc) -> bool {
+        let (item, op) = st.comm_op(self.find_comm_op(st, send));
+        let (ItemKind::Launch { comm, .. }, CommOpKind::Send { peer, .. }) = (&item.kind, op.kind) else {
+            return false;
+        };
+        let used = st.nccl.eager_used.get(&(*comm, item.rank(), peer)).copied().unwrap_or(0);
+        op.bytes > 0 && used.saturating_add(op.bytes) <= self.profile.eager_bytes_per_connection
+    }
+
     /// Whether an eager delivery goes beyond the profile's *guaranteed* window (N2): the platform may refuse it.
     pub fn eager_beyond_guarantee(&self, st: &State, send: OpLoc) -> bool {
         let (item, op) = st.comm_op(self.find_comm_op(st, send));
