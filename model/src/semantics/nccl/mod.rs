@@ -45,8 +45,11 @@ pub fn p2p_schedule_deltas(n: usize) -> Vec<usize> {
 /// communicator, and the bytes it moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct P2pCall {
+    /// `true` for a send, `false` for a recv.
     pub send: bool,
+    /// The peer's position in the communicator (0-based; not its global rank).
     pub peer: usize,
+    /// Bytes the call moves.
     pub bytes: u64,
 }
 
