@@ -417,6 +417,13 @@ impl<'p> Semantics<'p> {
         for s in &item.streams {
             c.tick(self.stream_agent(*s));
         }
+        // The ops' clocks live on in the launch's end; nothing reads them again, and keeping them would keep apart
+        // states that differ only in how each op finished (eagerly or not).
+        if let Some(ItemKind::Launch { ops, .. }) = st.streams.items.get_mut(&k).map(|i| &mut i.kind) {
+            for o in ops.iter_mut() {
+                o.done = None;
+            }
+        }
         self.finish_item(st, k, c, fx);
     }
 }

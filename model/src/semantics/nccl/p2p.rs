@@ -85,8 +85,19 @@ impl<'p> Semantics<'p> {
         let mut c = st.item(r.0).start.clone().expect("a running recv has started");
         c.join(st.item(s.0).start.as_ref().expect("a buffered send has started"));
         let bytes = st.comm_op(s).1.bytes;
+        // Canonical states: a connection with no bytes buffered has no entry, and a drained send is `Done` like a
+        // transferred one (its clock is already in its launch's end or will be), so executions that differ only in
+        // whether a send went eager meet again once its recv has drained it.
         if let Some(used) = st.nccl.eager_used.get_mut(&(comm, peer, me)) {
             *used = used.saturating_sub(bytes);
+            if *used == 0 {
+                st.nccl.eager_used.remove(&(comm, peer, me));
+            }
+        }
+        if let Some(item) = st.streams.items.get_mut(&s.0) {
+            if let ItemKind::Launch { ops, .. } = &mut item.kind {
+                ops[s.1 as usize].status = CommOpStatus::Done;
+            }
         }
         self.finish_comm_op(st, r, CommOpStatus::Done, c, fx);
     }
