@@ -38,6 +38,10 @@ pub struct Artifact {
     pub key: ProblemKey,
     /// The decision list: every step from the initial state, in order.
     pub schedule: Vec<Step>,
+    /// The PyTorch dialect's settings the program was loaded with (`explore --torch-version ..`); absent: the
+    /// program's own `torch:`. `replay` and `shrink` load the program with them.
+    #[serde(default, skip_serializing_if = "cuorder_model::format::TorchOptions::is_empty")]
+    pub torch: cuorder_model::format::TorchOptions,
 }
 
 /// The content hash recorded in an artifact.

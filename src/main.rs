@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use cuorder::{load_profile, load_program, report, timeline, LoadError};
+use cuorder::{load_profile, report, timeline, LoadError};
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::explore::Limits;
 use cuorder_sim::run::replay;
@@ -348,6 +348,8 @@ enum Command {
         save: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
+        #[command(flatten)]
+        torch: TorchArgs,
     },
     /// Replay a saved finding (from `explore --save`): prints the execution's timeline and "reproduced", or where
     /// the replay diverged. Exit 0 reproduced, 1 diverged or the problem is gone, 2 bad input.
@@ -514,7 +516,7 @@ fn artifact_and_program(
         ));
         return Err(ExitCode::from(2));
     };
-    let (prog, text) = load_program(&path, color).map_err(fail)?;
+    let (prog, text) = cuorder::load_program_with(&path, color, &a.torch).map_err(fail)?;
     Ok((a, path, prog, text))
 }
 
@@ -719,8 +721,9 @@ fn main() -> ExitCode {
             max_steps,
             save,
             format,
+            torch,
         } => {
-            let (prof, prog) = match load_both(&profile, &program, color) {
+            let (prof, prog) = match load_both_with(&profile, &program, color, torch) {
                 Ok(x) => x,
                 Err(e) => return fail(e),
             };
@@ -778,6 +781,7 @@ fn main() -> ExitCode {
                         summary: f.text.lines().next().unwrap_or("").to_string(),
                         key: ex.keys[i].clone(),
                         schedule: f.finding.witness.clone(),
+                        torch: torch.options(),
                     })
                     .collect();
                 if let Err(e) = cuorder::artifact::save_all(dir, &artifacts) {
@@ -788,6 +792,7 @@ fn main() -> ExitCode {
             match format {
                 Format::Text => {
                     println!("{header}");
+                    print!("{}", torch.note());
                     if let Some((hits, n)) = &hits {
                         for (i, h) in hits.iter().enumerate() {
                             println!("  finding {} seen in {h} of {n} executions (first with seed {})", i + 1, seeds[i].unwrap_or(0));
@@ -837,7 +842,7 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "program".into());
-            let opt = cuorder::shrink::ShrinkOptions { max_states, max_candidates, ..Default::default() };
+            let opt = cuorder::shrink::ShrinkOptions { max_states, max_candidates, torch: a.torch, ..Default::default() };
             let shrunk = match cuorder::shrink::shrink(&name, &text, &a.profile, &a.kind, &opt) {
                 Ok(s) => s,
                 Err(e) => {
@@ -876,6 +881,7 @@ fn main() -> ExitCode {
                 summary: shrunk.finding.text.lines().next().unwrap_or("").to_string(),
                 key: shrunk.key.clone(),
                 schedule: shrunk.finding.finding.witness.clone(),
+                torch: a.torch,
             };
             let art_text = ron::ser::to_string_pretty(&new, ron::ser::PrettyConfig::default()).unwrap_or_default() + "\n";
             if let Err(e) = std::fs::write(&art_path, art_text) {

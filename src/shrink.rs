@@ -27,11 +27,13 @@ pub struct ShrinkOptions {
     pub walks: u64,
     /// Candidates tried at most (each costs one oracle call).
     pub max_candidates: usize,
+    /// The PyTorch dialect's settings every candidate is loaded with (the artifact's).
+    pub torch: cuorder_model::format::TorchOptions,
 }
 
 impl Default for ShrinkOptions {
     fn default() -> Self {
-        ShrinkOptions { max_states: 5_000, walks: 20, max_candidates: 2_000 }
+        ShrinkOptions { max_states: 5_000, walks: 20, max_candidates: 2_000, torch: Default::default() }
     }
 }
 
@@ -220,7 +222,7 @@ fn search(sem: &Semantics, opt: &ShrinkOptions, wanted: impl Fn(&RenderedFinding
 
 /// The first finding with signature `want` in `text`, if it loads.
 fn oracle(name: &str, text: &str, profile: &Profile, want: &Signature, opt: &ShrinkOptions) -> Option<Found> {
-    let prog = cuorder_model::format::load(name, text).ok()?;
+    let prog = cuorder_model::format::load_with(name, text, &opt.torch).ok()?;
     let sem = Semantics::new(&prog, profile);
     let (f, key) = search(&sem, opt, |f| signature(&sem, f) == *want)?;
     Some((prog, f, key))
@@ -263,7 +265,7 @@ fn ranks_field(text: &str) -> Option<(usize, usize, u32)> {
 pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &ShrinkOptions) -> Result<Shrunk, String> {
     let none = || format!("no {kind} found in {name} under profile {} within the budgets (nothing to shrink)", profile.name);
     // The first finding of the kind sets the signature every candidate must keep; it is also the original's finding.
-    let prog = cuorder_model::format::load(name, text).map_err(|_| format!("{name} does not load"))?;
+    let prog = cuorder_model::format::load_with(name, text, &opt.torch).map_err(|_| format!("{name} does not load"))?;
     let sem = Semantics::new(&prog, profile);
     let (f, key) = search(&sem, opt, |f| f.kind == kind).ok_or_else(none)?;
     let want = signature(&sem, &f);

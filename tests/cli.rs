@@ -383,3 +383,33 @@ fn profile_files_with_unknown_or_meaningless_knobs_are_refused() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("implicit_sync.free: guaranteed AllDevices is wider than possible None"), "{err}");
 }
+
+/// `explore` takes the PyTorch dialect's settings like `check` (issue 10: it lacked them), records them in the
+/// saved artifact, and `replay` loads the program with them: megatron-batch-p2p.ron races with the end events
+/// inside the group (before PR 82450) and replays; since PR 82450 it is clean.
+#[test]
+fn explore_takes_torch_settings_and_replay_reuses_them() {
+    let dir = tmp("explore-torch");
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.display().to_string();
+    let base = ["explore", "examples/torch/megatron-batch-p2p.ron", "--strategy", "random", "--executions", "20", "--jobs", "1"];
+    let mut before: Vec<&str> = base.to_vec();
+    before.extend(["--torch-version", "before82450", "--save", &d]);
+    let (code, out, err) = cuorder(&before);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("--torch-version before82450"), "{out}");
+    assert!(out.contains("data race"), "{out}");
+    let mut since: Vec<&str> = base.to_vec();
+    since.extend(["--torch-version", "since82450"]);
+    let (code, out, err) = cuorder(&since);
+    assert_eq!(code, 3, "a clean sampled run exits 3: {out}{err}");
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(!files.is_empty());
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        assert!(text.contains("version: Some(Before82450)"), "{text}");
+        let (code, out, err) = cuorder(&["replay", &f.display().to_string()]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("reproduced:"), "{out}");
+    }
+}

@@ -62,7 +62,8 @@ pub const DEFAULT_KERNEL_NS: u64 = 10_000;
 /// program's `torch: Torch(..)` says (so that one script can be checked on each PyTorch profile; `cuorder check
 /// --torch-version/--torch-init/--torch-avoid-record-streams`). `None` keeps the program's value (or its default).
 /// A program without PyTorch calls is unaffected.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct TorchOptions {
     /// Lower as this ProcessGroupNCCL version (P3).
     pub version: Option<TorchVersion>,
@@ -70,6 +71,13 @@ pub struct TorchOptions {
     pub init: Option<TorchInit>,
     /// `TORCH_NCCL_AVOID_RECORD_STREAMS` (P4).
     pub avoid_record_streams: Option<bool>,
+}
+
+impl TorchOptions {
+    /// Whether nothing is overridden.
+    pub fn is_empty(&self) -> bool {
+        *self == TorchOptions::default()
+    }
 }
 
 /// Parses, expands and validates the program `text`; `name` becomes [`Program::name`]. On failure, every error found

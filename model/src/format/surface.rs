@@ -131,7 +131,7 @@ pub struct STorch {
 }
 
 /// How the default process group was initialised, which decides the communicator of unbatched P2P ops (P2).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename = "process group init")]
 pub enum STorchInit {
     /// `init_process_group("nccl")`: communicators are created lazily; an unbatched send or recv between ranks a < b
@@ -144,7 +144,7 @@ pub enum STorchInit {
 }
 
 /// The ProcessGroupNCCL behaviours that differ between PyTorch versions (P3).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(rename = "PyTorch version")]
 pub enum STorchVersion {
     /// Before pytorch/pytorch PR 82450 (2022): `batch_isend_irecv` records each work's end event inside the open
