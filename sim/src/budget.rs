@@ -35,8 +35,8 @@ pub fn state_bytes(st: &State) -> usize {
     for item in st.streams.items.values() {
         n += NODE + size_of_val(item) + clock(&item.issue) + opt_clock(&item.start) + opt_clock(&item.end);
         n += item.streams.capacity() * 8 + (item.deps.capacity() + item.waits.capacity()) * 12 + item.blocks.capacity() * 24;
-        if let ItemKind::Launch { ops, .. } = &item.kind {
-            n += ops.iter().map(|o| size_of_val(o) + opt_clock(&o.done)).sum::<usize>();
+        if let ItemKind::Launch { ops, finished, .. } = &item.kind {
+            n += ops.iter().map(size_of_val).sum::<usize>() + opt_clock(finished);
         }
     }
     n += st.streams.event_binding.len() * (NODE + 20);

@@ -229,13 +229,17 @@ struct Search<'a, 'p> {
 
 impl Search<'_, '_> {
     /// The enabled steps of a state, and the ones to explore from it (partial-order reduction: a step that
-    /// commutes with everything is explored alone).
+    /// commutes with everything is explored alone; otherwise the deliveries of one connection, if they form a
+    /// persistent set: [`Semantics::connection_set`]).
     fn successors(&self, st: &State) -> (Vec<Step>, Vec<Step>) {
         let sem = self.sem;
         let enabled = sem.enabled(st);
         let steps = match enabled.iter().find(|s| self.reduce && sem.is_local(st, s)) {
             Some(s) => vec![s.clone()],
-            None => enabled.clone(),
+            None => match self.reduce.then(|| sem.connection_set(st, &enabled)).flatten() {
+                Some(idx) => idx.into_iter().map(|i| enabled[i].clone()).collect(),
+                None => enabled.clone(),
+            },
         };
         (enabled, steps)
     }

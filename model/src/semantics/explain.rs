@@ -383,7 +383,7 @@ impl<'p> Semantics<'p> {
 
     fn launch_edges(&self, st: &State, k: ItemKey, edge: &mut impl FnMut(Node, Reason, String)) {
         let item = st.item(k);
-        let ItemKind::Launch { comm, ops } = &item.kind else { return };
+        let ItemKind::Launch { comm, ops, .. } = &item.kind else { return };
         let rank = item.rank();
         let me = self.item_label(st, k);
         let (possible, guaranteed) = (self.profile.eager_bytes_per_connection, self.profile.eager_guaranteed());

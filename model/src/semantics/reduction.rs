@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::op_info::{Resource, Use};
+use crate::op_info::{NcclRole, Resource, Use};
 
 /// The last op index at which a thread reads and writes each resource, and observes each device.
 pub(crate) struct Tables {
@@ -112,6 +112,50 @@ impl<'p> Semantics<'p> {
             | Step::Connect { .. }
             | Step::Watchdog { .. } => false,
         }
+    }
+
+    /// The connection (communicator, sender, receiver) a P2P delivery step acts on (N2, N3); `None` for other steps.
+    pub(crate) fn p2p_connection(&self, step: &Step) -> Option<(CommId, RankId, RankId)> {
+        let (loc, send) = match step {
+            Step::Eager { send } | Step::Transfer { send, .. } => (*send, true),
+            Step::Drain { recv } => (*recv, false),
+            _ => return None,
+        };
+        let info = self.info(loc);
+        let me = self.acting_rank(loc);
+        match (info.comm, info.nccl) {
+            (Some(c), Some(NcclRole::Send { peer })) if send => Some((c, me, peer)),
+            (Some(c), Some(NcclRole::Recv { peer })) if !send => Some((c, peer, me)),
+            _ => None,
+        }
+    }
+
+    /// A persistent set bigger than one step: the enabled delivery steps of one connection (indices into
+    /// `enabled`), when one of them cannot be withheld (not [`Self::starvable`]). Steps of different connections
+    /// touch different ops, lanes and eager credit, and with launches serialized per communicator (N5) no other
+    /// launch can add steps on the connection while these ops are unfinished; a step outside the set never disables
+    /// one inside it, so every final state, and every state stuck but for what the platform may withhold, is still
+    /// reached (the non-starvable step stays enabled on any path that avoids the set). Both alternatives of each send
+    /// (eager or wait for the recv) stay in the set, so "in every execution" keeps its meaning. Conditions as
+    /// [`Self::p2p_is_local`]: no abort, no thread left that observes the devices. Without it, an exchange in both
+    /// directions explored every interleaving of the two directions (a 2-rank group of 200 pairs: no verdict).
+    pub fn connection_set(&self, st: &State, enabled: &[Step]) -> Option<Vec<usize>> {
+        if !self.profile.serialize_per_comm || self.reduction.aborts {
+            return None;
+        }
+        let mut groups: BTreeMap<(CommId, RankId, RankId), Vec<usize>> = BTreeMap::new();
+        for (i, s) in enabled.iter().enumerate() {
+            if let Some(c) = self.p2p_connection(s) {
+                groups.entry(c).or_default().push(i);
+            }
+        }
+        let quiet = |r: RankId| {
+            st.host.threads.iter().enumerate().all(|(u, th)| self.reduction.observer[u].get(&r).is_none_or(|last| th.pc > *last))
+        };
+        groups.into_iter().find_map(|((_, a, b), idx)| {
+            let anchored = idx.iter().any(|i| !self.starvable(st, &enabled[*i]));
+            (anchored && idx.len() < enabled.len() && quiet(a) && quiet(b)).then_some(idx)
+        })
     }
 
     /// A transfer with no eager alternative (or a drain) finishes two running ops (one) with clocks fixed when their

@@ -136,8 +136,6 @@ pub struct CommOp {
     /// Bytes the op moves.
     pub bytes: u64,
     pub status: CommOpStatus,
-    /// Clock of the op's completion (joins the data flow; MODEL.md).
-    pub done: Option<VClock>,
     /// N14: the kernel plan of its launch the op is in (0 unless the profile's budget cuts the group); an op makes
     /// progress only once every op of an earlier plan has finished.
     #[serde(default)]
@@ -157,7 +155,14 @@ pub enum ItemKind {
     /// Stream-wait marker; its dependency is the captured record, if any (S3).
     WaitMarker,
     /// One NCCL launch on one communicator for one acting rank (N4, N5): a part on every stream in `streams`.
-    Launch { comm: CommId, ops: Vec<CommOp> },
+    Launch {
+        comm: CommId,
+        ops: Vec<CommOp>,
+        /// The join of the completion clocks (the data flow, MODEL.md) of the ops finished so far; the launch's end
+        /// joins it. Only the join is kept, not each op's clock: which op finished how is not observable after, and
+        /// keeping it made a group of n sends 2^n states apart (eager or not, per send).
+        finished: Option<VClock>,
+    },
 }
 
 /// Progress of an item.

@@ -277,12 +277,17 @@ impl<'p> Semantics<'p> {
             if let Some(c) = clock {
                 base.join(c);
             }
-            let ItemKind::Launch { ops, .. } = &mut item.kind else { unreachable!("a launch") };
+            let ItemKind::Launch { ops, finished, .. } = &mut item.kind else { unreachable!("a launch") };
             let mut aborted = vec![];
             for o in ops.iter_mut().filter(|o| o.status == CommOpStatus::Pending) {
                 o.status = CommOpStatus::Aborted;
-                o.done = Some(base.clone());
                 aborted.push(o.loc);
+            }
+            if !aborted.is_empty() {
+                match finished {
+                    Some(f) => f.join(&base),
+                    None => *finished = Some(base),
+                }
             }
             for loc in aborted {
                 if self.expected_writers.contains(&loc) {

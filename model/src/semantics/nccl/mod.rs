@@ -207,7 +207,7 @@ impl<'p> Semantics<'p> {
                 if !streams.contains(&stream) {
                     streams.push(stream);
                 }
-                cops.push(CommOp { loc, kind: ck, bytes, status: CommOpStatus::Pending, done: None, plan: 0 });
+                cops.push(CommOp { loc, kind: ck, bytes, status: CommOpStatus::Pending, plan: 0 });
             }
             self.assign_plans(comm, rank, &mut cops);
             self.check_matching(st, comm, rank, &cops);
@@ -229,7 +229,7 @@ impl<'p> Semantics<'p> {
                 }
             }
             st.nccl.comm_tail.insert((comm, rank), key);
-            self.enqueue(st, t, key, ItemKind::Launch { comm, ops: cops }, streams, deps, waits);
+            self.enqueue(st, t, key, ItemKind::Launch { comm, ops: cops, finished: None }, streams, deps, waits);
         }
     }
 
@@ -361,7 +361,7 @@ impl<'p> Semantics<'p> {
         // A running launch heads every queue it is on.
         for &k in heads {
             let (k, item) = (&k, st.item(k));
-            let ItemKind::Launch { comm, ops } = &item.kind else { continue };
+            let ItemKind::Launch { comm, ops, .. } = &item.kind else { continue };
             if item.status != ItemStatus::Running {
                 continue;
             }
@@ -397,10 +397,12 @@ impl<'p> Semantics<'p> {
 
     pub(crate) fn finish_comm_op(&self, st: &mut State, at: (ItemKey, u32), status: CommOpStatus, clock: VClock, fx: &mut Effects) {
         let item = st.streams.items.get_mut(&at.0).expect("launch exists");
-        let ItemKind::Launch { ops, .. } = &mut item.kind else { unreachable!("comm op outside a launch") };
-        let op = &mut ops[at.1 as usize];
-        op.status = status;
-        op.done = Some(clock);
+        let ItemKind::Launch { ops, finished, .. } = &mut item.kind else { unreachable!("comm op outside a launch") };
+        ops[at.1 as usize].status = status;
+        match finished {
+            Some(f) => f.join(&clock),
+            None => *finished = Some(clock),
+        }
         if ops.iter().all(|o| o.status != CommOpStatus::Pending) {
             self.end_launch(st, at.0, fx);
         }
@@ -409,20 +411,13 @@ impl<'p> Semantics<'p> {
     /// Ends a launch whose ops have all finished: its end joins every op's completion (MODEL.md).
     pub(crate) fn end_launch(&self, st: &mut State, k: ItemKey, fx: &mut Effects) {
         let item = st.item(k);
-        let ItemKind::Launch { ops, .. } = &item.kind else { unreachable!("not a launch") };
+        let ItemKind::Launch { finished, .. } = &item.kind else { unreachable!("not a launch") };
         let mut c = item.start.clone().expect("a running launch has started");
-        for o in ops {
-            c.join(o.done.as_ref().expect("a finished op has a clock"));
+        if let Some(f) = finished {
+            c.join(f);
         }
         for s in &item.streams {
             c.tick(self.stream_agent(*s));
-        }
-        // The ops' clocks live on in the launch's end; nothing reads them again, and keeping them would keep apart
-        // states that differ only in how each op finished (eagerly or not).
-        if let Some(ItemKind::Launch { ops, .. }) = st.streams.items.get_mut(&k).map(|i| &mut i.kind) {
-            for o in ops.iter_mut() {
-                o.done = None;
-            }
         }
         self.finish_item(st, k, c, fx);
     }
