@@ -520,6 +520,30 @@ fn artifact_and_program(
     Ok((a, path, prog, text))
 }
 
+/// `explore`'s report with each finding's witness hint pointing at `replay` of its saved artifact (`check`'s hint,
+/// `run --witness N`, re-runs `check`'s search, which numbers findings its own way and may not finish where
+/// sampling did; issue 10 review), or saying how to save it.
+fn replay_hints(text: &str, saved: &[PathBuf]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut n = 0;
+    for line in text.split_inclusive('\n') {
+        match (line.find("(`cuorder run PROGRAM --witness "), line.rfind("` prints it)")) {
+            (Some(a), Some(b)) if b > a => {
+                n += 1;
+                let hint = match saved.get(n - 1) {
+                    Some(p) => format!("(`cuorder replay {}` prints it)", p.display()),
+                    None => "(`--save DIR` keeps it; `cuorder replay DIR/finding-N-KIND.ron` prints it)".to_string(),
+                };
+                out.push_str(&line[..a]);
+                out.push_str(&hint);
+                out.push_str(&line[b + "` prints it)".len()..]);
+            }
+            _ => out.push_str(line),
+        }
+    }
+    out
+}
+
 fn load_both(
     profile: &str,
     program: &std::path::Path,
@@ -763,6 +787,7 @@ fn main() -> ExitCode {
             };
             let rep = report::build_report(&sem, &ex);
             let strategy_name = header.trim_start_matches("strategy ").split(',').next().unwrap_or("").to_string();
+            let mut saved: Vec<PathBuf> = vec![];
             if let Some(dir) = &save {
                 let bytes = std::fs::read(&program).unwrap_or_default();
                 let artifacts: Vec<cuorder::artifact::Artifact> = rep
@@ -784,9 +809,12 @@ fn main() -> ExitCode {
                         torch: torch.options(),
                     })
                     .collect();
-                if let Err(e) = cuorder::artifact::save_all(dir, &artifacts) {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
+                match cuorder::artifact::save_all(dir, &artifacts) {
+                    Ok(paths) => saved = paths,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
                 }
             }
             match format {
@@ -801,7 +829,7 @@ fn main() -> ExitCode {
                     if let Some(dir) = &save {
                         println!("  saved {} finding(s) to {} (`cuorder replay FILE`)", rep.findings.len(), dir.display());
                     }
-                    print!("{}", rep.to_text());
+                    print!("{}", replay_hints(&rep.to_text(), &saved));
                 }
                 Format::Json => println!("{}", serde_json::to_string_pretty(&rep).expect("report serializes")),
             }

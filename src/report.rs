@@ -164,6 +164,12 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
             } else if d.starvation {
                 s.push_str("NCCL may refuse to buffer a send beyond its guaranteed eager window: the send then waits for its recv (N2)\n");
             }
+            if d.cycle.iter().any(|e| e.reason == Reason::EarlierPlan) {
+                s.push_str(
+                    "NCCL cuts a large group into kernel plans that run one after another, in its schedule order: a call \
+                     of a later plan waits for every call of the earlier ones (N14)\n",
+                );
+            }
             s.push_str(if d.is_cycle { "wait-for cycle:\n" } else { "wait-for chain (ends in a wait that nothing satisfies):\n" });
             for (i, e) in d.cycle.iter().enumerate() {
                 s.push_str(&format!("  {}. {}\n", i + 1, e.text));

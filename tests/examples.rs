@@ -259,7 +259,12 @@ fn group_plan_split_hangs_only_through_the_plan_cut() {
     let r = cuorder::report::check(&p, &Profile::eager(), &Default::default());
     assert_eq!(kinds(&r), vec!["deadlock always"], "{}", r.to_text());
     let text = r.to_text();
-    assert!(text.contains("behind an earlier kernel plan of its group (plan 2 of its launch; N14)"), "{text}");
+    // The wait names the plan and the call that keeps the earlier plan open (the send to r2).
+    assert!(
+        text.contains("which NCCL put in kernel plan 2 of its group; that plan starts only when plan 1 ends, and plan 1 still waits for #11 send(to r2"),
+        "{text}"
+    );
+    assert!(text.contains("NCCL cuts a large group into kernel plans"), "{text}");
     assert!(text.contains("Megatron-LM PR 7189"), "{text}");
     let eager_one_plan = Profile { p2p_plan: None, ..Profile::eager() };
     assert_eq!(kinds(&cuorder::report::check(&p, &eager_one_plan, &Default::default())), Vec::<String>::new());

@@ -124,11 +124,16 @@ impl<'p> Semantics<'p> {
         let streams: Vec<String> = item.streams.iter().map(|s| self.program.stream_label(*s, r)).collect();
         let body = match &item.kind {
             ItemKind::Launch { ops, .. } if ops.len() > 1 || ops[0].loc.op != k.op => {
+                // A group of hundreds of calls is named by its first calls and its size (issue 10 review: a
+                // 201-call group made one line of a report 22 KB long).
+                const SHOWN: usize = 4;
                 let parts: Vec<String> = ops
                     .iter()
+                    .take(SHOWN)
                     .map(|o| format!("#{} {}", o.loc.op, self.program.op_label(r, &self.op(o.loc).kind)))
                     .collect();
-                format!("group ending at #{} [{}]", k.op, parts.join("; "))
+                let more = if ops.len() > SHOWN { format!("; … {} calls in all", ops.len()) } else { String::new() };
+                format!("group ending at #{} [{}{more}]", k.op, parts.join("; "))
             }
             _ => format!("#{} {}", k.op, self.program.op_label(r, &self.op(k.loc()).kind)),
         };
@@ -465,8 +470,24 @@ impl<'p> Semantics<'p> {
                     if oitem.status != ItemStatus::Running {
                         edge(Node::Item(ok), reason, format!("{lead} waits for {owhat} to run {why}"));
                     } else if oops.iter().any(|o| o.plan < oop.plan && o.status == CommOpStatus::Pending) {
-                        // Running but held back by an unfinished earlier kernel plan of its group (N14).
-                        let text = format!("{lead} waits for {owhat}, which is behind an earlier kernel plan of its group (plan {} of its launch; N14)", oop.plan + 1);
+                        // Running but held back by an unfinished earlier kernel plan of its group (N14): name the
+                        // calls that keep the earlier plan open.
+                        let front = oops.iter().filter(|o| o.status == CommOpStatus::Pending).map(|o| o.plan).min().unwrap_or(0);
+                        let (or2, _) = self.thread_of[oop.loc.thread as usize];
+                        let holders: Vec<String> = oops
+                            .iter()
+                            .filter(|o| o.plan == front && o.status == CommOpStatus::Pending)
+                            .take(3)
+                            .map(|o| format!("#{} {}", o.loc.op, self.program.op_label(or2, &self.op(o.loc).kind)))
+                            .collect();
+                        let text = format!(
+                            "{lead} waits for {owhat}, which NCCL put in kernel plan {} of its group; that plan starts only \
+                             when plan {} ends, and plan {} still waits for {} (N14)",
+                            oop.plan + 1,
+                            front + 1,
+                            front + 1,
+                            holders.join(", ")
+                        );
                         edge(Node::Item(ok), Reason::EarlierPlan, text);
                     } else {
                         // Running but held back by an earlier op to the same peer in its launch (N4).
