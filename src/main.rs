@@ -849,7 +849,8 @@ fn main() -> ExitCode {
             match cuorder::artifact::replay_artifact(&sem, &a) {
                 cuorder::artifact::Replayed::Reproduced(t) => {
                     print!("{}", timeline::render(&sem, &t));
-                    println!("reproduced: {}: {}", a.kind, a.summary);
+                    // The summary is the finding's first line, which may end by introducing the next ("on r0 g:").
+                    println!("reproduced: {}: {}", a.kind, a.summary.trim_end_matches(':'));
                     ExitCode::SUCCESS
                 }
                 cuorder::artifact::Replayed::Vanished(t) => {

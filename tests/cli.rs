@@ -411,5 +411,8 @@ fn explore_takes_torch_settings_and_replay_reuses_them() {
         let (code, out, err) = cuorder(&["replay", &f.display().to_string()]);
         assert_eq!(code, 0, "{out}{err}");
         assert!(out.contains("reproduced:"), "{out}");
+        // Review: the race's summary ("on r0 grad (device memory):") used to end the line with a colon.
+        let line = out.lines().find(|l| l.starts_with("reproduced:")).unwrap();
+        assert!(!line.ends_with(':'), "{line}");
     }
 }
