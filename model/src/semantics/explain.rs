@@ -393,7 +393,7 @@ impl<'p> Semantics<'p> {
         let me = self.item_label(st, k);
         let (possible, guaranteed) = (self.profile.eager_bytes_per_connection, self.profile.eager_guaranteed());
         // An op of a later kernel plan waits for its own launch's earlier plan (N14): the ops of that plan say why.
-        let front = ops.iter().filter(|o| o.status == CommOpStatus::Pending).map(|o| o.plan).min().unwrap_or(0);
+        let front = nccl::front_plan(ops).unwrap_or(0);
         for op in ops.iter().filter(|o| o.status == CommOpStatus::Pending && o.plan == front) {
             let used = match op.kind {
                 CommOpKind::Send { peer, .. } => st.nccl.eager_used.get(&(*comm, rank, peer)).copied().unwrap_or(0),
@@ -469,10 +469,9 @@ impl<'p> Semantics<'p> {
                     };
                     if oitem.status != ItemStatus::Running {
                         edge(Node::Item(ok), reason, format!("{lead} waits for {owhat} to run {why}"));
-                    } else if oops.iter().any(|o| o.plan < oop.plan && o.status == CommOpStatus::Pending) {
+                    } else if let Some(front) = nccl::front_plan(oops).filter(|f| *f < oop.plan) {
                         // Running but held back by an unfinished earlier kernel plan of its group (N14): name the
                         // calls that keep the earlier plan open.
-                        let front = oops.iter().filter(|o| o.status == CommOpStatus::Pending).map(|o| o.plan).min().unwrap_or(0);
                         let (or2, _) = self.thread_of[oop.loc.thread as usize];
                         let holders: Vec<String> = oops
                             .iter()

@@ -149,12 +149,9 @@ impl<'p> Semantics<'p> {
                 groups.entry(c).or_default().push(i);
             }
         }
-        let quiet = |r: RankId| {
-            st.host.threads.iter().enumerate().all(|(u, th)| self.reduction.observer[u].get(&r).is_none_or(|last| th.pc > *last))
-        };
         groups.into_iter().find_map(|((_, a, b), idx)| {
             let anchored = idx.iter().any(|i| !self.starvable(st, &enabled[*i]));
-            (anchored && idx.len() < enabled.len() && quiet(a) && quiet(b)).then_some(idx)
+            (anchored && idx.len() < enabled.len() && self.device_quiet(st, a) && self.device_quiet(st, b)).then_some(idx)
         })
     }
 
@@ -169,10 +166,13 @@ impl<'p> Semantics<'p> {
         if self.reduction.aborts {
             return false;
         }
-        ops.iter().all(|loc| {
-            let rank = self.acting_rank(*loc);
-            st.host.threads.iter().enumerate().all(|(u, th)| self.reduction.observer[u].get(&rank).is_none_or(|last| th.pc > *last))
-        })
+        ops.iter().all(|loc| self.device_quiet(st, self.acting_rank(*loc)))
+    }
+
+    /// Whether no host thread has an op still to run whose outcome observes how far device `rank` has got (a query,
+    /// an allocation; [`OpInfo::observes`]).
+    fn device_quiet(&self, st: &State, rank: RankId) -> bool {
+        st.host.threads.iter().enumerate().all(|(u, th)| self.reduction.observer[u].get(&rank).is_none_or(|last| th.pc > *last))
     }
 
     fn item_is_local(&self, st: &State, k: ItemKey) -> bool {
@@ -181,9 +181,7 @@ impl<'p> Semantics<'p> {
             return false;
         }
         let rank = item.rank();
-        let quiet = st.host.threads.iter().enumerate().all(|(u, th)| {
-            self.reduction.observer[u].get(&rank).is_none_or(|last| th.pc > *last)
-        });
+        let quiet = self.device_quiet(st, rank);
         let no_spinner = self.profile.independent_progress
             || !self.reduction.nccl_on.contains(&rank)
             || !st.streams.items.values().any(|i| {

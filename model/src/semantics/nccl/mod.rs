@@ -26,6 +26,12 @@ fn lane(k: &CommOpKind) -> Option<(u8, RankId)> {
     }
 }
 
+/// N14: the earliest kernel plan of a launch that still has a pending call (`None` when none is pending); only
+/// calls of that plan may make progress.
+pub(crate) fn front_plan(ops: &[CommOp]) -> Option<u32> {
+    ops.iter().filter(|o| o.status == CommOpStatus::Pending).map(|o| o.plan).min()
+}
+
 /// N14: NCCL's point-to-point schedule on one node (`init.cc`, flat case): the offsets `delta` of the rounds, in
 /// order; round r sends to `rank + delta` and receives from `rank - delta` (modulo `n`). The offsets are the
 /// triangular numbers modulo the next power of two of `n`, those below `n`, so every offset occurs exactly once.
@@ -300,7 +306,7 @@ impl<'p> Semantics<'p> {
         if me.status != CommOpStatus::Pending {
             return false;
         }
-        if me.plan > 0 && ops.iter().any(|o| o.plan < me.plan && o.status == CommOpStatus::Pending) {
+        if front_plan(ops).is_some_and(|f| f < me.plan) {
             return false;
         }
         let Some(mine) = lane(&me.kind) else { return true };
@@ -314,7 +320,7 @@ impl<'p> Semantics<'p> {
         if item.status != ItemStatus::Running {
             return vec![];
         }
-        let Some(front) = ops.iter().filter(|o| o.status == CommOpStatus::Pending).map(|o| o.plan).min() else {
+        let Some(front) = front_plan(ops) else {
             return vec![];
         };
         let mut lanes: BTreeSet<(u8, RankId)> = BTreeSet::new();

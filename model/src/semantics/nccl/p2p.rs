@@ -14,9 +14,25 @@ impl<'p> Semantics<'p> {
             }
         }
         let used = st.nccl.eager_used.get(&(comm, rank, peer)).copied().unwrap_or(0);
-        if op.bytes > 0 && used.saturating_add(op.bytes) <= self.profile.eager_bytes_per_connection {
+        if self.fits_eager(used, op.bytes) {
             out.push(Step::Eager { send: op.loc });
         }
+    }
+
+    /// Whether a send of `bytes` fits what is left of the eager window the profile allows at all, on a connection
+    /// that already holds `used` buffered bytes (N2); a zero-byte send never delivers eagerly.
+    fn fits_eager(&self, used: u64, bytes: u64) -> bool {
+        bytes > 0 && used.saturating_add(bytes) <= self.profile.eager_bytes_per_connection
+    }
+
+    /// The bytes buffered on the connection of the running send at `send`, and the send's own bytes; `None` when
+    /// `send` is not a send.
+    fn eager_load(&self, st: &State, send: OpLoc) -> Option<(u64, u64)> {
+        let (item, op) = st.comm_op(self.find_comm_op(st, send));
+        let (ItemKind::Launch { comm, .. }, CommOpKind::Send { peer, .. }) = (&item.kind, op.kind) else {
+            return None;
+        };
+        Some((st.nccl.eager_used.get(&(*comm, item.rank(), peer)).copied().unwrap_or(0), op.bytes))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -32,22 +48,12 @@ impl<'p> Semantics<'p> {
     /// Whether the running send at `send` could deliver eagerly now instead (N2: a non-empty message within what is
     /// left of the window the profile allows at all).
     pub(crate) fn eager_possible(&self, st: &State, send: OpLoc) -> bool {
-        let (item, op) = st.comm_op(self.find_comm_op(st, send));
-        let (ItemKind::Launch { comm, .. }, CommOpKind::Send { peer, .. }) = (&item.kind, op.kind) else {
-            return false;
-        };
-        let used = st.nccl.eager_used.get(&(*comm, item.rank(), peer)).copied().unwrap_or(0);
-        op.bytes > 0 && used.saturating_add(op.bytes) <= self.profile.eager_bytes_per_connection
+        self.eager_load(st, send).is_some_and(|(used, bytes)| self.fits_eager(used, bytes))
     }
 
     /// Whether an eager delivery goes beyond the profile's *guaranteed* window (N2): the platform may refuse it.
     pub fn eager_beyond_guarantee(&self, st: &State, send: OpLoc) -> bool {
-        let (item, op) = st.comm_op(self.find_comm_op(st, send));
-        let (ItemKind::Launch { comm, .. }, CommOpKind::Send { peer, .. }) = (&item.kind, op.kind) else {
-            return false;
-        };
-        let used = st.nccl.eager_used.get(&(*comm, item.rank(), peer)).copied().unwrap_or(0);
-        used.saturating_add(op.bytes) > self.profile.eager_guaranteed()
+        self.eager_load(st, send).is_some_and(|(used, bytes)| used.saturating_add(bytes) > self.profile.eager_guaranteed())
     }
 
     /// Rendezvous: both running; the recv's end joins the send's start, and the send's end joins the recv's start
