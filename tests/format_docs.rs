@@ -66,7 +66,7 @@ fn every_operation_has_an_example() {
         "Parity(even: Next", "For(", "If(stage", "then: [", "Rank(stage + 1)", "{i}", "Expect(", "written_by: Kernel(",
         "InitProcessGroup", "DistSend(", "DistRecv(", "Isend(", "Irecv(", "BatchIsendIrecv(", "P2POp(", "WorkWait(",
         "DistAllReduce(", "DistBroadcast(", "DistAllGather(", "DistReduceScatter(", "AllToAll(", "Reduce(", "Gather(", "Scatter(", "CommSplit(", "NewGroup(",
-        "DistAllToAllSingle(", "input_split_sizes: [", "output_split_sizes: [", "DistAllToAll(outputs: [", "avoid_record_streams: true", "DistReduce(", "DistGather(", "DistScatter(", "group: ", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
+        "DistAllToAllSingle(", "input_split_sizes: [", "output_split_sizes: [", "DistAllToAll(outputs: [", "DistAllGatherList(tensor_list: [", "DistReduceScatterList(output: ", "avoid_record_streams: true", "DistReduce(", "DistGather(", "DistScatter(", "group: ", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
         "Malloc(", "MallocHost(", "LoadModule(", "HostFunc(", "calls_cuda: true", "EmptyCache",
         "DistAllToAllSingle(", "DistReduce(", "DistGather(", "DistScatter(", "group: ", "Poll(", "CommAbort(", "DestroyProcessGroup", "timeout: \"30 s\"", "CommFinalize(", "CommDestroy(", "config: NonBlocking", "CudaSynchronize", "WithStream(", "Compute(", "RecordEvent(", "WaitEvent(", "Empty(", "Del(", "DistBarrier",
     ] {

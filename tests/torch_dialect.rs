@@ -273,3 +273,137 @@ fn check_takes_the_torch_profile_from_the_command_line() {
     let (code, _, err) = cuorder(&["check", m, "--torch-avoid-record-streams", "yes"]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// `dist.all_gather(tensor_list, tensor)` on two ranks: rank r contributes `x` and gathers both parts into `o0`, `o1`;
+/// `PEEK` is spliced in before the work's wait.
+fn gather_list(peek: &str) -> String {
+    format!(
+        r#"Program(ranks: 2, torch: Torch(init: Eager),
+    buffers: [Buffer("x", "1 MiB"), Buffer("o0", "1 MiB"), Buffer("o1", "1 MiB")],
+    threads: [Thread("main", [InitProcessGroup, Compute("fill", writes: ["x"]),
+        DistAllGatherList(tensor_list: ["o0", "o1"], tensor: "x", async_op: "g"),
+        {peek}
+        WorkWait("g"), Expect("o1", written_by: Memcpy, stream: "sL"), Compute("use", reads: ["o0", "o1"]), CudaSynchronize])])"#
+    )
+}
+
+#[test]
+fn all_gather_of_a_list_gathers_into_a_flat_temporary_and_copies_out_on_the_nccl_stream() {
+    let p = loaded("ag", &gather_list(""), &TorchOptions::default());
+    let ops = rank0_kinds(&p);
+    // newLikeFlat on the current stream, syncStream, ncclAllGather into the temporary, the post hook's two copies,
+    // the end event; the temporary dies at the work's wait.
+    let from = ops.iter().position(|k| *k == "Alloc").expect("the temporary is allocated");
+    let lowered: Vec<&str> = ops[from..].iter().copied().filter(|k| *k != "other" && *k != "RecordStream").collect();
+    assert_eq!(lowered, ["Alloc", "Wait", "Collective", "Memcpy", "Memcpy", "Wait", "Free"], "{ops:?}");
+    let ag = p.ranks[0].threads[0].ops.iter().find_map(|o| match &o.kind {
+        OpKind::Collective { send, recv, .. } => Some((send.len, recv.len, recv.buf)),
+        _ => None,
+    });
+    let (send, recv, flat) = ag.expect("an AllGather");
+    assert_eq!((send, recv), (1 << 20, 2 << 20));
+    assert_eq!(p.ranks[0].buffers[flat.index as usize].name, "torch.flat.0");
+    assert!(p.ranks[0].buffers[flat.index as usize].pooled);
+    assert_eq!(verdict(&p), Vec::<String>::new());
+    // Reading an output before the wait races with its copy on the NCCL stream (the user's tensor, not the
+    // temporary, is what the post hook writes).
+    let early = cuorder::report::check(
+        &loaded("early", &gather_list(r#"Compute("peek", reads: ["o1"]),"#), &TorchOptions::default()),
+        &Profile::portable(),
+        &Default::default(),
+    );
+    assert!(!kinds(&early).is_empty() && kinds(&early).iter().all(|k| k == "data race always"), "{:?}", kinds(&early));
+    assert!(early.to_text().contains("memcpy"), "{}", early.to_text());
+}
+
+#[test]
+fn all_gather_of_unequal_sizes_is_a_group_of_broadcasts() {
+    // Rank r's part is (1 + r) MiB: ProcessGroupNCCL coalesces one _broadcast_oop per rank into one NCCL group.
+    let text = r#"Program(ranks: 2, torch: Torch(init: Eager),
+    buffers: [Buffer("x", "2 MiB"), Buffer("o0", "1 MiB"), Buffer("o1", "2 MiB")],
+    threads: [Thread("main", [InitProcessGroup, Compute("fill", writes: ["x"]),
+        DistAllGatherList(tensor_list: ["o0", "o1"], tensor: Slice("x", 0, "{1 + rank} MiB")),
+        Compute("use", reads: ["o0", "o1"]), CudaSynchronize])])"#;
+    let p = loaded("agv", text, &TorchOptions::default());
+    let ops = rank0_kinds(&p);
+    assert!(!ops.contains(&"Alloc"), "no temporary: {ops:?}");
+    let g = ops.iter().position(|k| *k == "GroupStart").expect("a group");
+    assert_eq!(ops[g..g + 4], ["GroupStart", "Collective", "Collective", "GroupEnd"], "{ops:?}");
+    let roots: Vec<String> = p.ranks[1].threads[0]
+        .ops
+        .iter()
+        .filter_map(|o| match &o.kind {
+            OpKind::Collective { kind, send, recv, .. } => Some(format!("{kind:?} {} {}", send.len, recv.len)),
+            _ => None,
+        })
+        .collect();
+    // On rank 1: root 0 broadcasts 1 MiB into o0 (in place); rank 1 is root of its own 2 MiB part, read from x.
+    assert_eq!(roots, ["Broadcast { root: 0 } 1048576 1048576", "Broadcast { root: 1 } 2097152 2097152"]);
+    assert_eq!(verdict(&p), Vec::<String>::new());
+}
+
+#[test]
+fn reduce_scatter_of_a_list_copies_into_a_flat_temporary_first() {
+    let text = r#"Program(ranks: 2, torch: Torch(init: Eager),
+    buffers: [Buffer("i0", "1 MiB"), Buffer("i1", "1 MiB"), Buffer("out", "1 MiB")],
+    threads: [Thread("main", [InitProcessGroup, Compute("fill", writes: ["i0", "i1"]),
+        DistReduceScatterList(output: "out", input_list: ["i0", "i1"], async_op: "r"),
+        PEEK
+        WorkWait("r"), Expect("out", written_by: ReduceScatter, stream: "sL"), CudaSynchronize])])"#;
+    let p = loaded("rs", &text.replace("PEEK", ""), &TorchOptions::default());
+    let ops = rank0_kinds(&p);
+    let from = ops.iter().position(|k| *k == "Alloc").expect("the temporary is allocated");
+    let lowered: Vec<&str> = ops[from..].iter().copied().filter(|k| *k != "other" && *k != "RecordStream").collect();
+    assert_eq!(lowered, ["Alloc", "Wait", "Memcpy", "Memcpy", "Collective", "Wait", "Free"], "{ops:?}");
+    assert_eq!(verdict(&p), Vec::<String>::new());
+    // Writing an input before the wait races with the pre hook's copy of it on the NCCL stream.
+    let early = loaded("early", &text.replace("PEEK", r#"Compute("overwrite", writes: ["i1"]),"#), &TorchOptions::default());
+    let races = verdict(&early);
+    assert!(!races.is_empty() && races.iter().all(|r| r == "data race always"), "{races:?}");
+    // Unequal sizes: one Reduce per rank in one group, this rank's own part reduced into `out`.
+    let unequal = text
+        .replace("PEEK", "")
+        .replace(r#"Buffer("i1", "1 MiB")"#, r#"Buffer("i1", "2 MiB")"#)
+        .replace(r#"Buffer("out", "1 MiB")"#, r#"Buffer("out", "2 MiB")"#)
+        .replace(r#"output: "out""#, r#"output: Slice("out", 0, "{1 + rank} MiB")"#)
+        .replace("written_by: ReduceScatter", "written_by: Reduce");
+    let p = loaded("rsv", &unequal, &TorchOptions::default());
+    let ops = rank0_kinds(&p);
+    assert!(!ops.contains(&"Alloc") && ops.contains(&"GroupStart"), "{ops:?}");
+    assert_eq!(verdict(&p), Vec::<String>::new());
+}
+
+#[test]
+fn list_collective_errors_name_the_list_and_the_sizes() {
+    // A list of the wrong length.
+    let e = errors(&gather_list("").replace(r#"tensor_list: ["o0", "o1"]"#, r#"tensor_list: ["o0"]"#));
+    assert_eq!(e[0], "4:40: `tensor_list` has 1 tensors; the group has 2 ranks");
+    assert!(!e.iter().any(|e| e.contains("unknown work")), "the work still exists: {e:?}");
+    // The own part differs from the input.
+    let e = errors(&gather_list("").replace(r#"tensor: "x""#, r#"tensor: Slice("x", 0, "4 KiB")"#));
+    assert_eq!(e.iter().filter(|e| e.contains("own part")).count(), 2, "{e:?}");
+    assert!(e[0].contains("rank 0: `tensor` is 4096 bytes, but this rank's own part `tensor_list[0]` is 1048576 bytes"), "{e:?}");
+    assert!(e[1].contains("rank 1: `tensor` is 4096 bytes, but this rank's own part `tensor_list[1]`"), "{e:?}");
+    // An unknown tensor: reported once, where it is written.
+    let e = errors(&gather_list("").replace(r#"tensor_list: ["o0", "o1"]"#, r#"tensor_list: ["o0", "o2"]"#));
+    assert_eq!(e[0], "4:47: unknown tensor `o2`", "{e:?}");
+    assert_eq!(e.iter().filter(|e| e.contains("`o2`")).count(), 1, "{e:?}");
+}
+
+#[test]
+fn avoiding_record_streams_leaves_all_gathers_outputs_to_the_user() {
+    // With TORCH_NCCL_AVOID_RECORD_STREAMS ProcessGroupNCCL::allgather neither records nor stashes the list's
+    // outputs ("User-facing outputTensors should be held by the user until after waiting on work_"): deleting one
+    // before the wait hands its block to the next allocation on the same stream while the copy into it may still
+    // run on the NCCL stream. With record_stream the block is held back: clean.
+    let text = r#"Program(ranks: 2, torch: Torch(init: Eager),
+    buffers: [Buffer("x", "1 MiB"), Pooled("o0", "1 MiB"), Pooled("o1", "1 MiB"), Pooled("u", "1 MiB")],
+    threads: [Thread("main", [InitProcessGroup, Compute("fill", writes: ["x"]), Empty("o0"), Empty("o1"),
+        DistAllGatherList(tensor_list: ["o0", "o1"], tensor: "x", async_op: "g"),
+        Del("o1"), Empty("u"), Compute("reuse", writes: ["u"]),
+        WorkWait("g"), CudaSynchronize])])"#;
+    assert_eq!(verdict(&loaded("record", text, &RECORD)), Vec::<String>::new());
+    let r = cuorder::report::check(&loaded("avoid", text, &AVOID), &Profile::portable(), &Default::default());
+    assert!(kinds(&r).iter().any(|k| k.starts_with("data race")), "{:?}", kinds(&r));
+    assert!(r.to_text().contains("the caching allocator handed o1's freed block to u"), "{}", r.to_text());
+}

@@ -126,6 +126,7 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
     let mut expanded = Vec::new();
     let mut pairs = std::collections::BTreeSet::new();
     let mut groups = BTreeMap::new();
+    let mut flats: BTreeMap<String, u64> = BTreeMap::new();
     for r in 0..ranks {
         for (ti, &t) in decls.rank_threads[r as usize].iter().enumerate() {
             let decl = &decls.threads[t];
@@ -133,11 +134,16 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
             let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut tcx, &mut issues);
             pairs.append(&mut tcx.pairs);
             groups.append(&mut tcx.lazy_groups);
+            for (name, bytes) in std::mem::take(&mut tcx.flats) {
+                let b = flats.entry(name).or_insert(0);
+                *b = (*b).max(bytes);
+            }
             expanded.push((r, ti as u32, decl.name, items));
         }
     }
     torch::declare_pairs(&pairs, &mut decls);
     torch::declare_groups(&groups, &mut decls);
+    torch::declare_flats(&flats, &mut decls);
     split::declare(&expanded, &mut decls, &mut issues);
     // N9: ProcessGroupNCCL's watchdog covers every communicator of the program's process groups.
     if let Some(ns) = torch_decls.watchdog_ns {

@@ -156,6 +156,8 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         | SOp::DistReduceScatter { .. }
         | SOp::DistAllToAllSingle { .. }
         | SOp::DistAllToAll { .. }
+        | SOp::DistAllGatherList { .. }
+        | SOp::DistReduceScatterList { .. }
         | SOp::DistReduce { .. }
         | SOp::DistGather { .. }
         | SOp::DistScatter { .. }

@@ -762,6 +762,8 @@ impl<'a, 'i> Resolver<'a, 'i> {
             | SOp::DistReduceScatter { .. }
             | SOp::DistAllToAllSingle { .. }
             | SOp::DistAllToAll { .. }
+            | SOp::DistAllGatherList { .. }
+            | SOp::DistReduceScatterList { .. }
             | SOp::DistReduce { .. }
             | SOp::DistGather { .. }
             | SOp::DistScatter { .. }

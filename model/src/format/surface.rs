@@ -637,6 +637,28 @@ pub enum SOp {
         #[serde(default)]
         group: Option<String>,
     },
+    /// `dist.all_gather(tensor_list, tensor)`: one output tensor per rank of the group, in group order (sync or
+    /// `async_op`). Lowered as ProcessGroupNCCL::allgather does it (a flat temporary when the sizes are equal, a group
+    /// of broadcasts otherwise).
+    DistAllGatherList {
+        tensor_list: Vec<BufArg>,
+        tensor: BufArg,
+        #[serde(default)]
+        async_op: Option<String>,
+        #[serde(default)]
+        group: Option<String>,
+    },
+    /// `dist.reduce_scatter(output, input_list)`: one input tensor per rank of the group, in group order (sync or
+    /// `async_op`). Lowered as ProcessGroupNCCL::reduce_scatter does it (a flat temporary when the sizes are equal, a
+    /// group of reduces otherwise).
+    DistReduceScatterList {
+        output: BufArg,
+        input_list: Vec<BufArg>,
+        #[serde(default)]
+        async_op: Option<String>,
+        #[serde(default)]
+        group: Option<String>,
+    },
     /// `dist.reduce(tensor, dst)` (sync or `async_op`).
     DistReduce {
         #[serde(rename = "_0", alias = "tensor")]

@@ -73,6 +73,8 @@ fn works_of(op: &SOp) -> Option<usize> {
         | SOp::DistReduceScatter { .. }
         | SOp::DistAllToAllSingle { .. }
         | SOp::DistAllToAll { .. }
+        | SOp::DistAllGatherList { .. }
+        | SOp::DistReduceScatterList { .. }
         | SOp::DistReduce { .. }
         | SOp::DistGather { .. }
         | SOp::DistScatter { .. }
@@ -216,6 +218,16 @@ pub fn declare_groups(groups: &BTreeMap<String, Vec<u32>>, d: &mut Decls) {
     }
 }
 
+/// Declares the flat temporaries of `dist.all_gather` / `dist.reduce_scatter` calls (name -> bytes, the largest any
+/// rank or iteration needs) as `Pooled` buffers, once every thread has been expanded.
+pub fn declare_flats(flats: &BTreeMap<String, u64>, d: &mut Decls) {
+    for (name, bytes) in flats {
+        d.buffer_idx.insert(name.clone(), d.buffers.len() as u32);
+        d.buffers.push(crate::program::Buffer { name: name.clone(), bytes: *bytes, space: crate::program::MemSpace::Device, pooled: true });
+        d.buffer_size_known.push(true);
+    }
+}
+
 /// Its NCCL stream.
 fn pair_stream(lo: u32, hi: u32) -> String {
     format!("{NCCL_STREAM}.{lo}:{hi}")
@@ -234,6 +246,13 @@ pub fn declare_pairs(pairs: &BTreeSet<(u32, u32)>, d: &mut Decls) {
 
 fn pre_event(site: u32) -> String {
     format!("torch.pre.{site}")
+}
+
+/// The temporary ProcessGroupNCCL flattens the list of `dist.all_gather` / `dist.reduce_scatter` call site `site`
+/// into (`newLikeFlat`): a `Pooled` buffer, declared after expansion with the largest size any rank needs
+/// ([`declare_flats`]).
+fn flat_buffer(site: u32) -> String {
+    format!("torch.flat.{site}")
 }
 
 fn end_event(site: u32, work: usize) -> String {
@@ -263,6 +282,9 @@ pub struct TorchCx<'t> {
     pub inited_groups: BTreeSet<String>,
     /// Lazily initialised groups this thread created: declared after expansion (`declare_groups`).
     pub lazy_groups: BTreeMap<String, Vec<u32>>,
+    /// The flat temporaries this thread used (`dist.all_gather` / `dist.reduce_scatter` with equal sizes), with the
+    /// largest size in bytes: declared after expansion (`declare_flats`).
+    pub flats: BTreeMap<String, u64>,
     /// Bytes of every declared buffer whose size is known (split sizes of `all_to_all` are checked against them).
     sizes: BTreeMap<String, u64>,
     /// The members of the default group's communicator, in communicator order.
@@ -304,6 +326,7 @@ impl<'t> TorchCx<'t> {
                 Some(&c) => d.comms[c as usize].members.clone(),
                 None => (0..d.ranks).collect(),
             },
+            flats: BTreeMap::new(),
             work_stash: BTreeMap::new(),
             stashes: BTreeMap::new(),
             holders: BTreeMap::new(),
@@ -560,6 +583,174 @@ pub fn lower<'a>(
                 issues.push(Issue::new(field(path, 0), format!("unknown work `{work}`")).help(help).on_rank(rank));
             }
         },
+        // `dist.all_gather(tensor_list, tensor)` and `dist.reduce_scatter(output, input_list)`: ProcessGroupNCCL::allgather
+        // and ::reduce_scatter (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp). When the list's tensors have one
+        // size (`check_same_size`), the list is flattened into a temporary (`newLikeFlat`, allocated on the current
+        // stream) and one NCCL collective runs on it inside `collective()`: all_gather gathers into the temporary and
+        // its `post` hook copies each part out to the list on the NCCL stream; reduce_scatter's `pre` hook copies the
+        // list into the temporary on the NCCL stream after syncStream, then reduce-scatters from it. The temporary
+        // (the collective's output, resp. input) is recorded on the NCCL stream (stashed with
+        // TORCH_NCCL_AVOID_RECORD_STREAMS) and dies with the work: after the wait of a sync call, at `WorkWait` of an
+        // `async_op` one. Otherwise the call is coalesced (startCoalescing .. endCoalescing: one NCCL group, the end
+        // event after it) into one `_broadcast_oop(output[i], i == rank ? input : output[i], root i)` per rank i,
+        // resp. one `_reduce_oop(i == rank ? output : input[i], input[i], root i)`.
+        SOp::DistAllGatherList { async_op, group, .. } | SOp::DistReduceScatterList { async_op, group, .. } => {
+            let n = site?;
+            let (comm, group) = match on_group(group, path, rank, ranks, env, &comm, &tcx.groups, &mut tcx.inited_groups, tcx.decls.init, issues) {
+                OnGroup::Member { comm, group, init } => {
+                    if let Some(c) = init {
+                        owned(out, SOp::CommInit { comm: c });
+                    }
+                    (comm, group)
+                }
+                OnGroup::Outside => return Some(0),
+            };
+            let members = match &group {
+                Some(g) => tcx.groups.get(g).cloned().unwrap_or_default(),
+                None => tcx.default_members.clone(),
+            };
+            let gather = matches!(op, SOp::DistAllGatherList { .. });
+            let (list, one, list_name, one_name, call) = match op {
+                SOp::DistAllGatherList { tensor_list, tensor, .. } => (tensor_list, tensor, "tensor_list", "tensor", "dist.all_gather"),
+                SOp::DistReduceScatterList { output, input_list, .. } => (input_list, output, "input_list", "output", "dist.reduce_scatter"),
+                _ => return None,
+            };
+            // After an error the call's work still exists, so that its `WorkWait` is not reported as well.
+            if let Some(w) = async_op {
+                tcx.works.insert(w.clone(), vec![end_event(n, 0)]);
+            }
+            let Some(me) = members.iter().position(|m| *m == rank) else {
+                issues.push(Issue::new(path, "this rank is not a member of the process group's communicator").on_rank(rank));
+                return Some(0);
+            };
+            let m = members.len();
+            if list.len() != m {
+                issues.push(
+                    Issue::new(field(path, list_name), format!("`{list_name}` has {} tensors; the group has {m} ranks", list.len()))
+                        .help(format!("{call} takes one tensor per rank of the group, in group order"))
+                        .on_rank(rank),
+                );
+                return Some(0);
+            }
+            let scope = Scope { rank, ranks, env: env.as_deref() };
+            let len = |b: &BufArg, at: String, issues: &mut Issues| match extent(b, &scope, &tcx.sizes) {
+                Some(e) => Some(e.2),
+                None => {
+                    let name = super::expr::interpolate(b.name(), &|v| scope.lookup(v)).map(|s| s.into_owned()).unwrap_or_else(|_| b.name().to_string());
+                    let known = tcx.sizes.keys().map(String::as_str);
+                    let help = super::diagnostic::did_you_mean(&name, known).map(|s| format!("did you mean `{s}`?"));
+                    let mut issue = Issue::new(at, format!("unknown tensor `{name}`")).on_rank(rank);
+                    if let Some(h) = help {
+                        issue = issue.help(h);
+                    }
+                    issues.push(issue);
+                    None
+                }
+            };
+            let mut lens = Vec::with_capacity(m);
+            for (j, t) in list.iter().enumerate() {
+                lens.push(len(t, index(&field(path, list_name), j), issues));
+            }
+            let own = len(one, field(path, one_name), issues);
+            let (Some(lens), Some(own)) = (lens.into_iter().collect::<Option<Vec<u64>>>(), own) else { return Some(0) };
+            if own != lens[me] {
+                issues.push(
+                    Issue::new(field(path, one_name), format!("`{one_name}` is {own} bytes, but this rank's own part `{list_name}[{me}]` is {} bytes", lens[me]))
+                        .help(format!("{call}: every tensor of `{list_name}` has the size of `{one_name}` (ProcessGroupNCCL: \"Tensor input and output ... must have the same number of elements\")"))
+                        .on_rank(rank),
+                );
+                return Some(0);
+            }
+            let same = lens.iter().all(|l| *l == own);
+            let flat = flat_buffer(n);
+            if same && tcx.holders.contains_key(&flat) {
+                issues.push(
+                    Issue::new(path, format!("{call} runs again while the work of its previous run still holds its temporary"))
+                        .help("wait for the previous run's work (`WorkWait`) before calling it again")
+                        .on_rank(rank),
+                );
+                return Some(0);
+            }
+            let root = |i: usize| Root::Rank { rank: ExprArg::int(members[i].to_string(), i64::from(members[i])) };
+            let part = |j: usize| BufArg::Slice(flat.clone(), Size::Bytes(j as u64 * own), Size::Bytes(own));
+            let whole = BufArg::Slice(flat.clone(), Size::Bytes(0), Size::Bytes(m as u64 * own));
+            let mut temp = None;
+            if same {
+                let bytes = tcx.flats.entry(flat.clone()).or_insert(0);
+                *bytes = (*bytes).max(m as u64 * own);
+                owned(out, SOp::Alloc { buf: flat.clone(), stream: cur.clone() });
+                temp = Some(flat.clone());
+            }
+            sync_stream(out, n);
+            let record_temp = |out: &mut Vec<Item<'a>>| {
+                if avoid {
+                    stashed.borrow_mut().push(flat.clone());
+                } else {
+                    owned(out, SOp::RecordStream { buf: flat.clone(), stream: nccl.clone() });
+                }
+            };
+            match (gather, same) {
+                (true, true) => {
+                    record(out, one, &nccl);
+                    owned(out, SOp::AllGather { send: one.clone(), recv: whole, stream: nccl.clone(), comm });
+                    record_temp(out);
+                    for (j, t) in list.iter().enumerate() {
+                        // The post hook records each output (`if (!avoidRecordStreams_)`); with the variable set
+                        // the outputs are the user's to keep alive: nothing stashes them.
+                        if !avoid {
+                            record(out, t, &nccl);
+                        }
+                        owned(out, SOp::Memcpy { dst: t.clone(), src: part(j), stream: Some(nccl.clone()) });
+                    }
+                }
+                (false, true) => {
+                    record_temp(out);
+                    for (j, t) in list.iter().enumerate() {
+                        record(out, t, &nccl);
+                        owned(out, SOp::Memcpy { dst: part(j), src: t.clone(), stream: Some(nccl.clone()) });
+                    }
+                    owned(out, SOp::ReduceScatter { send: whole, recv: one.clone(), stream: nccl.clone(), comm });
+                    record(out, one, &nccl);
+                }
+                (_, false) => {
+                    push(out, Leaf::GroupStart);
+                    for (i, t) in list.iter().enumerate() {
+                        let at: Rc<str> = Rc::from(index(&field(path, list_name), i).as_str());
+                        let (send, recv, buf) = if i == me { (Some(one.clone()), Some(t.clone()), None) } else { (None, None, Some(t.clone())) };
+                        let (send, recv) = if gather || i != me { (send, recv) } else { (Some(t.clone()), Some(one.clone())) };
+                        let stream = nccl.clone();
+                        let coll = if gather {
+                            SOp::Broadcast { root: root(i), buf, send, recv, stream, comm: comm.clone() }
+                        } else {
+                            SOp::Reduce { root: root(i), buf, send, recv, stream, comm: comm.clone() }
+                        };
+                        out.push(Item { leaf: Leaf::Owned(Rc::new(coll)), path: at, env: env.clone() });
+                    }
+                    push(out, Leaf::GroupEnd);
+                    record(out, one, &nccl);
+                    for t in list {
+                        record(out, t, &nccl);
+                    }
+                }
+            }
+            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
+            match async_op {
+                Some(w) => {
+                    let mut held = stashed.take();
+                    if let Some(t) = temp {
+                        tcx.deferred.insert(t.clone());
+                        held.push(t);
+                    }
+                    tcx.stash(Some(w), held);
+                }
+                None => {
+                    owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() });
+                    if let Some(t) = temp {
+                        owned(out, SOp::Free { buf: t });
+                    }
+                }
+            }
+        }
         // `dist.all_reduce` / `broadcast` / `all_gather_into_tensor` / `reduce_scatter_tensor`:
         // ProcessGroupNCCL::collective runs syncStream, the collective on the NCCL stream and records the end event;
         // without `async_op` the Python wrapper calls `work.wait()` (P1).
@@ -573,36 +764,14 @@ pub fn lower<'a>(
         | SOp::DistGather { async_op, group, .. }
         | SOp::DistScatter { async_op, group, .. } => {
             let n = site?;
-            // A collective on a group (`group=g`) runs on the group's communicator; a rank outside the group does
-            // nothing (the Python wrapper returns at once for a non-member: `_rank_not_in_group`), and the group's
-            // ops share the rank's NCCL stream in the model. A lazily initialised group creates its communicator
-            // at the member's first collective on it (ProcessGroupNCCL::getNCCLComm: ncclCommInitRank, N8).
-            let group = group.as_ref().map(|g| {
-                super::expr::interpolate(g, &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v))
-                    .map(|s| s.into_owned())
-                    .unwrap_or_else(|_| g.clone())
-            });
-            let comm = match &group {
-                None => comm.clone(),
-                Some(g) => match tcx.groups.get(g) {
-                    None => {
-                        let known: Vec<&str> = tcx.groups.keys().map(String::as_str).collect();
-                        let help = match super::diagnostic::did_you_mean(g, known.iter().copied()) {
-                            Some(s) => format!("did you mean `{s}`?"),
-                            None if known.is_empty() => "create it first with NewGroup(\"name\", ranks: [..]) (dist.new_group)".to_string(),
-                            None => format!("groups here: {}", known.join(", ")),
-                        };
-                        issues.push(Issue::new(field(path, "group"), format!("unknown process group `{g}`")).help(help).on_rank(rank));
-                        return Some(0);
+            let (comm, group) = match on_group(group, path, rank, ranks, env, &comm, &tcx.groups, &mut tcx.inited_groups, tcx.decls.init, issues) {
+                OnGroup::Member { comm, group, init } => {
+                    if let Some(c) = init {
+                        owned(out, SOp::CommInit { comm: c });
                     }
-                    Some(members) if !members.contains(&rank) => return Some(0),
-                    Some(_) => {
-                        if tcx.decls.init == STorchInit::Lazy && tcx.inited_groups.insert(g.clone()) {
-                            owned(out, SOp::CommInit { comm: group_comm(g) });
-                        }
-                        Some(group_comm(g))
-                    }
-                },
+                    (comm, group)
+                }
+                OnGroup::Outside => return Some(0),
             };
             sync_stream(out, n);
             // `all_to_all` (lists) and `all_to_all_single` with split sizes: not one NCCL collective but one group
@@ -822,6 +991,57 @@ pub fn lower<'a>(
         _ => return None,
     }
     Some(out.len() - start)
+}
+
+/// Where a collective with `group` (as written) runs for `rank`.
+enum OnGroup {
+    /// On `comm` (`None`: the program's only communicator); `group` is the group's name, interpolated; `init` the
+    /// communicator a lazily initialised group creates first (ProcessGroupNCCL::getNCCLComm: ncclCommInitRank, N8).
+    Member { comm: Option<String>, group: Option<String>, init: Option<String> },
+    /// `rank` is not in the group, or the group is unknown (reported): nothing happens.
+    Outside,
+}
+
+/// A collective on a group (`group=g`) runs on the group's communicator; a rank outside the group does nothing (the
+/// Python wrapper returns at once for a non-member: `_rank_not_in_group`), and the group's ops share the rank's NCCL
+/// stream in the model. A lazily initialised group creates its communicator at the member's first collective on it
+/// (ProcessGroupNCCL::getNCCLComm: ncclCommInitRank, N8). `default` is the default group's communicator.
+#[allow(clippy::too_many_arguments)]
+fn on_group(
+    group: &Option<String>,
+    path: &str,
+    rank: u32,
+    ranks: u32,
+    env: &Option<Rc<Env>>,
+    default: &Option<String>,
+    groups: &BTreeMap<String, Vec<u32>>,
+    inited: &mut BTreeSet<String>,
+    init: STorchInit,
+    issues: &mut Issues,
+) -> OnGroup {
+    let group = group.as_ref().map(|g| {
+        super::expr::interpolate(g, &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v))
+            .map(|s| s.into_owned())
+            .unwrap_or_else(|_| g.clone())
+    });
+    let Some(g) = &group else { return OnGroup::Member { comm: default.clone(), group, init: None } };
+    match groups.get(g) {
+        None => {
+            let known: Vec<&str> = groups.keys().map(String::as_str).collect();
+            let help = match super::diagnostic::did_you_mean(g, known.iter().copied()) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None if known.is_empty() => "create it first with NewGroup(\"name\", ranks: [..]) (dist.new_group)".to_string(),
+                None => format!("groups here: {}", known.join(", ")),
+            };
+            issues.push(Issue::new(field(path, "group"), format!("unknown process group `{g}`")).help(help).on_rank(rank));
+            OnGroup::Outside
+        }
+        Some(members) if !members.contains(&rank) => OnGroup::Outside,
+        Some(_) => {
+            let init = (init == STorchInit::Lazy && inited.insert(g.clone())).then(|| group_comm(g));
+            OnGroup::Member { comm: Some(group_comm(g)), group, init }
+        }
+    }
 }
 
 /// The global rank `peer` names for `rank` (of `ranks`, in the default group where member position = rank), when
