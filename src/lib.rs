@@ -93,6 +93,38 @@ pub fn read_input(path: &Path) -> Result<String, LoadError> {
     })
 }
 
+/// The most device memory one GPU has, in bytes: NVIDIA B300 (288 GB of HBM3e), the largest in 2026. A rank
+/// whose device buffers add up to more cannot allocate them on any GPU.
+pub const LARGEST_GPU_BYTES: u64 = 288_000_000_000;
+
+/// Warnings about sizes no GPU can hold: one line per rank whose device buffers (`MemSpace::Device`, pooled or
+/// not) add up to more than [`LARGEST_GPU_BYTES`], e.g. "rank 0: its device buffers add up to 1024 TiB, more than
+/// any GPU has (288 GB); a size typed in the wrong unit?". The program still loads and is checked (orderings do
+/// not depend on sizes beyond the eager threshold), but a hardware run would fail at allocation.
+pub fn size_warnings(p: &Program) -> Vec<String> {
+    let mut out = Vec::new();
+    for (r, rank) in p.ranks.iter().enumerate() {
+        let total = rank
+            .buffers
+            .iter()
+            .filter(|b| b.space == cuorder_model::program::MemSpace::Device)
+            .fold(0u64, |a, b| a.saturating_add(b.bytes));
+        if total > LARGEST_GPU_BYTES {
+            out.push(format!(
+                "rank {r}: its device buffers add up to {}, more than any GPU has ({} GB); a size typed in the wrong unit?",
+                cuorder_model::describe::bytes(total),
+                LARGEST_GPU_BYTES / 1_000_000_000
+            ));
+        }
+    }
+    // Every rank usually declares the same buffers: say it once.
+    if out.len() > 1 && p.ranks.iter().all(|r| r.buffers == p.ranks[0].buffers) {
+        out.truncate(1);
+        out[0] = out[0].replacen("rank 0: its device buffers add up", "every rank's device buffers add up", 1);
+    }
+    out
+}
+
 /// Reads and validates a program file. The program's name is the file stem. Both the surface format and the
 /// resolved form (as `cuorder gen` writes it) are accepted, and both pass [`Program::validate`].
 ///

@@ -416,3 +416,22 @@ fn explore_takes_torch_settings_and_replay_reuses_them() {
         assert!(!line.ends_with(':'), "{line}");
     }
 }
+
+/// Regression (issue 10 review): a size in the wrong unit ("500 TiB" for "500 MiB") loaded without a word. It still
+/// loads and is checked, but stderr warns that no GPU holds it; a program that fits gets no warning.
+#[test]
+fn device_buffers_no_gpu_can_hold_are_warned_about() {
+    let big = tmp("big.ron");
+    std::fs::write(
+        &big,
+        r#"Program(ranks: 2, streams: [Stream("s", NonBlocking)], buffers: [Buffer("x", "500 TiB")],
+  threads: [Thread("main", [Kernel("k", stream: "s", writes: ["x"]), DeviceSync])])"#,
+    )
+    .unwrap();
+    let (code, out, err) = cuorder(&["check", big.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(err.matches("warning:").count(), 1, "{err}");
+    assert!(err.contains("every rank's device buffers add up to 500 TiB, more than any GPU has (288 GB)"), "{err}");
+    let (_, _, err) = cuorder(&["check", "examples/nccl-1456-send-first-connected.ron"]);
+    assert!(!err.contains("warning"), "{err}");
+}

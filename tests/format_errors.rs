@@ -192,3 +192,47 @@ fn host_function_and_free_errors() {
 "#;
     insta::assert_snapshot!(rendered("host_calls.ron", text));
 }
+
+/// Regression (issue 10 review): only the first mismatching collective of a communicator was reported, and a size
+/// computed from the rank gave one error per rank. Now every independent mismatch shows at once, and the per-rank
+/// variants of one error are one diagnostic listing each rank's value.
+#[test]
+fn collective_mismatches_all_at_once_with_per_rank_values_merged() {
+    let text = r#"Program(ranks: 4, streams: [Stream("s", NonBlocking)], buffers: [Buffer("x", "1 MiB")],
+  comms: [Comm("c", [0, 1, 2, 3])],
+  threads: [Thread("main", [
+    If(rank == 0, then: [AllReduce(buf: "x", stream: "s", comm: "c")], else: [Broadcast(root: Rank(0), buf: "x", stream: "s", comm: "c")]),
+    AllReduce(buf: Slice("x", 0, "{rank + 1} KiB"), stream: "s", comm: "c"),
+    DeviceSync])])
+"#;
+    insta::assert_snapshot!(rendered("mismatch.ron", text));
+}
+
+/// A member with one collective too many is reported once, not at every later position.
+#[test]
+fn an_extra_collective_is_reported_once() {
+    let text = r#"Program(ranks: 2, streams: [Stream("s", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("y", "2 MiB")],
+  comms: [Comm("c")],
+  threads: [Thread("main", [
+    If(rank == 1, then: [AllReduce(buf: "y", stream: "s", comm: "c")]),
+    AllReduce(buf: "x", stream: "s", comm: "c"),
+    Broadcast(root: Rank(0), buf: "x", stream: "s", comm: "c"),
+    AllReduce(buf: "y", stream: "s", comm: "c"),
+    DeviceSync])])
+"#;
+    let out = rendered("extra.ron", text);
+    assert_eq!(out.lines().filter(|l| l.starts_with("extra.ron:")).count(), 1, "{out}");
+    assert!(out.contains("this rank calls one collective more on `c` than rank 0, here"), "{out}");
+}
+
+/// Per-rank sizes that differ only in numbers are one error (AllToAll sizes of 1, 2, 3 MiB on ranks 0-2).
+#[test]
+fn per_rank_size_errors_are_one_diagnostic() {
+    let text = r#"Program(ranks: 4, streams: [Stream("s", NonBlocking)], buffers: [Buffer("y", "4 MiB")],
+  comms: [Comm("c")],
+  threads: [Thread("main", [AllToAll(send: "y", recv: Slice("y", 0, "{rank + 1} MiB"), stream: "s", comm: "c"), DeviceSync])])
+"#;
+    let out = rendered("a2a.ron", text);
+    assert_eq!(out.matches("×").count(), 1, "{out}");
+    assert!(out.contains("ranks 0-2: AllToAll sizes do not fit: send is 4194304 bytes, recv is 1048576 / 2097152 / 3145728 bytes"), "{out}");
+}

@@ -193,6 +193,9 @@ impl Signature {
     }
 }
 
+/// The most collective mismatches reported per member and communicator.
+const MAX_MISMATCHES_SHOWN: usize = 8;
+
 /// The n-th collective on a communicator has the same kind, size and root on every member.
 fn collectives(threads: &[ThreadOps], d: &Decls, issues: &mut Issues) {
     let mut per: BTreeMap<(CommId, RankId), Vec<(Seen, Signature)>> = BTreeMap::new();
@@ -214,17 +217,36 @@ fn collectives(threads: &[ThreadOps], d: &Decls, issues: &mut Issues) {
             .collect();
         let Some(&(ref_rank, reference)) = lists.first() else { continue };
         for &(m, list) in &lists[1..] {
-            let mismatch = list.iter().zip(reference).find(|((_, a), (_, b))| a != b);
-            if let Some(((s, sig), (rs, rsig))) = mismatch {
+            // Every mismatching position, so that independent mistakes show at once; but a collective one member
+            // has more or fewer than the reference shifts every later position: that is reported once.
+            let same = |a: &[(Seen, Signature)], b: &[(Seen, Signature)]| a.iter().zip(b).all(|((_, x), (_, y))| x == y);
+            let mut shown = 0;
+            for (k, ((s, sig), (rs, rsig))) in list.iter().zip(reference).enumerate() {
+                if sig == rsig {
+                    continue;
+                }
+                let extra = list.len() > reference.len() && same(&list[k + 1..], &reference[k..]);
+                let missing = list.len() < reference.len() && same(&list[k..], &reference[k + 1..]);
+                let help = if extra {
+                    format!("this rank calls one collective more on `{}` than rank {ref_rank}, here: every later one is off by one", c.name)
+                } else if missing {
+                    format!("this rank lacks rank {ref_rank}'s {} here: every later collective on `{}` is off by one", rsig.describe(), c.name)
+                } else {
+                    "the n-th collective on a communicator must have the same kind, size and root on every member".to_string()
+                };
                 issues.push(
                     Issue::new(
                         &**s.path,
                         format!("this {} does not match rank {ref_rank}'s {} on `{}`", sig.describe(), rsig.describe(), c.name),
                     )
-                    .help("the n-th collective on a communicator must have the same kind, size and root on every member")
+                    .help(help)
                     .related(&**rs.path, format!("rank {ref_rank}'s collective at the same position"))
                     .on_rank(m),
                 );
+                shown += 1;
+                if extra || missing || shown == MAX_MISMATCHES_SHOWN {
+                    break;
+                }
             }
         }
     }
