@@ -42,6 +42,20 @@ pub struct Artifact {
     /// program's own `torch:`. `replay` and `shrink` load the program with them.
     #[serde(default, skip_serializing_if = "cuorder_model::format::TorchOptions::is_empty")]
     pub torch: cuorder_model::format::TorchOptions,
+    /// The program's text as saved, when it is at most [`MAX_EMBEDDED_PROGRAM_BYTES`]: `replay` and `shrink` use it
+    /// when the file is gone or changed, so that a finding replays from anywhere, exactly. Absent in artifacts of
+    /// larger programs and of cuorder before this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub program_text: Option<String>,
+}
+
+/// The largest program text an artifact embeds, in bytes (1 MiB).
+pub const MAX_EMBEDDED_PROGRAM_BYTES: usize = 1 << 20;
+
+/// The text an artifact embeds for a program file of `bytes`: `None` when larger than
+/// [`MAX_EMBEDDED_PROGRAM_BYTES`] or not UTF-8.
+pub fn embeddable(bytes: &[u8]) -> Option<String> {
+    (bytes.len() <= MAX_EMBEDDED_PROGRAM_BYTES).then(|| String::from_utf8(bytes.to_vec()).ok()).flatten()
 }
 
 /// The content hash recorded in an artifact.

@@ -508,9 +508,34 @@ fn artifact_and_program(
         err(&format!("error: {e}\n"));
         ExitCode::from(2)
     })?;
-    let Some(path) = program.or_else(|| cuorder::artifact::program_path(artifact, &a)) else {
+    let found = program.clone().or_else(|| cuorder::artifact::program_path(artifact, &a));
+    // Without --program, the text saved in the artifact wins over a file that is gone or changed since.
+    let file_matches = |p: &PathBuf| {
+        std::fs::read(p).map(|b| cuorder::artifact::program_hash(&b) == a.program_hash).unwrap_or(false)
+    };
+    let embedded = match (&program, &found, &a.program_text) {
+        (None, None, Some(t)) => Some(t.clone()),
+        (None, Some(p), Some(t)) if !file_matches(p) => {
+            eprintln!(
+                "warning: {} changed since the finding was saved; replaying the program saved in {} (--program {} uses the file)",
+                p.display(),
+                artifact.display(),
+                p.display()
+            );
+            Some(t.clone())
+        }
+        _ => None,
+    };
+    if let Some(text) = embedded {
+        let name = a.program.file_stem().and_then(|s| s.to_str()).unwrap_or("program").to_string();
+        let shown = format!("{} (saved in {})", a.program.display(), artifact.display());
+        let prog = cuorder::load_program_text_with(&shown, &name, &text, color, &a.torch).map_err(fail)?;
+        let path = a.program.clone();
+        return Ok((a, path, prog, text));
+    }
+    let Some(path) = found else {
         err(&format!(
-            "error: {}: the program this artifact records, {}, is not there (nor next to the artifact); pass --program FILE\n",
+            "error: {}: the program this artifact records, {}, is not there (nor next to the artifact), and the artifact does not hold its text; pass --program FILE\n",
             artifact.display(),
             a.program.display()
         ));
@@ -810,6 +835,7 @@ fn main() -> ExitCode {
                         key: ex.keys[i].clone(),
                         schedule: f.finding.witness.clone(),
                         torch: torch.options(),
+                        program_text: cuorder::artifact::embeddable(&bytes),
                     })
                     .collect();
                 match cuorder::artifact::save_all(dir, &artifacts) {
@@ -914,6 +940,7 @@ fn main() -> ExitCode {
                 key: shrunk.key.clone(),
                 schedule: shrunk.finding.finding.witness.clone(),
                 torch: a.torch,
+                program_text: cuorder::artifact::embeddable(text.as_bytes()),
             };
             let art_text = ron::ser::to_string_pretty(&new, ron::ser::PrettyConfig::default()).unwrap_or_default() + "\n";
             if let Err(e) = std::fs::write(&art_path, art_text) {

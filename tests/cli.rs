@@ -435,3 +435,40 @@ fn device_buffers_no_gpu_can_hold_are_warned_about() {
     let (_, _, err) = cuorder(&["check", "examples/nccl-1456-send-first-connected.ron"]);
     assert!(!err.contains("warning"), "{err}");
 }
+
+/// Regression (issue 10 review): an artifact replayed from another folder, or after its program moved or changed,
+/// needed `--program`. The artifact now holds the program's text and replays exactly from anywhere; a changed file
+/// is reported and the saved text used; `--program` still picks the file.
+#[test]
+fn a_saved_finding_replays_after_its_program_moved_or_changed() {
+    let dir = tmp("moved");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("work")).unwrap();
+    let program = dir.join("work/send-first.ron");
+    std::fs::copy("examples/nccl-1456-send-first-connected.ron", &program).unwrap();
+    let saved = dir.join("findings");
+    let (code, out, err) = cuorder_in(
+        &dir.join("work"),
+        &["explore", "send-first.ron", "--executions", "20", "--first", "--save", saved.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    let artifact = std::fs::read_dir(&saved).unwrap().next().unwrap().unwrap().path();
+    let art = cuorder::artifact::load(&artifact).unwrap();
+    assert_eq!(art.program_text.as_deref(), Some(std::fs::read_to_string(&program).unwrap().as_str()));
+    // From another folder, the program gone.
+    std::fs::remove_file(&program).unwrap();
+    let (code, out, err) = cuorder_in(&dir, &["replay", artifact.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("reproduced: deadlock"), "{out}");
+    assert!(!err.contains("warning"), "{err}");
+    // The program back, changed so that it no longer deadlocks: the saved text is replayed, with a warning.
+    std::fs::copy("examples/nccl-1456-grouped.ron", &program).unwrap();
+    let (code, out, err) = cuorder_in(&dir.join("work"), &["replay", artifact.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("changed since the finding was saved; replaying the program saved in"), "{err}");
+    // --program uses the file: the schedule no longer fits it.
+    let (code, out, _) = cuorder_in(&dir.join("work"), &["replay", artifact.to_str().unwrap(), "--program", "send-first.ron"], &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("diverged") || out.contains("not reproduced"), "{out}");
+}
