@@ -154,7 +154,8 @@ fn without(text: &str, remove: &[(usize, usize)]) -> String {
 /// What makes two findings "the same kind of problem": the kind; for a deadlock, whether the wait-for graph closes
 /// a cycle and the rules its edges cite (a send-before-recv cycle stays one, instead of shrinking to a lone recv that
 /// waits forever); for undefined behaviour, the rule broken; for a race, the kinds of the two ops (a send against a
-/// kernel stays one); for a stale read (V1), the kind of the expected writer.
+/// kernel stays one) and the rules its hints cite (a wait that orders nothing because its record was inside an NCCL
+/// group, N10, stays one); for a stale read (V1), the kind of the expected writer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Signature {
     pub kind: String,
@@ -190,6 +191,7 @@ pub fn signature(sem: &Semantics, f: &RenderedFinding) -> Signature {
         Problem::DataRace(r) => {
             sig.ops = vec![sem.info(r.first.who.loc()).name, sem.info(r.second.who.loc()).name];
             sig.ops.sort_unstable();
+            sig.rules.extend(hint_rules(&f.text));
         }
         Problem::StaleRead(r) => {
             sig.rules.insert(Rule::V1);
@@ -202,6 +204,26 @@ pub fn signature(sem: &Semantics, f: &RenderedFinding) -> Signature {
         }
     }
     sig
+}
+
+/// The rules a race's hints cite ("... so it orders nothing (S3)", "... before the group's kernels (N10)"): why an
+/// order the program tried to make is not there. Part of a race's signature, so that shrinking keeps the mechanism
+/// (issue 10 review: the race of an event recorded inside a group shrank to one with no wait at all).
+fn hint_rules(text: &str) -> BTreeSet<Rule> {
+    let mut out = BTreeSet::new();
+    for line in text.lines().map(str::trim_start).filter(|l| l.starts_with("hint:")) {
+        for r in Rule::ALL {
+            let id = r.id();
+            let cited = line.match_indices(&format!("({id}")).any(|(i, m)| {
+                // "(S3)" or "(S3:", not "(S30".
+                !line[i + m.len()..].starts_with(|c: char| c.is_ascii_alphanumeric())
+            });
+            if cited {
+                out.insert(r);
+            }
+        }
+    }
+    out
 }
 
 type Found = (Program, RenderedFinding, cuorder_model::verdict::ProblemKey);

@@ -72,3 +72,26 @@ fn shrinking_a_finding_the_program_does_not_have_says_so() {
     assert!(err.contains("no data race found in megatron-batch-p2p-fixed"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Regression (issue 10 review): the race of Megatron's batched P2P before PyTorch PR 82450 (the works' end events
+/// recorded inside the NCCL group, N10) shrank to a program without the `WorkWait`, a race of another kind (no wait
+/// at all). The rules a race's hints cite are part of its signature: the wait stays, and so does the N10 hint.
+#[test]
+fn shrinking_a_race_keeps_the_wait_that_orders_nothing() {
+    let dir = std::env::temp_dir().join(format!("cuorder-shrink-n10-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (code, out, err) = cli(&[
+        "explore", "examples/torch/megatron-batch-p2p.ron", "--torch-version", "before82450", "--first", "--save", dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    let artifact = dir.join("finding-1-data-race.ron");
+    let (code, out, err) = cli(&["shrink", artifact.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let text = std::fs::read_to_string(dir.join("megatron-batch-p2p-min.ron")).unwrap();
+    assert!(text.contains("WorkWait(\"reqs\")"), "the wait went:\n{text}");
+    let prog = cuorder_model::format::load("min", &text).unwrap();
+    let rep = cuorder::report::check(&prog, &Profile::builtin("portable").unwrap(), &Default::default());
+    assert!(rep.findings.iter().any(|f| f.kind == "data race" && f.text.contains("(N10)")), "{}", rep.to_text());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
