@@ -813,7 +813,12 @@ fn main() -> ExitCode {
                     (r.exploration, header, r.seeds.into_iter().map(Some).collect(), Some((r.hits, r.executions)))
                 }
             };
-            let rep = report::build_report(&sem, &ex);
+            let mut rep = report::build_report(&sem, &ex);
+            if let Some((h, n)) = &hits {
+                for (f, hits) in rep.findings.iter_mut().zip(h) {
+                    f.sampled = Some((*hits, *n));
+                }
+            }
             let strategy_name = header.trim_start_matches("strategy ").split(',').next().unwrap_or("").to_string();
             let mut saved: Vec<PathBuf> = vec![];
             if let Some(dir) = &save {

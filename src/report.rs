@@ -36,6 +36,11 @@ pub struct RenderedFinding {
     /// The explanation, several lines.
     pub text: String,
     pub finding: Finding,
+    /// Of a sampling strategy (`explore --strategy random|pct`): the executions that showed it, and the executions
+    /// run. The text then says "in 50 of 50 sampled executions" rather than "in some executions" (sampling cannot
+    /// show that a problem is in every execution, but it should not hide that every sample had it).
+    #[serde(skip)]
+    pub sampled: Option<(u64, u64)>,
 }
 
 impl Report {
@@ -59,7 +64,7 @@ impl Report {
             "inconclusive" => "inconclusive: no problem found before a limit stopped the search".to_string(),
             _ => {
                 // "2 data races (in every execution), 1 deadlock (in some executions)"
-                let mut groups: Vec<(String, &str, usize)> = vec![];
+                let mut groups: Vec<(String, String, usize)> = vec![];
                 for f in &self.findings {
                     match groups.iter_mut().find(|g| g.0 == f.kind && g.1 == f.frequency_words()) {
                         Some(g) => g.2 += 1,
@@ -103,8 +108,13 @@ impl Report {
 }
 
 impl RenderedFinding {
-    fn frequency_words(&self) -> &'static str {
-        if self.frequency == "always" { "in every execution" } else { "in some executions" }
+    fn frequency_words(&self) -> String {
+        match self.sampled {
+            Some((h, n)) if h == n => format!("in all {n} sampled executions"),
+            Some((h, n)) => format!("in {h} of {n} sampled executions"),
+            None if self.frequency == "always" => "in every execution".to_string(),
+            None => "in some executions".to_string(),
+        }
     }
 }
 
@@ -129,6 +139,7 @@ pub fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
             },
             text: explain(sem, f, i + 1, &sem.profile.name),
             finding: f.clone(),
+            sampled: None,
         })
         .collect();
     let verdict = if let Some(f) = findings.first() {

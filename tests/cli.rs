@@ -187,6 +187,20 @@ fn explore_saves_findings_that_replay_byte_for_byte() {
 }
 
 #[test]
+/// Regression (issue 10 review): a race every sampled execution showed was reported "in some executions". Sampling
+/// says how many samples had it; only the exhaustive search says "in every execution".
+#[test]
+fn sampled_findings_say_how_many_samples_had_them() {
+    let (code, out, _) = cuorder(&["explore", "examples/torch/megatron-batch-p2p.ron", "--torch-version", "before82450", "--executions", "40"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("4 data races (in all 40 sampled executions)"), "{out}");
+    assert!(!out.contains("in some executions") && !out.contains("in every execution"), "{out}");
+    let (_, out, _) = cuorder(&["explore", "examples/nccl-1456-send-first-connected.ron", "--executions", "50"]);
+    let line = out.lines().find(|l| l.starts_with("nccl-1456-send-first-connected: deadlock (in ")).expect("a headline");
+    assert!(line.ends_with(" of 50 sampled executions)"), "{out}");
+}
+
+#[test]
 fn a_clean_sampled_exploration_is_not_a_proof() {
     let (code, out, _) = cuorder(&["explore", "examples/nccl-1456-grouped.ron", "--executions", "10"]);
     assert_eq!(code, 3, "{out}");
