@@ -214,3 +214,23 @@ fn a_cost_model_file_with_a_zero_bandwidth_is_refused_with_the_field() {
     let e = cuorder::timing::load_costs("no-such-model").unwrap_err();
     assert!(e.contains("not a built-in cost model (h200-nvlink, ideal, logical)"), "{e}");
 }
+
+/// Regression (issue 10): a host function's `duration` was not a field, so a timed run gave it no time. A 200 us
+/// host function between two kernels on one stream holds the stream: the makespan grows by exactly its duration.
+#[test]
+fn a_host_function_holds_its_stream_for_its_duration() {
+    let text = |d: &str| {
+        format!(
+            r#"Program(ranks: 1, streams: [Stream("s", NonBlocking)], buffers: [Buffer("h", "4 KiB", space: PinnedHost)],
+            threads: [Thread("main", [Kernel("a", stream: "s", duration: "1 ms"), HostFunc("log", stream: "s", writes: ["h"]{d}),
+                Kernel("b", stream: "s", duration: "1 ms"), StreamSync("s")])])"#
+        )
+    };
+    let makespan = |t: &str| {
+        let (p, prof) = (cuorder_model::format::load("hf", t).unwrap(), portable());
+        let sem = Semantics::new(&p, &prof);
+        timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default()).makespan_ns
+    };
+    let (without, with) = (makespan(&text("")), makespan(&text(r#", duration: "200 us""#)));
+    assert_eq!(with - without, 200_000, "{without} ns without, {with} ns with the host function's duration");
+}

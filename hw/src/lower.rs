@@ -140,8 +140,14 @@ pub enum Step {
     /// then releases every free block with `cudaFree`; released blocks are never handed out again.
     EmptyCache,
     /// `cudaLaunchHostFunc` on `stream` (S8): the function reads `reads` and stamps `writes` (host memory, 4-byte
-    /// words) with `version`, and makes no CUDA call.
-    HostFunc { stream: u32, reads: Vec<ByteRange>, writes: Vec<ByteRange>, version: u32 },
+    /// words) with `version`, and makes no CUDA call; it runs for `duration_ns` (slept) before touching them.
+    HostFunc {
+        stream: u32,
+        reads: Vec<ByteRange>,
+        writes: Vec<ByteRange>,
+        version: u32,
+        duration_ns: u64,
+    },
     /// An op with nothing to execute (a barrier that does not exist, after an error was reported).
     NoOp,
 }
@@ -811,7 +817,7 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                         }
                         Step::LoadModule { module: module.clone() }
                     }
-                    OpKind::HostFunc { stream, reads, writes, calls_cuda, .. } => {
+                    OpKind::HostFunc { stream, reads, writes, calls_cuda, duration_ns, .. } => {
                         if *calls_cuda {
                             cx.err("a host function that calls CUDA is undefined (S8): the executor does not run it");
                         }
@@ -832,7 +838,7 @@ pub fn lower_with(p: &Program, opts: &LowerOptions) -> Result<Plan, Vec<LowerErr
                         let reads = host(&mut cx, reads, "host function read");
                         let writes = host(&mut cx, writes, "host function write");
                         let version = if writes.is_empty() { 0 } else { version_for(&mut cx) };
-                        Step::HostFunc { stream: st, reads, writes, version }
+                        Step::HostFunc { stream: st, reads, writes, version, duration_ns: *duration_ns }
                     }
                     // `without_assertion` turned it into its read.
                     OpKind::Expect { .. } => {
@@ -1064,8 +1070,8 @@ mod tests {
             .op(0, 0, OpKind::CudaMalloc { rank: 0, bytes: 1 << 20 })
             .op(0, 0, OpKind::CudaMallocHost { rank: 0, bytes: 4096 })
             .op(0, 0, OpKind::LoadModule { rank: 0, module: "attn".into() })
-            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "cb".into(), reads: vec![rp], writes: vec![rp], calls_cuda: false })
-            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "ro".into(), reads: vec![rp], writes: vec![], calls_cuda: false })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "cb".into(), reads: vec![rp], writes: vec![rp], calls_cuda: false, duration_ns: 0 })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "ro".into(), reads: vec![rp], writes: vec![], calls_cuda: false, duration_ns: 0 })
             .op(0, 0, OpKind::EmptyCache { rank: 0 });
         let _ = rd;
         let plan = lower(&b.finish()).unwrap();
@@ -1076,9 +1082,9 @@ mod tests {
         assert_eq!(steps[3], Step::LoadModule { module: "attn".into() });
         let whole = ByteRange { buf: p, offset: 0, len: 64 };
         // The writing host function stamps a version of its own (the only writer: version 1); the reading one none.
-        assert_eq!(steps[4], Step::HostFunc { stream: s, reads: vec![whole], writes: vec![whole], version: 1 });
+        assert_eq!(steps[4], Step::HostFunc { stream: s, reads: vec![whole], writes: vec![whole], version: 1, duration_ns: 0 });
         assert_eq!(plan.versions[&1], OpId { rank: 0, thread: 0, index: 4 });
-        assert_eq!(steps[5], Step::HostFunc { stream: s, reads: vec![whole], writes: vec![], version: 0 });
+        assert_eq!(steps[5], Step::HostFunc { stream: s, reads: vec![whole], writes: vec![], version: 0, duration_ns: 0 });
         assert_eq!(steps[6], Step::EmptyCache);
         assert_eq!(steps[4].device_stream(), Some(Some(s)));
         assert_eq!(steps[0].device_stream(), None);
@@ -1097,9 +1103,9 @@ mod tests {
             .op(0, 0, OpKind::CudaMalloc { rank: 1, bytes: 64 })
             .op(0, 0, OpKind::CudaMallocHost { rank: 0, bytes: MAX_HOST_CALL_BYTES + 1 })
             .op(0, 0, OpKind::LoadModule { rank: 1, module: "m".into() })
-            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "cb".into(), reads: vec![], writes: vec![], calls_cuda: true })
-            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "dev".into(), reads: vec![rd], writes: vec![], calls_cuda: false })
-            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "odd".into(), reads: vec![BufRange { len: 6, ..rp }], writes: vec![], calls_cuda: false });
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "cb".into(), reads: vec![], writes: vec![], calls_cuda: true, duration_ns: 0 })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "dev".into(), reads: vec![rd], writes: vec![], calls_cuda: false, duration_ns: 0 })
+            .op(0, 0, OpKind::HostFunc { stream: sref(0, s), name: "odd".into(), reads: vec![BufRange { len: 6, ..rp }], writes: vec![], calls_cuda: false, duration_ns: 0 });
         let errs = lower(&b.finish()).unwrap_err();
         let text: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
         let has = |op: u32, needle: &str| {

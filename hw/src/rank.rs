@@ -140,6 +140,8 @@ struct HostFuncData {
     reads: Vec<(*const AtomicU32, usize)>,
     writes: Vec<(*const AtomicU32, usize)>,
     version: u32,
+    /// How long the function runs before touching memory, ns.
+    duration_ns: u64,
 }
 
 /// The host function of every `HostFunc` step: reads and stamps host memory, makes no CUDA call (S8).
@@ -149,6 +151,9 @@ struct HostFuncData {
 unsafe extern "C" fn host_func(data: *mut c_void) {
     // SAFETY: per the contract above; the words outlive the call (see `HostFuncData`).
     let d = unsafe { Box::from_raw(data as *mut HostFuncData) };
+    if d.duration_ns > 0 {
+        std::thread::sleep(std::time::Duration::from_nanos(d.duration_ns));
+    }
     let mut sum = 0u32;
     for (p, n) in &d.reads {
         for k in 0..*n {
@@ -1119,7 +1124,7 @@ fn exec(rt: &Rt, t: u32, i: u32, step: &Step, depth: &mut u32) -> Result<Option<
                 cuda::module_function(m, "cuorder_lazy")?;
             }
         }
-        Step::HostFunc { stream, reads, writes, version } => {
+        Step::HostFunc { stream, reads, writes, version, duration_ns } => {
             let words = |list: &[lower::ByteRange]| -> Result<Vec<(*const AtomicU32, usize)>, HwError> {
                 list.iter()
                     .map(|r| {
@@ -1130,7 +1135,7 @@ fn exec(rt: &Rt, t: u32, i: u32, step: &Step, depth: &mut u32) -> Result<Option<
                     })
                     .collect()
             };
-            let data = Box::new(HostFuncData { reads: words(reads)?, writes: words(writes)?, version: *version });
+            let data = Box::new(HostFuncData { reads: words(reads)?, writes: words(writes)?, version: *version, duration_ns: *duration_ns });
             let raw = Box::into_raw(data) as *mut c_void;
             // SAFETY: `host_func` makes no CUDA call and takes ownership of `raw`; the words outlive the program's
             // device work (Rt synchronizes before it is dropped).

@@ -118,7 +118,7 @@ pub fn host_calls() -> Program {
         .op(0, 0, OpKind::LoadModule { rank: 0, module: "m".into() })
         .op(0, 0, OpKind::Kernel { stream: st, name: "fill".into(), reads: vec![], writes: vec![ra], duration_ns: 100_000 })
         .op(0, 0, OpKind::Memcpy { stream: Some(st), dst: rp, src: ra })
-        .op(0, 0, OpKind::HostFunc { stream: st, name: "cb".into(), reads: vec![rp], writes: vec![rq], calls_cuda: false })
+        .op(0, 0, OpKind::HostFunc { stream: st, name: "cb".into(), reads: vec![rp], writes: vec![rq], calls_cuda: false, duration_ns: 0 })
         .op(0, 0, OpKind::StreamSynchronize { stream: st })
         .op(0, 0, OpKind::HostAccess { range: rq, write: false })
         .op(0, 0, OpKind::LoadModule { rank: 0, module: "m".into() })

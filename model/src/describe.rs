@@ -142,7 +142,7 @@ impl Program {
             OpKind::CudaMallocHost { bytes: n, .. } => format!("cuda_malloc_host({})", bytes(*n)),
             OpKind::LoadModule { module, .. } => format!("load_module({module})"),
             OpKind::EmptyCache { .. } => "empty_cache".into(),
-            OpKind::HostFunc { stream, name, reads, writes, calls_cuda } => {
+            OpKind::HostFunc { stream, name, reads, writes, calls_cuda, .. } => {
                 let cuda = if *calls_cuda { ", calls CUDA" } else { "" };
                 format!("host_func {name}({}{}{cuda})", s(stream), accesses(reads, writes))
             }

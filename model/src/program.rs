@@ -402,7 +402,16 @@ pub enum OpKind {
     EmptyCache { rank: RankId },
     /// `cudaLaunchHostFunc(stream, fn)` (S8): host work ordered on `stream` like a kernel, reading and writing host
     /// memory. `calls_cuda`: the function calls the CUDA API, which is undefined (S8).
-    HostFunc { stream: StreamRef, name: String, reads: Vec<BufRange>, writes: Vec<BufRange>, calls_cuda: bool },
+    /// `duration_ns`: how long the function runs on the host, ns (timed runs only; 0 in programs written before it).
+    HostFunc {
+        stream: StreamRef,
+        name: String,
+        reads: Vec<BufRange>,
+        writes: Vec<BufRange>,
+        calls_cuda: bool,
+        #[serde(default)]
+        duration_ns: u64,
+    },
 }
 
 impl Program {

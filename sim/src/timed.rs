@@ -212,6 +212,8 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
                     let bw = copy_bandwidth(costs, space(dst.buf), space(src.buf));
                     costs.item_overhead_ns + transfer_ns(dst.len, bw)
                 }
+                // A host function runs on the driver's callback thread for its duration (S8).
+                (ItemKind::Work, OpKind::HostFunc { duration_ns, .. }) => costs.item_overhead_ns + duration_ns,
                 (ItemKind::Work, OpKind::Expect { range, .. }) => {
                     costs.item_overhead_ns + transfer_ns(range.len, costs.kernel_read_bytes_per_s)
                 }

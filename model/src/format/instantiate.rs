@@ -129,12 +129,13 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         SOp::Malloc { size } => SOp::Malloc { size: t.size(size, &f("0")) },
         SOp::MallocHost { size } => SOp::MallocHost { size: t.size(size, &f("0")) },
         SOp::LoadModule { module } => SOp::LoadModule { module: t.text(module, &f("0")) },
-        SOp::HostFunc { name, stream, reads, writes, calls_cuda } => SOp::HostFunc {
+        SOp::HostFunc { name, stream, reads, writes, calls_cuda, duration } => SOp::HostFunc {
             name: t.text(name, &f("0")),
             stream: t.text(stream, &f("stream")),
             reads: t.bufs(reads, &f("reads")),
             writes: t.bufs(writes, &f("writes")),
             calls_cuda: *calls_cuda,
+            duration: duration.clone(),
         },
         SOp::DeviceSync | SOp::GroupStart | SOp::GroupEnd | SOp::EmptyCache => op.clone(),
         // Control forms never reach here: expansion removed them.

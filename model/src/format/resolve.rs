@@ -710,9 +710,13 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 }
                 Some(OpKind::LoadModule { rank: cx.rank, module: module.clone() })
             }
-            SOp::HostFunc { name, stream, reads, writes, calls_cuda } => {
+            SOp::HostFunc { name, stream, reads, writes, calls_cuda, duration } => {
                 let s = self.stream(cx, stream, &f("stream"));
-                let mut ok = s.is_some();
+                let duration_ns = match duration {
+                    Some(d) => self.duration(cx, d, &f("duration")),
+                    None => Some(0),
+                };
+                let mut ok = s.is_some() && duration_ns.is_some();
                 let mut ranges = [Vec::new(), Vec::new()];
                 for (k, (list, key)) in [(reads, "reads"), (writes, "writes")].into_iter().enumerate() {
                     for (j, arg) in list.iter().enumerate() {
@@ -737,7 +741,14 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 }
                 let [reads, writes] = ranges;
                 match (ok, s) {
-                    (true, Some(stream)) => Some(OpKind::HostFunc { stream, name: name.clone(), reads, writes, calls_cuda: *calls_cuda }),
+                    (true, Some(stream)) => Some(OpKind::HostFunc {
+                        stream,
+                        name: name.clone(),
+                        reads,
+                        writes,
+                        calls_cuda: *calls_cuda,
+                        duration_ns: duration_ns.unwrap_or(0),
+                    }),
                     _ => None,
                 }
             }

@@ -493,7 +493,8 @@ pub enum SOp {
         #[serde(rename = "_0", alias = "module")]
         module: String,
     },
-    /// `HostFunc("log", stream: "s0", reads: ["p"], calls_cuda: false)`: `cudaLaunchHostFunc` (S8).
+    /// `HostFunc("log", stream: "s0", reads: ["p"], calls_cuda: false, duration: "50 us")`: `cudaLaunchHostFunc`
+    /// (S8); `duration` is how long the host function runs (timed runs; default 0).
     HostFunc {
         #[serde(rename = "_0", alias = "name")]
         name: String,
@@ -504,6 +505,8 @@ pub enum SOp {
         writes: Vec<BufArg>,
         #[serde(default)]
         calls_cuda: bool,
+        #[serde(default)]
+        duration: Option<Duration>,
     },
     OnRanks {
         #[serde(rename = "_0", alias = "ranks")]

@@ -843,10 +843,8 @@ fn new_collectives_and_splits_report_bad_arguments() {
     one_error("Scatter(root: Rank(0), send: \"x\", recv: \"x\", stream: \"s0\")", &["Scatter sizes do not fit", "send = recv × members"]);
     one_error("AllToAll(send: \"x\", recv: \"y\", stream: \"s0\")", &["AllToAll sizes do not fit", "one block per member"]);
     let e = errs("Reduce(root: Rank(rank + 2), buf: \"x\", stream: \"s0\")");
-    assert_eq!(e, vec![
-        "3:14: rank 0: root rank 2 is not a member of `world` (members: 0, 1)".to_string(),
-        "3:14: rank 1: root rank 3 is not a member of `world` (members: 0, 1)".to_string(),
-    ]);
+    // One error for both ranks, each rank's value in rank order.
+    assert_eq!(e, vec!["3:14: ranks 0, 1: root rank 2 / 3 is not a member of `world` (members: 0, 1)".to_string()]);
     let e = errs("Parity(even: [Gather(root: Rank(0), send: \"x\", recv: \"y\", stream: \"s0\")], odd: [Gather(root: Rank(1), send: \"x\", recv: \"y\", stream: \"s0\")])");
     assert!(e[0].contains("Gather of 4096 bytes from rank 1 does not match rank 0's Gather of 4096 bytes from rank 0"), "{e:?}");
     // Two names for one color, and a color without the communicator it creates.
@@ -883,10 +881,11 @@ fn host_calls_that_synchronize_and_host_functions() {
     assert_eq!(*r1[2], OpKind::CudaMallocHost { rank: 1, bytes: 4096 });
     assert_eq!(*r1[3], OpKind::LoadModule { rank: 1, module: "attn".into() });
     // S8: a host function on a stream with host-memory accesses.
-    let p = ok(&prog("HostFunc(\"cb\", stream: \"s0\", reads: [\"p\"], writes: [Slice(\"h\", 0, 1024)], calls_cuda: true)"));
+    let p = ok(&prog("HostFunc(\"cb\", stream: \"s0\", reads: [\"p\"], writes: [Slice(\"h\", 0, 1024)], calls_cuda: true, duration: \"50 us\")"));
     match ops_of(&p, 0, 0)[0] {
-        OpKind::HostFunc { stream, name, reads, writes, calls_cuda } => {
+        OpKind::HostFunc { stream, name, reads, writes, calls_cuda, duration_ns } => {
             assert_eq!((stream.index, name.as_str(), reads.len(), writes[0].len, *calls_cuda), (1, "cb", 1, 1024, true));
+            assert_eq!(*duration_ns, 50_000);
         }
         other => panic!("{other:?}"),
     }
