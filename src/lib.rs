@@ -4,6 +4,7 @@
 pub mod artifact;
 pub mod diagnostics;
 pub mod json;
+pub mod progress;
 pub mod report;
 pub mod shrink;
 pub mod timeline;
