@@ -19,8 +19,9 @@ Exit codes:
   0  no problem possible (check), agrees (conform), done (other commands)
   1  a problem found (check), a disagreement or a failed gate (conform)
   2  bad input or usage (the errors are printed; as JSON with --format json)
-  3  inconclusive: a budget (--max-states, --max-memory-mb, --max-time-s) stopped the search (or a
-     run) first; what was found so far is printed";
+  3  inconclusive: a budget (--max-states, --max-memory-mb, --max-time-s) or Ctrl-C stopped the search
+     (or a run) first, or a sampled or bounded exploration found nothing; what was found so far is printed
+     (a second Ctrl-C quits at once, exit 130)";
 
 #[derive(Parser)]
 #[command(

@@ -6,10 +6,10 @@ use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cuorder_sim::progress::Progress;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
+use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 
 /// What a search counts, and the limits to show beside the count.
 #[derive(Clone, Copy, Debug)]
@@ -49,15 +49,16 @@ impl Watch {
             Meter::States { max_states, .. } | Meter::Bounded { max_states, .. } => (max_states, "states"),
             Meter::Executions { executions, .. } => (executions, "executions"),
         };
-        let template = format!("[{{elapsed_precise}}] {{bar:24}} {{human_pos}}/{{human_len}} {unit} ({{per_sec}}) {{msg}}");
+        let template = format!("[{{elapsed_precise}}] {{bar:20}} {{human_pos}}/{{human_len}} {unit} {{msg}}");
         let style = ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar());
         let bar = ProgressBar::with_draw_target(Some(len), target).with_style(style);
         let done = Arc::new(AtomicBool::new(false));
         let poller = draw.then(|| {
             let (progress, bar, done) = (progress.clone(), bar.clone(), done.clone());
+            let started = Instant::now();
             std::thread::spawn(move || {
                 while !done.load(Ordering::Relaxed) {
-                    update(&bar, &progress, meter);
+                    update(&bar, &progress, meter, started.elapsed());
                     std::thread::sleep(POLL);
                 }
             })
@@ -98,21 +99,25 @@ impl Watch {
     }
 }
 
-/// One refresh of the bar from the counters.
-fn update(bar: &ProgressBar, p: &Progress, meter: Meter) {
+/// One refresh of the bar from the counters, `elapsed` after the start.
+fn update(bar: &ProgressBar, p: &Progress, meter: Meter, elapsed: Duration) {
+    let rate = |n: u64| HumanCount((n as f64 / elapsed.as_secs_f64().max(1e-3)) as u64);
     match meter {
         Meter::States { max_time_s, .. } => {
-            bar.set_position(p.states());
-            bar.set_message(format!("· time limit {max_time_s} s"));
+            let n = p.states();
+            bar.set_position(n);
+            bar.set_message(format!("({}/s) · time limit {max_time_s} s", rate(n)));
         }
         Meter::Bounded { bound, max_time_s, .. } => {
-            bar.set_position(p.states());
-            bar.set_message(format!("· bound {} of {bound} · time limit {max_time_s} s", p.bound()));
+            let n = p.states();
+            bar.set_position(n);
+            bar.set_message(format!("({}/s) · bound {} of {bound} · time limit {max_time_s} s", rate(n), p.bound()));
         }
         Meter::Executions { time_limit_s, .. } => {
-            bar.set_position(p.executions());
+            let n = p.executions();
+            bar.set_position(n);
             let limit = time_limit_s.map(|s| format!(" · time limit {s} s")).unwrap_or_default();
-            bar.set_message(format!("· {} steps{limit}", p.steps()));
+            bar.set_message(format!("({}/s) · {} steps{limit}", rate(n), HumanCount(p.steps())));
         }
     }
 }

@@ -104,9 +104,10 @@ struct Frame {
     next: usize,
     /// Estimated bytes of `state` while the frame holds it (memory budget).
     bytes: usize,
-    /// Bounded search: for each of `steps`, its agent ([`step_agent`]) and the preemptions left after taking it.
-    /// Empty in the exhaustive search.
-    budget: Vec<(usize, u32)>,
+    /// Bounded search: for each of `steps`, the agent running after it (its own, [`step_agent`], or for a step
+    /// explored alone the one running before) and the preemptions left after taking it. Empty in the exhaustive
+    /// search.
+    budget: Vec<(Option<usize>, u32)>,
 }
 
 /// What kind of state the explorer hands to a [`explore_with`] visitor.
@@ -389,10 +390,21 @@ fn budget_key(h: u128, agent: Option<usize>) -> u128 {
     x.digest128()
 }
 
-/// For a bounded pass: each step's agent and the preemptions left after it, given the agent of the step that led
-/// here (`None` at the start) and the preemptions `left`; the steps that would need more are removed (and the
-/// return says whether any was).
-fn budget_steps(sem: &Semantics, st: &State, steps: &mut Vec<Step>, from: Option<usize>, left: u32) -> (Vec<(usize, u32)>, bool) {
+/// For a bounded pass: the agent running after each step and the preemptions left after it, given the agent running
+/// now (`None` at the start) and the preemptions `left`; the steps that would need more are removed (and the return
+/// says whether any was). A step explored alone (a chain, a step that commutes with everything) is no scheduling
+/// choice: it costs nothing and leaves the running agent as it was, so that reduction does not turn the next
+/// return to that agent into a preemption.
+fn budget_steps(
+    sem: &Semantics,
+    st: &State,
+    steps: &mut Vec<Step>,
+    from: Option<usize>,
+    left: u32,
+) -> (Vec<(Option<usize>, u32)>, bool) {
+    if steps.len() == 1 {
+        return (vec![(from, left)], false);
+    }
     let agents: Vec<usize> = steps.iter().map(|s| step_agent(sem, st, s)).collect();
     let running = from.filter(|a| agents.contains(a));
     let mut budget = Vec::with_capacity(steps.len());
@@ -404,7 +416,7 @@ fn budget_steps(sem: &Semantics, st: &State, steps: &mut Vec<Step>, from: Option
             cut = true;
             continue;
         }
-        budget.push((a, left - cost));
+        budget.push((Some(a), left - cost));
         keep.push(step);
     }
     *steps = keep;
@@ -485,7 +497,7 @@ fn explore_inner<'a>(
             continue;
         }
         let step = top.steps[top.next].clone();
-        let (agent, left) = top.budget.get(top.next).map_or((None, 0), |(a, l)| (Some(*a), *l));
+        let (agent, left) = top.budget.get(top.next).copied().unwrap_or((None, 0));
         top.next += 1;
         let mut st = if top.next == top.steps.len() {
             held -= top.bytes;
