@@ -1,5 +1,6 @@
 //! The `cuorder` library behind the command-line program: loading programs and profiles, `check` reports,
-//! timelines, diagnostics rendering, and the progress display of long searches. The binary (`main.rs`) only parses arguments and prints.
+//! timelines, diagnostics rendering, and the progress display of long searches. The binary (`main.rs`) only parses
+//! arguments and prints.
 
 pub mod artifact;
 pub mod diagnostics;

@@ -53,6 +53,12 @@ impl Watch {
         let style = ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar());
         let bar = ProgressBar::with_draw_target(Some(len), target).with_style(style);
         let done = Arc::new(AtomicBool::new(false));
+        if draw {
+            // Drawn once before the search starts, so that even a search over before the first poll shows (and then
+            // erases) its bar.
+            update(&bar, &progress, meter, Duration::ZERO);
+            bar.tick();
+        }
         let poller = draw.then(|| {
             let (progress, bar, done) = (progress.clone(), bar.clone(), done.clone());
             let started = Instant::now();
