@@ -1,9 +1,11 @@
 //! The `cuorder` library behind the command-line program: loading programs and profiles, `check` reports,
-//! timelines, and diagnostics rendering. The binary (`main.rs`) only parses arguments and prints.
+//! timelines, diagnostics rendering, and the progress display of long searches. The binary (`main.rs`) only parses
+//! arguments and prints.
 
 pub mod artifact;
 pub mod diagnostics;
 pub mod json;
+pub mod progress;
 pub mod report;
 pub mod shrink;
 pub mod timeline;

@@ -19,8 +19,9 @@ Exit codes:
   0  no problem possible (check), agrees (conform), done (other commands)
   1  a problem found (check), a disagreement or a failed gate (conform)
   2  bad input or usage (the errors are printed; as JSON with --format json)
-  3  inconclusive: a budget (--max-states, --max-memory-mb, --max-time-s) stopped the search (or a
-     run) first; what was found so far is printed";
+  3  inconclusive: a budget (--max-states, --max-memory-mb, --max-time-s) or Ctrl-C stopped the search
+     (or a run) first, or a sampled or bounded exploration found nothing; what was found so far is printed
+     (a second Ctrl-C quits at once, exit 130)";
 
 #[derive(Parser)]
 #[command(
@@ -33,15 +34,24 @@ struct Cli {
     /// Colors in diagnostics: `auto` (when stderr is a terminal and NO_COLOR is not set), `always` or `never`.
     #[arg(long, value_enum, default_value = "auto", global = true)]
     color: ColorChoice,
+    /// Progress bar on stderr for `check` and `explore` (states or executions so far, the rate, the limits):
+    /// `auto` (when stderr is a terminal), `always` or `never`. stdout is the same bytes either way.
+    #[arg(long, value_enum, default_value = "auto", global = true)]
+    progress: ColorChoice,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum StrategyArg {
+    /// Every execution (as `check`).
     Exhaustive,
+    /// Seeded random walks.
     Random,
+    /// Probabilistic concurrency testing (seeded walks with random agent priorities; --depth).
     Pct,
+    /// Every execution with at most --bound preemptions (systematic, no seed).
+    Bounded,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -52,6 +62,15 @@ enum ColorChoice {
 }
 
 impl ColorChoice {
+    /// Whether to draw the progress bar on stderr (`auto`: when stderr is a terminal; NO_COLOR does not matter).
+    fn progress(self) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => std::io::stderr().is_terminal(),
+        }
+    }
+
     /// Whether to color stderr.
     fn enabled(self) -> bool {
         match self {
@@ -310,9 +329,12 @@ enum Command {
     },
     /// Print the man page (roff) to stdout.
     Man,
-    /// Explore executions with a chosen strategy: `exhaustive` (as `check`), or sampled `random` walks and `pct`
-    /// (seeded: execution i uses seed SEED+i, and the output is the same whatever --jobs). Exit codes as `check`;
-    /// sampling never proves the absence of a problem, so a clean sampled run exits 3.
+    /// Explore executions with a chosen strategy: `exhaustive` (as `check`), sampled `random` walks and `pct`
+    /// (seeded: execution i uses seed SEED+i, and the output is the same whatever --jobs), or `bounded`: every
+    /// execution with at most --bound preemptions (a step of another host thread, stream or communicator while the
+    /// one that ran last could still go on), searched for bounds 0, 1, ... up to --bound; each finding says the
+    /// bound at which it first appeared. Exit codes as `check`; sampling and bounded search never prove the absence
+    /// of a problem (a bounded search says nothing of executions with more preemptions), so a clean run exits 3.
     Explore {
         program: PathBuf,
         #[arg(long, value_enum, default_value = "random")]
@@ -328,16 +350,21 @@ enum Command {
         /// PCT bug depth: the number of priority changes plus one.
         #[arg(long, default_value_t = 3)]
         depth: u32,
+        /// Bounded strategy: the most preemptions an execution may have (0 to 64). Searched by iterative deepening
+        /// from 0; the cost grows roughly like (steps x agents)^bound.
+        #[arg(long, default_value_t = cuorder_sim::explore::DEFAULT_BOUND, value_parser = clap::value_parser!(u32).range(0..=64))]
+        bound: u32,
         /// Stop at the first finding.
         #[arg(long)]
         first: bool,
-        /// Stop starting executions after this many seconds (the result then depends on the machine's speed).
-        #[arg(long)]
+        /// Stop starting executions (exhaustive, bounded: stop the search) after this many seconds (the result then
+        /// depends on the machine's speed).
+        #[arg(long, value_parser = parse_seconds)]
         time_limit: Option<f64>,
         /// Worker threads for sampling strategies (default: all cores). The output does not depend on it.
         #[arg(long)]
         jobs: Option<usize>,
-        /// Stop after this many distinct states (exhaustive).
+        /// Stop after this many distinct states (exhaustive, bounded).
         #[arg(long, default_value_t = 2_000_000)]
         max_states: usize,
         /// Steps per execution before it is cut off (sampling strategies).
@@ -480,6 +507,25 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     cuorder_model::format::parse_size(s)
 }
 
+/// `--time-limit`: a finite, non-negative number of seconds, at most 10^9 (about 31 years).
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && (0.0..=1e9).contains(&x) => Ok(x),
+        Ok(_) => Err(format!("{s:?} is not a number of seconds from 0 to 1000000000")),
+        Err(e) => Err(format!("{s:?} is not a number of seconds: {e}")),
+    }
+}
+
+/// Starts the progress display of a search (drawn when `draw`) and makes Ctrl-C stop it; a handler that cannot be
+/// installed is said on stderr, and the search runs without it.
+fn watch(draw: bool, meter: cuorder::progress::Meter) -> cuorder::progress::Watch {
+    let w = cuorder::progress::Watch::start(draw, meter);
+    if let Err(e) = w.stop_on_ctrl_c() {
+        err(&format!("warning: {e}\n"));
+    }
+    w
+}
+
 /// [`fail`], or with `--format json` the JSON load-error document of `command` (docs/json.md).
 fn fail_as(format: Format, command: &str, e: LoadError) -> ExitCode {
     match format {
@@ -601,7 +647,12 @@ fn main() -> ExitCode {
                 Ok(x) => x,
                 Err(e) => return fail_as(format, "check", e),
             };
-            let rep = report::check(&prog, &prof, &budgets.limits());
+            let w = watch(
+                cli.progress.progress(),
+                cuorder::progress::Meter::States { max_states: budgets.max_states as u64, max_time_s: budgets.max_time_s },
+            );
+            let rep = report::check(&prog, &prof, &Limits { progress: Some(w.progress()), ..budgets.limits() });
+            w.finish();
             match format {
                 Format::Text => say(&(torch.note() + &rep.to_text())),
                 Format::Json => {
@@ -766,6 +817,7 @@ fn main() -> ExitCode {
             seed,
             executions,
             depth,
+            bound,
             first,
             time_limit,
             jobs,
@@ -780,6 +832,18 @@ fn main() -> ExitCode {
                 Err(e) => return fail(e),
             };
             let sem = Semantics::new(&prog, &prof);
+            let max_time_ms = time_limit.map_or(cuorder_sim::explore::DEFAULT_MAX_TIME_MS, |s| (s * 1000.0) as u64);
+            let meter = match strategy {
+                StrategyArg::Exhaustive => {
+                    cuorder::progress::Meter::States { max_states: max_states as u64, max_time_s: max_time_ms / 1000 }
+                }
+                StrategyArg::Bounded => {
+                    cuorder::progress::Meter::Bounded { bound, max_states: max_states as u64, max_time_s: max_time_ms / 1000 }
+                }
+                StrategyArg::Random | StrategyArg::Pct => cuorder::progress::Meter::Executions { executions, time_limit_s: time_limit },
+            };
+            let w = watch(cli.progress.progress(), meter);
+            let limits = Limits { max_states, first, max_time_ms, progress: Some(w.progress()), ..Limits::default() };
             let sampling = |s: cuorder_sim::strategy::Strategy| cuorder_sim::strategy::SampleOptions {
                 strategy: s,
                 seed,
@@ -788,12 +852,35 @@ fn main() -> ExitCode {
                 first,
                 jobs: jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1),
                 max_steps,
+                progress: Some(w.progress()),
             };
-            let (ex, header, seeds, hits) = match strategy {
+            // Per finding: how the report introduces it before the findings (sampling: executions that showed it;
+            // bounded: the bound at which it first appeared).
+            let (ex, header, seeds, notes, hits) = match strategy {
                 StrategyArg::Exhaustive => {
-                    let ex = cuorder_sim::explore::explore(&sem, &Limits { max_states, first, ..Limits::default() });
+                    let ex = cuorder_sim::explore::explore(&sem, &limits);
                     let n = ex.findings.len();
-                    (ex, "strategy exhaustive".to_string(), vec![None; n], None)
+                    (ex, "strategy exhaustive".to_string(), vec![None; n], vec![], None)
+                }
+                StrategyArg::Bounded => {
+                    let b = cuorder_sim::explore::explore_bounded(&sem, &limits, bound);
+                    let per: Vec<String> = b.pass_states.iter().enumerate().map(|(k, n)| format!("bound {k}: {n}")).collect();
+                    let header = format!(
+                        "strategy bounded (bound {bound}), at most {bound} preemption{}: {} states ({})",
+                        if bound == 1 { "" } else { "s" },
+                        b.exploration.states,
+                        per.join(", ")
+                    );
+                    let notes = b
+                        .first_bound
+                        .iter()
+                        .enumerate()
+                        .map(|(i, k)| {
+                            format!("  finding {} first at bound {k} (an execution with {k} preemption{} shows it)", i + 1, if *k == 1 { "" } else { "s" })
+                        })
+                        .collect();
+                    let n = b.exploration.findings.len();
+                    (b.exploration, header, vec![None; n], notes, None)
                 }
                 StrategyArg::Random | StrategyArg::Pct => {
                     let s = if strategy == StrategyArg::Random {
@@ -810,9 +897,18 @@ fn main() -> ExitCode {
                         r.executions,
                         r.steps
                     );
-                    (r.exploration, header, r.seeds.into_iter().map(Some).collect(), Some((r.hits, r.executions)))
+                    let notes = r
+                        .hits
+                        .iter()
+                        .zip(&r.seeds)
+                        .enumerate()
+                        .map(|(i, (h, s))| format!("  finding {} seen in {h} of {} executions (first with seed {s})", i + 1, r.executions))
+                        .collect();
+                    let hits = Some((r.hits.clone(), r.executions));
+                    (r.exploration, header, r.seeds.into_iter().map(Some).collect(), notes, hits)
                 }
             };
+            w.finish();
             let mut rep = report::build_report(&sem, &ex);
             if let Some((h, n)) = &hits {
                 for (f, hits) in rep.findings.iter_mut().zip(h) {
@@ -855,10 +951,8 @@ fn main() -> ExitCode {
                 Format::Text => {
                     println!("{header}");
                     print!("{}", torch.note());
-                    if let Some((hits, n)) = &hits {
-                        for (i, h) in hits.iter().enumerate() {
-                            println!("  finding {} seen in {h} of {n} executions (first with seed {})", i + 1, seeds[i].unwrap_or(0));
-                        }
+                    for note in &notes {
+                        println!("{note}");
                     }
                     if let Some(dir) = &save {
                         println!("  saved {} finding(s) to {} (`cuorder replay FILE`)", rep.findings.len(), dir.display());

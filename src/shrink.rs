@@ -231,7 +231,7 @@ type Found = (Program, RenderedFinding, cuorder_model::verdict::ProblemKey);
 /// The first finding of `sem`'s program that `wanted` accepts: seeded random walks first (cheap, and they find
 /// send-before-recv deadlocks and races at once), then the exhaustive search under the state budget.
 fn search(sem: &Semantics, opt: &ShrinkOptions, wanted: impl Fn(&RenderedFinding) -> bool) -> Option<(RenderedFinding, cuorder_model::verdict::ProblemKey)> {
-    let s = sample(sem, &SampleOptions { strategy: Strategy::Random, seed: 0, executions: opt.walks, time_limit: None, first: false, jobs: 1, max_steps: 1_000_000 });
+    let s = sample(sem, &SampleOptions { strategy: Strategy::Random, seed: 0, executions: opt.walks, time_limit: None, first: false, jobs: 1, max_steps: 1_000_000, progress: None });
     let exhaustive = || cuorder_sim::explore::explore(sem, &Limits { max_states: opt.max_states, ..Limits::default() });
     for ex in [s.exploration].into_iter().chain(std::iter::once_with(exhaustive)) {
         let rep = crate::report::build_report(sem, &ex);

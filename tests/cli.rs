@@ -486,3 +486,101 @@ fn a_saved_finding_replays_after_its_program_moved_or_changed() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("diverged") || out.contains("not reproduced"), "{out}");
 }
+
+/// `explore --strategy bounded`: systematic, so the same bytes every time; each finding says the bound at which it
+/// first appeared, and a saved one replays; a clean bounded search proves nothing beyond its bound and exits 3.
+#[test]
+fn bounded_exploration_reports_bounds_and_its_findings_replay() {
+    let dir = tmp("explore-bounded");
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.display().to_string();
+    let args = ["explore", "examples/nccl-1456-send-first-connected.ron", "--strategy", "bounded", "--bound", "1"];
+    let (code, out, err) = cuorder(&args);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.starts_with("strategy bounded (bound 1), at most 1 preemption: "), "{out}");
+    assert!(out.contains("finding 1 first at bound 1 (an execution with 1 preemption shows it)"), "{out}");
+    assert!(out.contains("deadlock"), "{out}");
+    assert!(out.contains("executions with at most 1 preemption"), "{out}");
+    let mut saving = args.to_vec();
+    saving.extend(["--save", &d]);
+    let (code, out2, _) = cuorder(&saving);
+    assert_eq!(code, 1);
+    assert_eq!(out.lines().next(), out2.lines().next(), "same bound, same search");
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(!files.is_empty());
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        assert!(text.contains("strategy: \"bounded (bound 1)\""), "{text}");
+        let (code, out, err) = cuorder(&["replay", &f.display().to_string()]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("reproduced:"), "{out}");
+    }
+    let (code, out, _) = cuorder(&["explore", "examples/nccl-1456-grouped.ron", "--strategy", "bounded"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("inconclusive") && out.contains("at most 2 preemptions"), "{out}");
+    let (code, _, err) = cuorder(&["explore", "examples/nccl-1456-grouped.ron", "--strategy", "bounded", "--bound", "65"]);
+    assert_eq!(code, 2, "{err}");
+    let (code, _, err) = cuorder(&["explore", "examples/nccl-1456-grouped.ron", "--time-limit", "-1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// The progress bar goes to stderr only: `--progress always` draws it even into a pipe, and stdout is the same bytes
+/// as with `--progress never`; by default (stderr not a terminal here) nothing is drawn.
+#[test]
+fn progress_goes_to_stderr_and_never_changes_stdout() {
+    for args in [
+        vec!["check", "examples/nccl-1456-send-first-connected.ron"],
+        vec!["explore", "examples/nccl-1456-send-first-connected.ron", "--strategy", "pct", "--executions", "50", "--jobs", "2"],
+        vec!["explore", "examples/nccl-1456-send-first-connected.ron", "--strategy", "bounded"],
+    ] {
+        let with = |mode: &str| {
+            let mut a = args.clone();
+            a.extend(["--progress", mode]);
+            cuorder(&a)
+        };
+        let (code_never, out_never, err_never) = with("never");
+        let (code_always, out_always, err_always) = with("always");
+        let (code_auto, out_auto, err_auto) = cuorder(&args);
+        assert_eq!((code_never, code_always, code_auto), (1, 1, 1), "{args:?}");
+        assert_eq!(out_never, out_always, "{args:?}: the progress bar changed stdout");
+        assert_eq!(out_never, out_auto, "{args:?}");
+        assert_eq!(err_never, "", "{args:?}");
+        assert_eq!(err_auto, "", "{args:?}: drew a progress bar into a pipe");
+        let unit = if args.contains(&"pct") { "executions" } else { "states" };
+        assert!(err_always.contains(unit), "{args:?}: no progress on stderr: {err_always:?}");
+    }
+}
+
+/// Ctrl-C (SIGINT) stops a long search: what was found so far is printed with "interrupted by Ctrl-C" as the limit
+/// that stopped it, and the exit code is the one of a limit (3 with nothing found).
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_the_search_and_prints_the_report() {
+    let program = tmp("ctrl-c-1f1b-4x4.ron");
+    let p = program.display().to_string();
+    let (code, _, err) = cuorder(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "4", "-o", &p]);
+    assert_eq!(code, 0, "{err}");
+    // Exhaustive check of 1F1B 4x4 runs for minutes (README); 200,000 executions of PCT for longer than a second.
+    for args in [vec!["check", p.as_str()], vec!["explore", p.as_str(), "--strategy", "pct", "--executions", "200000", "--jobs", "1"]] {
+        let started = std::time::Instant::now();
+        let child = Command::new(env!("CARGO_BIN_EXE_cuorder"))
+            .args(&args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs");
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
+        assert!(killed.success());
+        let out = child.wait_with_output().expect("waits");
+        let elapsed = started.elapsed();
+        let (stdout, stderr) = (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap());
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {stdout}{stderr}");
+        assert!(stdout.contains("interrupted by Ctrl-C"), "{args:?}: {stdout}");
+        assert!(stdout.contains("inconclusive"), "{args:?}: {stdout}");
+        assert!(stderr.contains("interrupted: stopping the search"), "{args:?}: {stderr}");
+        assert!(elapsed < std::time::Duration::from_secs(30), "{args:?}: took {elapsed:?} to stop");
+    }
+}

@@ -1,10 +1,11 @@
-//! Sampling strategies (random walk, PCT) and saved findings (issue 8): every finding a strategy reports is one the
-//! exhaustive search also reports, its witness is a schedule the model accepts, the output does not depend on the
-//! number of worker threads, and a saved finding replays to the same problem.
+//! Sampling strategies (random walk, PCT), the preemption-bounded search, and saved findings (issue 8): every
+//! finding a strategy reports is one the exhaustive search also reports, its witness is a schedule the model accepts,
+//! the output does not depend on the number of worker threads, a bound large enough finds what exhaustive search
+//! finds, and a saved finding replays to the same problem.
 
 use cuorder_model::profile::Profile;
 use cuorder_model::semantics::Semantics;
-use cuorder_sim::explore::{explore, Limits};
+use cuorder_sim::explore::{explore, explore_bounded, Limits};
 use cuorder_sim::strategy::{sample, SampleOptions, Strategy};
 
 fn corpus() -> Vec<(String, cuorder_model::program::Program)> {
@@ -93,4 +94,103 @@ fn walks_find_deadlocks_that_need_the_platform_to_withhold() {
     let s = sample(&sem, &opts(Strategy::Random, 1));
     assert!(s.exploration.findings.iter().any(|f| f.problem.kind_name() == "deadlock"), "{:?}", s.exploration.findings);
     assert!(s.hits[0] < s.executions, "only the withholding executions deadlock");
+}
+
+/// The corpus and 40 generated programs, with the exhaustive search of each under both built-in profiles where it
+/// completes within 20,000 states.
+fn complete_searches() -> Vec<(String, cuorder_model::program::Program, Profile, cuorder_sim::explore::Exploration)> {
+    let mut programs = corpus();
+    let opt = cuorder_sim::gen::GenOptions::default();
+    programs.extend((0..40).map(|seed| (format!("gen-{seed}"), cuorder_sim::gen::program(seed, &opt))));
+    let mut v = vec![];
+    for (name, p) in programs {
+        for prof in [Profile::portable(), Profile::eager()] {
+            let full = explore(&Semantics::new(&p, &prof), &Limits { max_states: 20_000, ..Limits::default() });
+            if full.limit_hit.is_none() {
+                v.push((name.clone(), p.clone(), prof, full));
+            }
+        }
+    }
+    v
+}
+
+/// Soundness of the bounded search: every finding at bound 2 is a finding of the exhaustive search, and its witness
+/// replays to it; findings come in the order of the bound that first showed them.
+#[test]
+fn bounded_findings_are_exhaustive_findings_with_valid_witnesses() {
+    let mut checked = 0;
+    for (name, p, prof, full) in complete_searches() {
+        let sem = Semantics::new(&p, &prof);
+        let b = explore_bounded(&sem, &Limits::default(), 2);
+        assert_eq!(b.first_bound.len(), b.exploration.findings.len());
+        assert!(b.first_bound.windows(2).all(|w| w[0] <= w[1]), "{name}: findings out of bound order: {:?}", b.first_bound);
+        assert!(b.exploration.limit_hit.as_deref().unwrap_or("").contains("the verdict covers only those"), "{name}");
+        for (key, f) in b.exploration.keys.iter().zip(&b.exploration.findings) {
+            checked += 1;
+            assert!(full.keys.contains(key), "{name} ({}): bounded found {key:?}, which exhaustive search does not", prof.name);
+            assert_eq!(f.frequency, cuorder_model::verdict::Frequency::Sometimes, "{name}: a bounded search proves no 'always'");
+            let st = cuorder_sim::run::replay_state(&sem, &f.witness).unwrap_or_else(|d| panic!("{name}: {d}"));
+            assert!(cuorder_sim::explore::problems_at(&sem, &st).contains(key), "{name}: witness does not show {key:?}");
+        }
+    }
+    assert!(checked >= 30, "only {checked} bounded findings checked");
+}
+
+/// With a bound large enough the bounded search stops deepening once no step was cut, and finds exactly the problems
+/// exhaustive search finds; at bound 0 it misses some that need a preemption (so the bound matters).
+#[test]
+fn a_large_bound_finds_what_exhaustive_search_finds() {
+    let (mut compared, mut needs_preemption) = (0, 0);
+    for (name, p, prof, full) in complete_searches().into_iter().filter(|(_, _, _, f)| f.states <= 3_000) {
+        let sem = Semantics::new(&p, &prof);
+        let b = explore_bounded(&sem, &Limits { max_states: 2_000_000, ..Limits::default() }, 64);
+        let k = b.saturated_at.unwrap_or_else(|| panic!("{name} ({}): bound 64 still cut steps: {:?}", prof.name, b.pass_states));
+        let mut got = b.exploration.keys.clone();
+        let mut want = full.keys.clone();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{name} ({}): saturated at bound {k}", prof.name);
+        compared += 1;
+        needs_preemption += usize::from(b.first_bound.iter().any(|k| *k > 0));
+    }
+    assert!(compared >= 30, "only {compared} programs compared");
+    assert!(needs_preemption >= 3, "only {needs_preemption} programs have a finding that needs a preemption");
+}
+
+/// Same program, same bound: the same findings, witnesses and counts, byte for byte.
+#[test]
+fn bounded_search_is_deterministic() {
+    for (name, p) in corpus().into_iter().take(12) {
+        let prof = Profile::portable();
+        let sem = Semantics::new(&p, &prof);
+        let text = |b: &cuorder_sim::explore::Bounded| format!("{:?} {:?} {:?}", b.exploration, b.first_bound, b.pass_states);
+        let a = explore_bounded(&sem, &Limits::default(), 2);
+        let b = explore_bounded(&sem, &Limits::default(), 2);
+        assert_eq!(text(&a), text(&b), "{name}: same bound, different result");
+    }
+}
+
+/// A stop requested through the shared progress ends every strategy at once, naming the interrupt, and keeps what
+/// was found.
+#[test]
+fn a_stop_request_ends_every_strategy_with_its_findings_so_far() {
+    let (_, p) = corpus().into_iter().find(|(n, _)| n.contains("megatron-batch-p2p-race")).unwrap();
+    let prof = Profile::portable();
+    let sem = Semantics::new(&p, &prof);
+    let progress = std::sync::Arc::new(cuorder_sim::progress::Progress::new());
+    assert!(!progress.request_stop(), "first request");
+    assert!(progress.request_stop(), "second request sees the first");
+    let limits = Limits { progress: Some(progress.clone()), ..Limits::default() };
+    let ex = explore(&sem, &limits);
+    assert!(ex.limit_hit.as_deref().unwrap_or("").contains("interrupted by Ctrl-C"), "{:?}", ex.limit_hit);
+    assert_eq!(ex.states, 1, "stopped at the initial state");
+    let b = explore_bounded(&sem, &limits, 2);
+    assert!(b.exploration.limit_hit.as_deref().unwrap_or("").contains("at bound 0: interrupted by Ctrl-C"), "{:?}", b.exploration.limit_hit);
+    assert_eq!(b.pass_states.len(), 1, "no deeper bound after an interrupt");
+    let s = sample(&sem, &SampleOptions { progress: Some(progress), ..opts(Strategy::Random, 2) });
+    assert_eq!(s.executions, 0);
+    assert!(s.exploration.limit_hit.as_deref().unwrap_or("").contains("interrupted by Ctrl-C after 0 of 40 executions"), "{:?}", s.exploration.limit_hit);
+    // Nobody watching: the same searches run to the end.
+    let full = explore(&sem, &Limits::default());
+    assert!(full.limit_hit.is_none() && !full.findings.is_empty());
 }

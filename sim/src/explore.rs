@@ -3,11 +3,16 @@
 //! so equivalent interleavings meet in one state). It reports every distinct problem with the first witness found
 //! in a fixed order, and whether it happens in every execution.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Instant;
 
 use cuorder_model::semantics::{Semantics, State, Step};
 use cuorder_model::verdict::{Finding, Frequency, Problem, ProblemKey};
+
+use crate::progress::{stopped, Progress, INTERRUPTED};
+use crate::strategy::step_agent;
 
 /// Limits on one exploration; hitting one is reported, never silent.
 #[derive(Clone, Debug)]
@@ -29,6 +34,9 @@ pub struct Limits {
     pub max_memory_bytes: usize,
     /// Wall-clock time the search may take, in milliseconds.
     pub max_time_ms: u64,
+    /// Counters to update (states visited) and a stop flag to check, on every state: once set, the search stops
+    /// as at a time limit and names [`crate::progress::INTERRUPTED`]. `None`: nobody watches.
+    pub progress: Option<Arc<Progress>>,
 }
 
 /// Default of [`Limits::max_memory_bytes`]: 4 GiB.
@@ -47,6 +55,7 @@ impl Default for Limits {
             first: false,
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             max_time_ms: DEFAULT_MAX_TIME_MS,
+            progress: None,
         }
     }
 }
@@ -95,6 +104,10 @@ struct Frame {
     next: usize,
     /// Estimated bytes of `state` while the frame holds it (memory budget).
     bytes: usize,
+    /// Bounded search: for each of `steps`, the agent running after it (its own, [`step_agent`], or for a step
+    /// explored alone the one running before) and the preemptions left after taking it. Empty in the exhaustive
+    /// search.
+    budget: Vec<(Option<usize>, u32)>,
 }
 
 /// What kind of state the explorer hands to a [`explore_with`] visitor.
@@ -255,29 +268,196 @@ impl Search<'_, '_> {
 
 /// Explores every execution of the program under the profile, up to `limits`.
 pub fn explore(sem: &Semantics, limits: &Limits) -> Exploration {
-    explore_inner(sem, limits, None)
+    let started = Instant::now();
+    explore_inner(sem, limits, None, Pass { bound: None, started, states_before: 0 }).0
 }
 
 /// Like [`explore`], and also calls `visit` on every final state (and every S1-stuck state) reached.
 pub fn explore_with(sem: &Semantics, limits: &Limits, visit: &mut dyn FnMut(&State, FinalKind)) -> Exploration {
-    explore_inner(sem, limits, Some(visit))
+    let started = Instant::now();
+    explore_inner(sem, limits, Some(visit), Pass { bound: None, started, states_before: 0 }).0
 }
 
-fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mut dyn FnMut(&State, FinalKind)>) -> Exploration {
+/// The default preemption bound of [`explore_bounded`] (`--bound`).
+pub const DEFAULT_BOUND: u32 = 2;
+
+/// What a bounded search found ([`explore_bounded`]).
+#[derive(Clone, Debug)]
+pub struct Bounded {
+    /// The findings (frequency always `Sometimes`: a bounded search proves nothing beyond its bound), in the order
+    /// of the bound at which each first appeared, then of the search; `states` sums every bound's pass, the
+    /// counts of final states are those of the last pass; `limit_hit` always says what was covered.
+    pub exploration: Exploration,
+    /// For each finding (same order): the smallest bound at which it appeared, i.e. the fewest preemptions of an
+    /// execution that shows it (among those the search tried).
+    pub first_bound: Vec<u32>,
+    /// States visited by the pass of each bound searched, from bound 0 (fewer than `bound + 1` entries when a
+    /// limit stopped the search, or when a pass cut no step so that larger bounds add nothing).
+    pub pass_states: Vec<usize>,
+    /// Set when the pass of this bound cut no step for want of preemptions: every execution of the reduced search
+    /// was then explored, and larger bounds were not searched.
+    pub saturated_at: Option<u32>,
+}
+
+/// Searches every execution with at most `bound` preemptions (CHESS-style preemption bounding, Musuvathi and
+/// Qadeer, PLDI 2007), by iterative deepening from bound 0 to `bound`. A preemption is a step of an agent
+/// ([`step_agent`]: a host thread, a stream, a communicator) other than the agent of the previous step while that
+/// agent still has a step among the ones explored; switching away from an agent that is blocked or finished is
+/// free. The search walks the same reduced successors as [`explore`] (so every state it reaches is one the
+/// exhaustive search reaches, and every finding one it reports), forgets and merges states where [`explore`] does,
+/// and prunes a state only when it was reached before after the same agent with at least as many preemptions
+/// left. `limits` (states, memory, time, first, progress) apply to all passes together. Deterministic.
+pub fn explore_bounded(sem: &Semantics, limits: &Limits, bound: u32) -> Bounded {
+    let started = Instant::now();
+    let mut findings: Vec<Finding> = vec![];
+    let mut keys: Vec<ProblemKey> = vec![];
+    let mut first_bound: Vec<u32> = vec![];
+    let mut pass_states: Vec<usize> = vec![];
+    let mut saturated_at = None;
+    let mut last: Option<Exploration> = None;
+    let mut limit = None;
+    for k in 0..=bound {
+        if let Some(p) = &limits.progress {
+            p.set_bound(u64::from(k));
+        }
+        let states_before = pass_states.iter().sum();
+        let (ex, cut) = explore_inner(sem, limits, None, Pass { bound: Some(k), started, states_before });
+        pass_states.push(ex.states);
+        for (f, key) in ex.findings.iter().zip(&ex.keys) {
+            if !keys.contains(key) {
+                keys.push(key.clone());
+                findings.push(Finding { frequency: Frequency::Sometimes, ..f.clone() });
+                first_bound.push(k);
+            }
+        }
+        let stop = ex.limit_hit.is_some();
+        limit = ex.limit_hit.as_ref().map(|l| format!("at bound {k}: {l}"));
+        last = Some(ex);
+        if stop {
+            break;
+        }
+        if !cut {
+            saturated_at = Some(k);
+            break;
+        }
+    }
+    let last = last.expect("bound 0 is always searched");
+    let searched = pass_states.len() as u32 - 1;
+    let mut what = format!(
+        "bounded search: executions with at most {searched} preemption{} (bounds 0..={searched} of {bound})",
+        if searched == 1 { "" } else { "s" }
+    );
+    if let Some(k) = saturated_at {
+        what.push_str(&format!("; bound {k} cut no execution, so larger bounds add none"));
+    }
+    what.push_str("; the verdict covers only those");
+    let limit_hit = Some(match limit {
+        Some(l) => format!("{what}; {l}"),
+        None => what,
+    });
+    Bounded {
+        exploration: Exploration {
+            states: pass_states.iter().sum(),
+            terminal_states: last.terminal_states,
+            completed_states: last.completed_states,
+            starved_states: last.starved_states,
+            findings,
+            keys,
+            limit_hit,
+        },
+        first_bound,
+        pass_states,
+        saturated_at,
+    }
+}
+
+/// One depth-first pass: exhaustive (`bound: None`) or bounded by preemptions.
+#[derive(Clone, Copy)]
+struct Pass {
+    bound: Option<u32>,
+    /// When the whole search began (the time budget covers every pass).
+    started: Instant,
+    /// States visited by earlier passes (the state budget covers every pass).
+    states_before: usize,
+}
+
+/// The key under which the bounded search remembers the preemptions left at a state: the state and the agent that
+/// took the last step (what the next step's cost depends on).
+fn budget_key(h: u128, agent: Option<usize>) -> u128 {
+    let mut x = xxhash_rust::xxh3::Xxh3::new();
+    h.hash(&mut x);
+    agent.hash(&mut x);
+    x.digest128()
+}
+
+/// For a bounded pass: the agent running after each step and the preemptions left after it, given the agent running
+/// now (`None` at the start) and the preemptions `left`; the steps that would need more are removed (and the return
+/// says whether any was). A step explored alone (a chain, a step that commutes with everything) is no scheduling
+/// choice: it costs nothing and leaves the running agent as it was, so that reduction does not turn the next
+/// return to that agent into a preemption.
+fn budget_steps(
+    sem: &Semantics,
+    st: &State,
+    steps: &mut Vec<Step>,
+    from: Option<usize>,
+    left: u32,
+) -> (Vec<(Option<usize>, u32)>, bool) {
+    if steps.len() == 1 {
+        return (vec![(from, left)], false);
+    }
+    let agents: Vec<usize> = steps.iter().map(|s| step_agent(sem, st, s)).collect();
+    let running = from.filter(|a| agents.contains(a));
+    let mut budget = Vec::with_capacity(steps.len());
+    let mut keep = Vec::with_capacity(steps.len());
+    let mut cut = false;
+    for (step, a) in steps.drain(..).zip(agents) {
+        let cost = u32::from(running.is_some_and(|r| r != a));
+        if cost > left {
+            cut = true;
+            continue;
+        }
+        budget.push((Some(a), left - cost));
+        keep.push(step);
+    }
+    *steps = keep;
+    (budget, cut)
+}
+
+/// One pass of the search; returns what it found and, for a bounded pass, whether the bound cut any step.
+fn explore_inner<'a>(
+    sem: &'a Semantics,
+    limits: &Limits,
+    visitor: Option<&'a mut dyn FnMut(&State, FinalKind)>,
+    pass: Pass,
+) -> (Exploration, bool) {
     let mut search = Search { visitor, sem, reduce: limits.reduce, found: Collector::new() };
     // States are hashed and merged only where the search branches or ends: a state with a single successor to
     // explore determines the whole chain after it, so a chain entered twice is walked again only up to its next
     // branching point, where the merge happens. A straight-line program then costs time linear in its length.
-    let started = std::time::Instant::now();
+    let started = pass.started;
     let mut visited: HashSet<u128> = HashSet::new();
+    // Bounded passes: the most preemptions left with which each (state, last agent) was reached.
+    let mut left_at: HashMap<u128, u32> = HashMap::new();
+    let mut cut = false;
     let mut states = 1usize;
     let mut path: Vec<Step> = vec![];
     let init = sem.initial();
-    visited.insert(state_hash(&init));
+    let init_hash = state_hash(&init);
+    visited.insert(init_hash);
+    if let Some(k) = pass.bound {
+        left_at.insert(budget_key(init_hash, None), k);
+    }
     // Budgets: the bytes of the states the stack holds, and wall time.
     let init_bytes = crate::budget::state_bytes(&init);
     let mut held = init_bytes;
     let over_budget = |held: usize, states: usize| -> Option<String> {
+        let states = pass.states_before + states;
+        if let Some(p) = &limits.progress {
+            p.set_states(states as u64);
+        }
+        if stopped(&limits.progress) {
+            return Some(format!("{INTERRUPTED} after {states} states; the verdict covers only the executions explored"));
+        }
         let bytes = held.saturating_add(states.saturating_mul(VISITED_BYTES));
         if bytes > limits.max_memory_bytes {
             return Some(format!(
@@ -297,10 +477,18 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         })
     };
     let mut limit_hit = over_budget(held, 1);
-    let (enabled, steps) = search.successors(&init);
+    let (enabled, mut steps) = search.successors(&init);
+    let budget = match pass.bound {
+        Some(k) => {
+            let (b, c) = budget_steps(sem, &init, &mut steps, None, k);
+            cut |= c;
+            b
+        }
+        None => vec![],
+    };
     let steps = if limit_hit.is_some() { vec![] } else { steps };
     search.visit(&init, &enabled, &path);
-    let mut stack = vec![Frame { state: Some(init), steps, next: 0, bytes: init_bytes }];
+    let mut stack = vec![Frame { state: Some(init), steps, next: 0, bytes: init_bytes, budget }];
     while let Some(top) = stack.last_mut() {
         if top.next >= top.steps.len() {
             held -= if top.state.is_some() { top.bytes } else { 0 };
@@ -309,6 +497,7 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
             continue;
         }
         let step = top.steps[top.next].clone();
+        let (agent, left) = top.budget.get(top.next).copied().unwrap_or((None, 0));
         top.next += 1;
         let mut st = if top.next == top.steps.len() {
             held -= top.bytes;
@@ -317,14 +506,33 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
             top.state.clone().expect("a frame keeps its state until its last successor")
         };
         sem.apply(&mut st, &step);
-        let (enabled, steps) = search.successors(&st);
+        let (enabled, mut steps) = search.successors(&st);
+        let mut first_visit = true;
         if steps.len() != 1 {
             // Forget only where the state is hashed: forgetting never changes what is enabled, and states inside
             // a chain are neither compared nor kept.
             if limits.forget {
                 sem.forget(&mut st);
             }
-            if !visited.insert(state_hash(&st)) {
+            let h = state_hash(&st);
+            first_visit = visited.insert(h);
+            let seen = match pass.bound {
+                None => !first_visit,
+                // Bounded: pruned only when reached before after the same agent with at least as many preemptions
+                // left (it then explored everything this visit could).
+                Some(_) => match left_at.entry(budget_key(h, agent)) {
+                    std::collections::hash_map::Entry::Occupied(e) if *e.get() >= left => true,
+                    std::collections::hash_map::Entry::Occupied(mut e) => {
+                        e.insert(left);
+                        false
+                    }
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(left);
+                        false
+                    }
+                },
+            };
+            if seen {
                 // Revisits cost time too: the time budget is checked on them as well.
                 if let Some(why) = over_budget(held, states) {
                     limit_hit = Some(why);
@@ -334,10 +542,10 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
             }
         }
         states += 1;
-        if states > limits.max_states {
+        if pass.states_before + states > limits.max_states {
             limit_hit = Some(format!(
                 "stopped after {} states (limit max_states = {}); the verdict covers only the executions explored",
-                states - 1,
+                pass.states_before + states - 1,
                 limits.max_states
             ));
             states -= 1;
@@ -351,9 +559,21 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
             limit_hit = Some(why);
             break;
         }
+        let budget = match pass.bound {
+            Some(_) => {
+                let (b, c) = budget_steps(sem, &st, &mut steps, agent, left);
+                cut |= c;
+                b
+            }
+            None => vec![],
+        };
         path.push(step);
-        search.visit(&st, &enabled, &path);
-        stack.push(Frame { state: Some(st), steps, next: 0, bytes });
+        // A state reached again with more preemptions left is explored again, but observed once (its races and
+        // kind are the same; counting it twice would count its final states twice).
+        if first_visit {
+            search.visit(&st, &enabled, &path);
+        }
+        stack.push(Frame { state: Some(st), steps, next: 0, bytes, budget });
         if limits.first && !search.found.findings.is_empty() {
             limit_hit = Some("stopped at the first finding (--first); the verdict covers only the executions explored".into());
             break;
@@ -369,7 +589,7 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         };
         findings[*idx].frequency = if always { Frequency::Always } else { Frequency::Sometimes };
     }
-    Exploration {
+    let ex = Exploration {
         states,
         terminal_states: found.terminal_states,
         completed_states: found.completed_states,
@@ -377,7 +597,8 @@ fn explore_inner<'a>(sem: &'a Semantics, limits: &Limits, visitor: Option<&'a mu
         findings,
         keys,
         limit_hit,
-    }
+    };
+    (ex, cut)
 }
 
 /// The problems present in a state (its races, and what it is if final or stuck), by key: what `replay` checks a

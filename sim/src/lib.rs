@@ -1,5 +1,7 @@
-//! cuorder's simulator: schedulers over the model's enabled steps, the exhaustive explorer, sampling strategies
-//! (random walk, PCT), single seeded runs, replay of a recorded schedule, and traces. Output is a pure function of (program, profile, seed or schedule).
+//! cuorder's simulator: schedulers over the model's enabled steps, the exhaustive explorer and its preemption-bounded
+//! variant, sampling strategies (random walk, PCT), single seeded runs, replay of a recorded schedule, traces, and the
+//! progress counters and stop flag a watcher shares with a search. Output is a pure function of (program, profile, seed
+//! or schedule).
 
 pub mod conform;
 pub mod cost;
@@ -8,6 +10,7 @@ pub mod cover;
 pub mod explore;
 pub mod gen;
 pub mod pipeline;
+pub mod progress;
 pub mod rng;
 pub mod run;
 pub mod scheduler;

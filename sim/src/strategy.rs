@@ -6,13 +6,14 @@
 //! witnesses and the output are the same bytes for any `jobs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cuorder_model::semantics::{Semantics, State, Step};
 use cuorder_model::verdict::{Finding, Frequency, ProblemKey};
 
 use crate::explore::{Collector, Exploration};
+use crate::progress::{stopped, Progress, INTERRUPTED};
 use crate::rng::Rng;
 
 /// How each execution picks among the enabled steps.
@@ -53,6 +54,10 @@ pub struct SampleOptions {
     pub jobs: usize,
     /// Steps per execution before it is cut off (reported as a limit).
     pub max_steps: usize,
+    /// Counters to update as executions finish, and a stop flag: once set, no execution starts, running ones are
+    /// abandoned, and the result covers the executions finished before them, with the limit
+    /// [`crate::progress::INTERRUPTED`]. `None`: nobody watches.
+    pub progress: Option<Arc<Progress>>,
 }
 
 impl Default for SampleOptions {
@@ -65,6 +70,7 @@ impl Default for SampleOptions {
             first: false,
             jobs: 1,
             max_steps: 10_000_000,
+            progress: None,
         }
     }
 }
@@ -83,6 +89,24 @@ pub struct Sampled {
     pub hits: Vec<u64>,
     /// For each finding (same order): the seed of the first execution that showed it.
     pub seeds: Vec<u64>,
+}
+
+/// The agent a step belongs to, as an index: its host thread, the stream its item runs on (P2P steps: the send's or
+/// recv's stream), or its communicator (collectives: `sem.agents + comm`). PCT gives agents priorities; the bounded
+/// search counts a switch away from an agent that still has a step to take as a preemption. Indices are below
+/// `sem.agents + sem.program.comms.len()`.
+pub fn step_agent(sem: &Semantics, st: &State, step: &Step) -> usize {
+    match step {
+        Step::Host { thread, .. } | Step::Connect { a: thread, .. } => *thread as usize,
+        Step::Item(k) => sem.stream_agent(st.item(*k).streams[0]),
+        Step::Transfer { send: loc, .. } | Step::Eager { send: loc } | Step::Drain { recv: loc } => {
+            sem.stream_agent(st.item(sem.find_comm_op(st, *loc).0).streams[0])
+        }
+        Step::Collective { comm, .. } | Step::RootEarly { comm, .. } => sem.agents + comm.0 as usize,
+        // N9: a watchdog is a host thread of its rank (the first one's priority; a rank without threads has no
+        // NCCL work to time out, but falls back to agent 0).
+        Step::Watchdog { rank } => sem.thread_base.get(*rank as usize).map_or(0, |t| *t as usize).min(sem.agents.saturating_sub(1)),
+    }
 }
 
 /// The PCT scheduler of one execution.
@@ -112,24 +136,9 @@ impl Pct {
         Pct { priority, changes, step: 0 }
     }
 
-    /// The agent a step belongs to: its host thread, the stream its item runs on, or its communicator.
-    fn agent(sem: &Semantics, st: &State, step: &Step) -> usize {
-        match step {
-            Step::Host { thread, .. } | Step::Connect { a: thread, .. } => *thread as usize,
-            Step::Item(k) => sem.stream_agent(st.item(*k).streams[0]),
-            Step::Transfer { send: loc, .. } | Step::Eager { send: loc } | Step::Drain { recv: loc } => {
-                sem.stream_agent(st.item(sem.find_comm_op(st, *loc).0).streams[0])
-            }
-            Step::Collective { comm, .. } | Step::RootEarly { comm, .. } => sem.agents + comm.0 as usize,
-            // N9: a watchdog is a host thread of its rank (the first one's priority; a rank without threads has no
-            // NCCL work to time out, but falls back to agent 0).
-            Step::Watchdog { rank } => sem.thread_base.get(*rank as usize).map_or(0, |t| *t as usize).min(sem.agents.saturating_sub(1)),
-        }
-    }
-
     fn pick(&mut self, sem: &Semantics, st: &State, enabled: &[Step]) -> usize {
         let best = |prio: &[u64]| {
-            (0..enabled.len()).max_by_key(|i| (prio[Self::agent(sem, st, &enabled[*i])], std::cmp::Reverse(*i))).expect("enabled is not empty")
+            (0..enabled.len()).max_by_key(|i| (prio[step_agent(sem, st, &enabled[*i])], std::cmp::Reverse(*i))).expect("enabled is not empty")
         };
         self.step += 1;
         let mut i = best(&self.priority);
@@ -138,7 +147,7 @@ impl Pct {
                 break;
             }
             self.changes.remove(0);
-            let a = Self::agent(sem, st, &enabled[i]);
+            let a = step_agent(sem, st, &enabled[i]);
             self.priority[a] = to;
             i = best(&self.priority);
         }
@@ -189,8 +198,8 @@ impl ForgetClock {
     }
 }
 
-/// Runs one execution with seed `seed`.
-fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize) -> Walk {
+/// Runs one execution with seed `seed`; `None` when `progress` asked to stop before it ended.
+fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize, progress: &Option<Arc<Progress>>) -> Option<Walk> {
     let mut rng = Rng::new(seed);
     let mut forget = ForgetClock::new(sem);
     let mut pct = match strategy {
@@ -209,7 +218,11 @@ fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize) -> Wal
             break;
         }
         if path.len() >= max_steps {
-            return Walk { found, steps: path.len() as u64, step_limit: true };
+            return Some(Walk { found, steps: path.len() as u64, step_limit: true });
+        }
+        // A long walk (tens of thousands of steps on a large pipeline) checks the stop flag as it goes.
+        if path.len() % 1024 == 1023 && stopped(progress) {
+            return None;
         }
         // The platform's choice: in a withholding execution, a step the platform may withhold (an S1 start beside
         // a spinning kernel, an eager send beyond the guaranteed window) is never taken, so the execution ends
@@ -234,7 +247,7 @@ fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize) -> Wal
         forget.step(sem, &mut st);
         path.push(step);
     }
-    Walk { found, steps: path.len() as u64, step_limit: false }
+    Some(Walk { found, steps: path.len() as u64, step_limit: false })
 }
 
 /// Runs `opt.executions` executions under `opt.strategy` and merges what they found.
@@ -244,6 +257,7 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
     // With `first`: the lowest execution known to have a finding; executions above it are not started.
     let first_hit = AtomicU64::new(u64::MAX);
     let timed_out = std::sync::atomic::AtomicBool::new(false);
+    let interrupted = std::sync::atomic::AtomicBool::new(false);
     let results: Mutex<Vec<(u64, Walk)>> = Mutex::new(vec![]);
     std::thread::scope(|scope| {
         for _ in 0..opt.jobs.max(1) {
@@ -252,11 +266,21 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
                     timed_out.store(true, Ordering::Relaxed);
                     break;
                 }
+                if stopped(&opt.progress) {
+                    interrupted.store(true, Ordering::Relaxed);
+                    break;
+                }
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= opt.executions || i > first_hit.load(Ordering::Relaxed) {
                     break;
                 }
-                let w = walk(sem, opt.strategy, opt.seed.wrapping_add(i), opt.max_steps);
+                let Some(w) = walk(sem, opt.strategy, opt.seed.wrapping_add(i), opt.max_steps, &opt.progress) else {
+                    interrupted.store(true, Ordering::Relaxed);
+                    break;
+                };
+                if let Some(p) = &opt.progress {
+                    p.add_execution(w.steps);
+                }
                 if opt.first && !w.found.findings.is_empty() {
                     first_hit.fetch_min(i, Ordering::Relaxed);
                 }
@@ -266,7 +290,8 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
     });
     let mut results = results.into_inner().expect("no worker panicked");
     results.sort_by_key(|(i, _)| *i);
-    // Keep a contiguous prefix of executions (a time limit may leave holes), and with `first`, stop at the first hit.
+    // Keep a contiguous prefix of executions (a time limit or an interrupt may leave holes), and with `first`, stop
+    // at the first hit.
     let mut kept = 0u64;
     for (i, _) in &results {
         if *i != kept {
@@ -310,6 +335,10 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
     let mut limit = vec![];
     if timed_out.load(Ordering::Relaxed) && executions < opt.executions && !(opt.first && !merged.findings.is_empty()) {
         limit.push(format!("time limit reached after {executions} of {} executions", opt.executions));
+    }
+    let found_first = opt.first && !merged.findings.is_empty();
+    if interrupted.load(Ordering::Relaxed) && executions < opt.executions && !found_first {
+        limit.push(format!("{INTERRUPTED} after {executions} of {} executions", opt.executions));
     }
     if opt.first && !merged.findings.is_empty() {
         limit.push(format!("stopped at the first execution with a finding (--first), execution {}", executions - 1));
