@@ -234,3 +234,21 @@ fn a_host_function_holds_its_stream_for_its_duration() {
     let (without, with) = (makespan(&text("")), makespan(&text(r#", duration: "200 us""#)));
     assert_eq!(with - without, 200_000, "{without} ns without, {with} ns with the host function's duration");
 }
+
+/// `Expect(.., written_by: HostFunc("name"))` (V1): what a host function stamped is seen by a host read after the
+/// stream is synchronized, and is a stale read without the synchronize (S8: the function runs in stream order).
+#[test]
+fn an_expect_names_a_host_function_as_its_writer() {
+    let text = |sync: &str| {
+        format!(
+            r#"Program(ranks: 1, streams: [Stream("s", NonBlocking)], buffers: [Buffer("h", "4 KiB", space: PinnedHost)],
+            threads: [Thread("main", [HostFunc("log", stream: "s", writes: ["h"]), {sync} Expect("h", written_by: HostFunc("log"))])])"#
+        )
+    };
+    let check = |t: &str| common::kinds(&cuorder::report::check(&cuorder_model::format::load("hf", t).unwrap(), &portable(), &Default::default()));
+    assert_eq!(check(&text(r#"StreamSync("s"),"#)), Vec::<String>::new());
+    assert_eq!(check(&text("")), ["stale read always", "data race always"]);
+    // A host function of another name is not the writer.
+    let e = cuorder_model::format::load("hf", &text(r#"StreamSync("s"),"#).replace(r#"HostFunc("log"))"#, r#"HostFunc("other"))"#));
+    assert!(e.is_err());
+}

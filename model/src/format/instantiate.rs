@@ -122,6 +122,7 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
             buf: t.buf(buf, &f("0")),
             written_by: match written_by {
                 SWriter::Kernel { name } => SWriter::Kernel { name: t.text(name, &field(&f("written_by"), 0)) },
+                SWriter::HostFunc { name } => SWriter::HostFunc { name: t.text(name, &field(&f("written_by"), 0)) },
                 other => other.clone(),
             },
             stream: t.opt(stream, &f("stream")),

@@ -799,6 +799,11 @@ pub enum SWriter {
     Memset,
     Memcpy,
     HostWrite,
+    /// A host function (`HostFunc("name", ..)`, S8) that writes the range.
+    HostFunc {
+        #[serde(rename = "_0", alias = "name")]
+        name: String,
+    },
     Recv,
     AllReduce,
     Broadcast,
@@ -818,6 +823,7 @@ impl SWriter {
             (SWriter::Kernel { name }, O::Kernel { name: n, .. }) => name == n,
             (SWriter::Memset, O::Memset { .. }) | (SWriter::Memcpy, O::Memcpy { .. }) | (SWriter::Recv, O::Recv { .. }) => true,
             (SWriter::HostWrite, O::HostAccess { write, .. }) => *write,
+            (SWriter::HostFunc { name }, O::HostFunc { name: n, .. }) => name == n,
             (SWriter::AllReduce, O::Collective { kind: C::AllReduce, .. })
             | (SWriter::Broadcast, O::Collective { kind: C::Broadcast { .. }, .. })
             | (SWriter::AllGather, O::Collective { kind: C::AllGather, .. })
@@ -834,6 +840,7 @@ impl SWriter {
     pub fn label(&self) -> String {
         match self {
             SWriter::Kernel { name } => format!("Kernel(\"{name}\")"),
+            SWriter::HostFunc { name } => format!("HostFunc(\"{name}\")"),
             other => format!("{other:?}"),
         }
     }
