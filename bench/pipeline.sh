@@ -2,7 +2,8 @@
 # Times `cuorder check` (release, default profile `portable`, one process) on `cuorder gen pipeline` programs and
 # prints one line per point: schedule, S x M, verdict or TIMEOUT, seconds, peak RSS.
 #
-# Usage: bench/pipeline.sh [TIMEOUT_SECONDS]   (default 60; env POINTS overrides the list, e.g. POINTS="1f1b:8:8")
+# Usage: bench/pipeline.sh [TIMEOUT_SECONDS]   (default 60; env POINTS overrides the list, e.g. POINTS="1f1b:8:8";
+#        env PROFILE picks the profile, default portable)
 # Build first: cargo build --release. Peak RSS comes from /usr/bin/time -v when present.
 set -u
 cd "$(dirname "$0")/.."
@@ -20,11 +21,11 @@ for p in $POINTS; do
   "$BIN" gen pipeline --schedule "$sched" --stages "$s" --microbatches "$m" -o "$f" || continue
   start=$(date +%s.%N)
   if [ $HAVE_TIME = 1 ]; then
-    /usr/bin/time -v -o "$TMP/time" timeout "$LIMIT" "$BIN" check "$f" >"$TMP/out" 2>&1; rc=$?
+    /usr/bin/time -v -o "$TMP/time" timeout "$LIMIT" "$BIN" check --profile "${PROFILE:-portable}" "$f" >"$TMP/out" 2>&1; rc=$?
     # With -v, a command killed by timeout still gets its resources printed.
     rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2/1024}' "$TMP/time")
   else
-    timeout "$LIMIT" "$BIN" check "$f" >"$TMP/out" 2>&1; rc=$?; rss="?"
+    timeout "$LIMIT" "$BIN" check --profile "${PROFILE:-portable}" "$f" >"$TMP/out" 2>&1; rc=$?; rss="?"
   fi
   secs=$(echo "$(date +%s.%N) - $start" | bc)
   case $rc in

@@ -237,22 +237,34 @@ struct Search<'a, 'p> {
     visitor: Option<&'a mut dyn FnMut(&State, FinalKind)>,
     sem: &'a Semantics<'p>,
     reduce: bool,
+    /// Whether one rank's steps may stand for all ([`Semantics::rank_set`]): not in a bounded pass, where moving
+    /// to another rank would cost no preemption and the bound would stop meaning "preemptions".
+    rank_sets: bool,
     found: Collector,
 }
 
 impl Search<'_, '_> {
     /// The enabled steps of a state, and the ones to explore from it (partial-order reduction: a step that
-    /// commutes with everything is explored alone; otherwise the deliveries of one connection, if they form a
-    /// persistent set: [`Semantics::connection_set`]).
+    /// commutes with everything is explored alone; otherwise the smaller of the persistent sets that apply: the
+    /// deliveries of one connection ([`Semantics::connection_set`]), the steps of one rank ([`Semantics::rank_set`])).
     fn successors(&self, st: &State) -> (Vec<Step>, Vec<Step>) {
         let sem = self.sem;
         let enabled = sem.enabled(st);
         let steps = match enabled.iter().find(|s| self.reduce && sem.is_local(st, s)) {
             Some(s) => vec![s.clone()],
-            None => match self.reduce.then(|| sem.connection_set(st, &enabled)).flatten() {
-                Some(idx) => idx.into_iter().map(|i| enabled[i].clone()).collect(),
-                None => enabled.clone(),
-            },
+            None => {
+                // The smaller of the persistent sets that apply: one connection's deliveries, one rank's steps.
+                let conn = self.reduce.then(|| sem.connection_set(st, &enabled)).flatten();
+                let rank = (self.reduce && self.rank_sets).then(|| sem.rank_set(st, &enabled)).flatten();
+                let set = match (conn, rank) {
+                    (Some(a), Some(b)) => Some(if b.len() < a.len() { b } else { a }),
+                    (a, b) => a.or(b),
+                };
+                match set {
+                    Some(idx) => idx.into_iter().map(|i| enabled[i].clone()).collect(),
+                    None => enabled.clone(),
+                }
+            }
         };
         (enabled, steps)
     }
@@ -430,7 +442,7 @@ fn explore_inner<'a>(
     visitor: Option<&'a mut dyn FnMut(&State, FinalKind)>,
     pass: Pass,
 ) -> (Exploration, bool) {
-    let mut search = Search { visitor, sem, reduce: limits.reduce, found: Collector::new() };
+    let mut search = Search { visitor, sem, reduce: limits.reduce, rank_sets: pass.bound.is_none(), found: Collector::new() };
     // States are hashed and merged only where the search branches or ends: a state with a single successor to
     // explore determines the whole chain after it, so a chain entered twice is walked again only up to its next
     // branching point, where the merge happens. A straight-line program then costs time linear in its length.

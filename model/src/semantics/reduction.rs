@@ -30,19 +30,33 @@ pub(crate) struct Tables {
     pub(crate) nccl_on: std::collections::BTreeSet<RankId>,
     /// Whether anything can abort a communicator (a `CommAbort` op or a watchdog; N9, N13).
     pub(crate) aborts: bool,
+    /// Per global thread: communicator -> index of the last op that touches it at all (its effect point), and of
+    /// the last op of its life cycle (init, split, poll, abort, finalize, destroy: `NcclRole::Init`).
+    comm_use: Vec<BTreeMap<CommId, (u32, Option<u32>)>>,
+    /// Whether the program has a non-blocking communicator (N12: work may run in the background of a poll).
+    nonblocking: bool,
 }
 
 impl Tables {
     pub(crate) fn new(program: &Program, infos: &[Vec<OpInfo>]) -> Tables {
         let mut touch = vec![];
         let mut observer = vec![];
+        let mut comm_use = vec![];
         let nccl_on = infos.iter().flatten().filter(|i| i.comm.is_some()).filter_map(|i| i.acting_rank).collect();
         let threads = program.ranks.iter().flat_map(|r| r.threads.iter());
         for (thread, info) in threads.zip(infos) {
             let at = effect_points(&thread.ops, info, program);
             let mut t: BTreeMap<Resource, (Option<u32>, Option<u32>)> = BTreeMap::new();
             let mut o: BTreeMap<RankId, u32> = BTreeMap::new();
+            let mut cu: BTreeMap<CommId, (u32, Option<u32>)> = BTreeMap::new();
             for (i, inf) in info.iter().enumerate() {
+                if let Some(c) = inf.comm {
+                    let e = cu.entry(c).or_insert((0, None));
+                    e.0 = e.0.max(at[i]);
+                    if inf.nccl == Some(NcclRole::Init) {
+                        e.1 = Some(e.1.map_or(i as u32, |x| x.max(i as u32)));
+                    }
+                }
                 for (res, u) in &inf.footprint {
                     let e = t.entry(*res).or_default();
                     let slot = if *u == Use::Write { &mut e.1 } else { &mut e.0 };
@@ -54,10 +68,12 @@ impl Tables {
             }
             touch.push(t);
             observer.push(o);
+            comm_use.push(cu);
         }
+        let nonblocking = program.comms.iter().any(|c| c.nonblocking);
         let aborts = program.comms.iter().any(|c| c.watchdog_ns.is_some())
             || program.ranks.iter().flat_map(|r| r.threads.iter()).flat_map(|t| t.ops.iter()).any(|o| matches!(o.kind, OpKind::CommAbort { .. }));
-        Tables { touch, observer, nccl_on, aborts }
+        Tables { touch, observer, nccl_on, aborts, comm_use, nonblocking }
     }
 }
 
@@ -153,6 +169,86 @@ impl<'p> Semantics<'p> {
             let anchored = idx.iter().any(|i| !self.starvable(st, &enabled[*i]));
             (anchored && idx.len() < enabled.len() && self.device_quiet(st, a) && self.device_quiet(st, b)).then_some(idx)
         })
+    }
+
+    /// A persistent set of one rank's steps (indices into `enabled`): the enabled host steps of the rank's threads
+    /// and the enabled steps of items on its streams, for the rank with the fewest such steps among those that
+    /// qualify. Ranks share no state but through NCCL: a step of another rank, or a delivery or collective step
+    /// (which only finishes ops inside launches and joins clocks fixed when they started), commutes with every step
+    /// of the rank, and none disables one of them, unless
+    /// - a host call on one side observes a device of the other (a query, an allocation, a synchronizing call that
+    ///   waits for every device; [`OpInfo::observes`]);
+    /// - a communicator the rank still uses is initialised, split, polled, aborted, finalized or destroyed by
+    ///   another rank later, or the reverse (what those calls do depends on the members' ops);
+    /// - connections are being set up (N7: the rendezvous of two hosts changes the connection tables the rank's
+    ///   launches read), or a communicator is non-blocking (N12: work deferred to a poll), or anything can abort
+    ///   (N9, N13).
+    ///
+    /// Launches of two ranks on one communicator commute: each appends to its own per-rank sequence (N3) and
+    /// serialization chain (N5). The set must hold a step the platform cannot withhold (not [`Self::starvable`]), so
+    /// that, as for [`Self::connection_set`], every final state and every state stuck but for what the platform may
+    /// withhold is still reached. Without it, a pipeline of S stages explored the product of the stages' progress
+    /// (issue 8: 1F1B 4x4 did not finish in 2 M states).
+    pub fn rank_set(&self, st: &State, enabled: &[Step]) -> Option<Vec<usize>> {
+        if self.reduction.aborts || self.reduction.nonblocking {
+            return None;
+        }
+        // A rank with a thread waiting for connection set-up (N7) is left out: the set-up step, a rendezvous with
+        // the peer's host, wakes the thread and fills the connection tables its other threads' launches read. A
+        // set-up needs both hosts waiting, so no set-up with a rank that is not waiting can happen without it (once
+        // every set-up of the wait is done, only the thread's own return is left).
+        let connecting: std::collections::BTreeSet<RankId> = st
+            .host
+            .threads
+            .iter()
+            .enumerate()
+            .filter(|(_, th)| match &th.wait {
+                Some(Wait::Connect { need, .. }) => !need.is_empty(),
+                Some(Wait::Poll(_)) => true,
+                _ => false,
+            })
+            .map(|(u, _)| self.rank_of(u as ThreadId))
+            .collect();
+        let mut by_rank: BTreeMap<RankId, Vec<usize>> = BTreeMap::new();
+        for (i, s) in enabled.iter().enumerate() {
+            let r = match s {
+                Step::Host { thread, .. } => self.rank_of(*thread),
+                Step::Item(k) => st.item(*k).rank(),
+                _ => continue,
+            };
+            by_rank.entry(r).or_default().push(i);
+        }
+        let mut best: Option<Vec<usize>> = None;
+        for (r, idx) in by_rank {
+            if idx.len() >= enabled.len() || best.as_ref().is_some_and(|b| b.len() <= idx.len()) {
+                continue;
+            }
+            if connecting.contains(&r) || idx.iter().all(|i| self.starvable(st, &enabled[*i])) || !self.rank_isolated(st, r) {
+                continue;
+            }
+            best = Some(idx);
+        }
+        best
+    }
+
+    /// Whether, from `st` on, no host call of another rank can interfere with rank `r` nor the reverse
+    /// ([`Self::rank_set`]).
+    fn rank_isolated(&self, st: &State, r: RankId) -> bool {
+        let mut uses: BTreeMap<CommId, [bool; 4]> = BTreeMap::new(); // r uses, r life cycle, others use, others life
+        for (u, th) in st.host.threads.iter().enumerate() {
+            let mine = self.rank_of(u as ThreadId) == r;
+            let later = |i: u32| i >= th.pc;
+            if self.reduction.observer[u].iter().any(|(dev, last)| later(*last) && mine != (*dev == r)) {
+                return false;
+            }
+            for (c, (last, life)) in &self.reduction.comm_use[u] {
+                let e = uses.entry(*c).or_default();
+                let k = if mine { 0 } else { 2 };
+                e[k] |= later(*last);
+                e[k + 1] |= life.is_some_and(later);
+            }
+        }
+        uses.values().all(|u| !(u[0] && u[3]) && !(u[1] && u[2]))
     }
 
     /// A transfer with no eager alternative (or a drain) finishes two running ops (one) with clocks fixed when their
