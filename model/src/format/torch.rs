@@ -596,15 +596,14 @@ pub fn lower<'a>(
         // resp. one `_reduce_oop(i == rank ? output : input[i], input[i], root i)`.
         SOp::DistAllGatherList { async_op, group, .. } | SOp::DistReduceScatterList { async_op, group, .. } => {
             let n = site?;
-            let (comm, group) = match on_group(group, path, rank, ranks, env, &comm, &tcx.groups, &mut tcx.inited_groups, tcx.decls.init, issues) {
-                OnGroup::Member { comm, group, init } => {
-                    if let Some(c) = init {
-                        owned(out, SOp::CommInit { comm: c });
-                    }
-                    (comm, group)
-                }
-                OnGroup::Outside => return Some(0),
+            let OnGroup::Member { comm, group, init } =
+                on_group(group, path, rank, ranks, env, &comm, &tcx.groups, &mut tcx.inited_groups, tcx.decls.init, issues)
+            else {
+                return Some(0);
             };
+            if let Some(c) = init {
+                owned(out, SOp::CommInit { comm: c });
+            }
             let members = match &group {
                 Some(g) => tcx.groups.get(g).cloned().unwrap_or_default(),
                 None => tcx.default_members.clone(),
@@ -764,15 +763,14 @@ pub fn lower<'a>(
         | SOp::DistGather { async_op, group, .. }
         | SOp::DistScatter { async_op, group, .. } => {
             let n = site?;
-            let (comm, group) = match on_group(group, path, rank, ranks, env, &comm, &tcx.groups, &mut tcx.inited_groups, tcx.decls.init, issues) {
-                OnGroup::Member { comm, group, init } => {
-                    if let Some(c) = init {
-                        owned(out, SOp::CommInit { comm: c });
-                    }
-                    (comm, group)
-                }
-                OnGroup::Outside => return Some(0),
+            let OnGroup::Member { comm, group, init } =
+                on_group(group, path, rank, ranks, env, &comm, &tcx.groups, &mut tcx.inited_groups, tcx.decls.init, issues)
+            else {
+                return Some(0);
             };
+            if let Some(c) = init {
+                owned(out, SOp::CommInit { comm: c });
+            }
             sync_stream(out, n);
             // `all_to_all` (lists) and `all_to_all_single` with split sizes: not one NCCL collective but one group
             // of ncclSend/ncclRecv per peer (below).
