@@ -95,12 +95,21 @@ pub fn read_input(path: &Path) -> Result<String, LoadError> {
     })
 }
 
+/// `n` bytes with one decimal in the largest binary unit it reaches ("500.3 TiB", "12.0 GiB").
+fn approx_bytes(n: u64) -> String {
+    let units = [("PiB", 1u64 << 50), ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    match units.iter().find(|(_, s)| n >= *s) {
+        Some((u, s)) => format!("{:.1} {u}", n as f64 / *s as f64),
+        None => format!("{n} B"),
+    }
+}
+
 /// The most device memory one GPU has, in bytes: NVIDIA B300 (288 GB of HBM3e), the largest in 2026. A rank
 /// whose device buffers add up to more cannot allocate them on any GPU.
 pub const LARGEST_GPU_BYTES: u64 = 288_000_000_000;
 
 /// Warnings about sizes no GPU can hold: one line per rank whose device buffers (`MemSpace::Device`, pooled or
-/// not) add up to more than [`LARGEST_GPU_BYTES`], e.g. "rank 0: its device buffers add up to 1024 TiB, more than
+/// not) add up to more than [`LARGEST_GPU_BYTES`], e.g. "rank 0: its device buffers add up to 500.3 TiB, more than
 /// any GPU has (288 GB); a size typed in the wrong unit?". The program still loads and is checked (orderings do
 /// not depend on sizes beyond the eager threshold), but a hardware run would fail at allocation.
 pub fn size_warnings(p: &Program) -> Vec<String> {
@@ -114,7 +123,7 @@ pub fn size_warnings(p: &Program) -> Vec<String> {
         if total > LARGEST_GPU_BYTES {
             out.push(format!(
                 "rank {r}: its device buffers add up to {}, more than any GPU has ({} GB); a size typed in the wrong unit?",
-                cuorder_model::describe::bytes(total),
+                approx_bytes(total),
                 LARGEST_GPU_BYTES / 1_000_000_000
             ));
         }

@@ -591,6 +591,44 @@ fn artifact_and_program(
     Ok((a, path, prog, text))
 }
 
+/// The command-line flags that give the PyTorch settings `t` (`--torch-version before82450 ..`), empty for none.
+fn torch_flags(t: &cuorder_model::format::TorchOptions) -> String {
+    use cuorder_model::format::{TorchInit, TorchVersion};
+    let mut out = vec![];
+    if let Some(v) = t.version {
+        out.push(format!("--torch-version {}", if v == TorchVersion::Before82450 { "before82450" } else { "since82450" }));
+    }
+    if let Some(i) = t.init {
+        out.push(format!("--torch-init {}", if i == TorchInit::Eager { "eager" } else { "lazy" }));
+    }
+    if let Some(a) = t.avoid_record_streams {
+        out.push(format!("--torch-avoid-record-streams {a}"));
+    }
+    out.join(" ")
+}
+
+/// A step of a schedule in the words of reports ("the next call of r0 main", "r0 main #10 kernel ..."), for
+/// messages about a schedule that does not fit the program; a step naming an op the program lacks is shown as
+/// recorded.
+fn step_words(sem: &Semantics, step: &cuorder_model::semantics::Step) -> String {
+    use cuorder_model::semantics::Step;
+    let ops = |t: u32| sem.program.ranks.iter().flat_map(|r| r.threads.iter()).nth(t as usize).map_or(0, |th| th.ops.len());
+    let op = |loc: cuorder_model::semantics::OpLoc| {
+        if (loc.op as usize) < ops(loc.thread) { sem.op_label(loc) } else { format!("{loc:?}") }
+    };
+    let threads = sem.program.ranks.iter().map(|r| r.threads.len()).sum::<usize>() as u32;
+    match step {
+        Step::Host { thread, .. } if *thread < threads => format!("the next call of {}", sem.thread_label(*thread)),
+        Step::Item(k) if k.thread < threads => format!("the work of {}", op(k.loc())),
+        Step::Transfer { send, recv } if send.thread < threads && recv.thread < threads => {
+            format!("the transfer from {} to {}", op(*send), op(*recv))
+        }
+        Step::Eager { send } if send.thread < threads => format!("the eager delivery of {}", op(*send)),
+        Step::Drain { recv } if recv.thread < threads => format!("the drain into {}", op(*recv)),
+        other => format!("{other:?}"),
+    }
+}
+
 /// `explore`'s report with each finding's witness hint pointing at `replay` of its saved artifact (`check`'s hint,
 /// `run --witness N`, re-runs `check`'s search, which numbers findings its own way and may not finish where
 /// sampling did; issue 10 review), or saying how to save it.
@@ -865,12 +903,17 @@ fn main() -> ExitCode {
                 StrategyArg::Bounded => {
                     let b = cuorder_sim::explore::explore_bounded(&sem, &limits, bound);
                     let per: Vec<String> = b.pass_states.iter().enumerate().map(|(k, n)| format!("bound {k}: {n}")).collect();
-                    let header = format!(
+                    let mut header = format!(
                         "strategy bounded (bound {bound}), at most {bound} preemption{}: {} states ({})",
                         if bound == 1 { "" } else { "s" },
                         b.exploration.states,
                         per.join(", ")
                     );
+                    if let (Some(k), None) = (b.saturated_at, &b.exploration.limit_hit) {
+                        header.push_str(&format!(
+                            "\n  bound {k} cut no execution: every execution of the reduced search was explored, as by `check`"
+                        ));
+                    }
                     let notes = b
                         .first_bound
                         .iter()
@@ -961,7 +1004,13 @@ fn main() -> ExitCode {
                 }
                 Format::Json => println!("{}", serde_json::to_string_pretty(&rep).expect("report serializes")),
             }
-            let sampled_clean = strategy != StrategyArg::Exhaustive && rep.findings.is_empty();
+            // A clean sampled run proves nothing; a clean bounded one only when a pass cut no execution.
+            let sampled_clean = rep.findings.is_empty()
+                && match strategy {
+                    StrategyArg::Exhaustive => false,
+                    StrategyArg::Bounded => rep.limit_hit.is_some(),
+                    StrategyArg::Random | StrategyArg::Pct => true,
+                };
             ExitCode::from(if sampled_clean { 3 } else { rep.exit_code() as u8 })
         }
         Command::Replay { artifact, program } => {
@@ -987,7 +1036,11 @@ fn main() -> ExitCode {
                     ExitCode::from(1)
                 }
                 cuorder::artifact::Replayed::Diverged(d) => {
-                    println!("diverged at step {}: {:?} is not enabled there (the program or the model changed)", d.at, d.step);
+                    println!(
+                        "diverged at step {}: {} is not enabled there (the program or the model changed)",
+                        d.at,
+                        step_words(&sem, &d.step)
+                    );
                     ExitCode::from(1)
                 }
             }
@@ -1009,8 +1062,16 @@ fn main() -> ExitCode {
             };
             let out = out.unwrap_or_else(|| artifact.with_file_name(format!("{name}-min.ron")));
             let art_path = out.with_extension("finding.ron");
+            // The finding was found with PyTorch settings given on the command line: the minimal program shows it
+            // only with the same flags (its text keeps the program's own `torch:`), so the header says which.
+            let flags = torch_flags(&a.torch);
+            let with = if flags.is_empty() {
+                String::new()
+            } else {
+                format!("// Found with {flags}: check it with `cuorder check {} {flags}` (its `torch:` is the original's).\n", out.display())
+            };
             let header = format!(
-                "// Shrunk by `cuorder shrink {}` from {} ({} ops on {} ranks -> {} ops on {} ranks, {} candidates):\n// {}: {}\n",
+                "// Shrunk by `cuorder shrink {}` from {} ({} ops on {} ranks -> {} ops on {} ranks, {} candidates):\n// {}: {}\n{with}",
                 artifact.display(),
                 path.display(),
                 shrunk.ops_before,
@@ -1019,7 +1080,7 @@ fn main() -> ExitCode {
                 shrunk.ranks_after,
                 shrunk.candidates,
                 a.kind,
-                shrunk.finding.text.lines().next().unwrap_or("")
+                shrunk.finding.text.lines().next().unwrap_or("").trim_end_matches(':')
             );
             let text = header + &shrunk.text;
             if let Err(e) = std::fs::write(&out, &text) {
@@ -1055,7 +1116,7 @@ fn main() -> ExitCode {
                 shrunk.ranks_before,
                 shrunk.candidates,
                 shrunk.finding.kind,
-                shrunk.finding.text.lines().next().unwrap_or(""),
+                shrunk.finding.text.lines().next().unwrap_or("").trim_end_matches(':'),
                 out.display(),
                 art_path.display(),
                 art_path.display()

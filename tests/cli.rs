@@ -445,7 +445,7 @@ fn device_buffers_no_gpu_can_hold_are_warned_about() {
     let (code, out, err) = cuorder(&["check", big.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(err.matches("warning:").count(), 1, "{err}");
-    assert!(err.contains("every rank's device buffers add up to 500 TiB, more than any GPU has (288 GB)"), "{err}");
+    assert!(err.contains("every rank's device buffers add up to 500.0 TiB, more than any GPU has (288 GB)"), "{err}");
     let (_, _, err) = cuorder(&["check", "examples/nccl-1456-send-first-connected.ron"]);
     assert!(!err.contains("warning"), "{err}");
 }
@@ -515,9 +515,14 @@ fn bounded_exploration_reports_bounds_and_its_findings_replay() {
         assert_eq!(code, 0, "{out}{err}");
         assert!(out.contains("reproduced:"), "{out}");
     }
+    // Clean, and bound 1 cut nothing: the search was complete (a new user's review: it said "inconclusive").
     let (code, out, _) = cuorder(&["explore", "examples/nccl-1456-grouped.ron", "--strategy", "bounded"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("bound 1 cut no execution") && out.contains("no deadlock, data race or undefined behaviour"), "{out}");
+    // Clean up to a bound that cut executions: proves nothing beyond it.
+    let (code, out, _) = cuorder(&["explore", "examples/nccl-1456-grouped.ron", "--strategy", "bounded", "--bound", "0"]);
     assert_eq!(code, 3, "{out}");
-    assert!(out.contains("inconclusive") && out.contains("at most 2 preemptions"), "{out}");
+    assert!(out.contains("inconclusive") && out.contains("at most 0 preemptions"), "{out}");
     let (code, _, err) = cuorder(&["explore", "examples/nccl-1456-grouped.ron", "--strategy", "bounded", "--bound", "65"]);
     assert_eq!(code, 2, "{err}");
     let (code, _, err) = cuorder(&["explore", "examples/nccl-1456-grouped.ron", "--time-limit", "-1"]);

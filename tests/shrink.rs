@@ -90,6 +90,10 @@ fn shrinking_a_race_keeps_the_wait_that_orders_nothing() {
     assert_eq!(code, 0, "{out}{err}");
     let text = std::fs::read_to_string(dir.join("megatron-batch-p2p-min.ron")).unwrap();
     assert!(text.contains("WorkWait(\"reqs\")"), "the wait went:\n{text}");
+    // The finding needs --torch-version before82450, which the program's own `torch:` does not say: the header
+    // does (a new user's review found the shrunk program clean under plain `check`).
+    assert!(text.contains("// Found with --torch-version before82450: check it with `cuorder check"), "{text}");
+    assert!(!out.contains("(device memory):\n"), "dangling colon: {out}");
     let prog = cuorder_model::format::load("min", &text).unwrap();
     let rep = cuorder::report::check(&prog, &Profile::builtin("portable").unwrap(), &Default::default());
     assert!(rep.findings.iter().any(|f| f.kind == "data race" && f.text.contains("(N10)")), "{}", rep.to_text());

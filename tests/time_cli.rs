@@ -84,8 +84,15 @@ fn artifact_moved_with_its_program_still_replays() {
     let (code, out, err) = cli(&["replay", art.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("reproduced"), "{out}");
-    // Gone altogether: a clear error naming the recorded path and --program.
+    // Gone altogether: the artifact's own copy of the program is shrunk.
     std::fs::remove_file(d.join("finds/p.ron")).unwrap();
+    let (code, out, err) = cli(&["shrink", art.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    // An artifact without the text (a program over 1 MiB, or saved before artifacts held it): a clear error naming
+    // the recorded path and --program.
+    let mut a = cuorder::artifact::load(&art).unwrap();
+    a.program_text = None;
+    std::fs::write(&art, ron::ser::to_string_pretty(&a, ron::ser::PrettyConfig::default()).unwrap()).unwrap();
     let (code, _, err) = cli(&["shrink", art.to_str().unwrap()]);
     assert_eq!(code, 2);
     assert!(err.contains("p.ron, is not there") && err.contains("--program FILE"), "{err}");

@@ -298,7 +298,8 @@ pub const DEFAULT_BOUND: u32 = 2;
 pub struct Bounded {
     /// The findings (frequency always `Sometimes`: a bounded search proves nothing beyond its bound), in the order
     /// of the bound at which each first appeared, then of the search; `states` sums every bound's pass, the
-    /// counts of final states are those of the last pass; `limit_hit` always says what was covered.
+    /// counts of final states are those of the last pass; `limit_hit` says what was covered, and is `None` only when
+    /// a pass cut no execution (`saturated_at`) and no limit stopped it: the search was then complete.
     pub exploration: Exploration,
     /// For each finding (same order): the smallest bound at which it appeared, i.e. the fewest preemptions of an
     /// execution that shows it (among those the search tried).
@@ -363,10 +364,12 @@ pub fn explore_bounded(sem: &Semantics, limits: &Limits, bound: u32) -> Bounded 
         what.push_str(&format!("; bound {k} cut no execution, so larger bounds add none"));
     }
     what.push_str("; the verdict covers only those");
-    let limit_hit = Some(match limit {
-        Some(l) => format!("{what}; {l}"),
-        None => what,
-    });
+    // A pass that cut nothing searched every execution of the reduced search: its verdict is complete.
+    let limit_hit = match (limit, saturated_at) {
+        (Some(l), _) => Some(format!("{what}; {l}")),
+        (None, Some(_)) => None,
+        (None, None) => Some(what),
+    };
     Bounded {
         exploration: Exploration {
             states: pass_states.iter().sum(),

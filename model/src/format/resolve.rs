@@ -833,7 +833,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             self.err(
                 cx,
                 Issue::new(f("written_by"), format!("no earlier op of this thread is a {} that writes `{}`", written_by.label(), buf.name()))
-                    .help("written_by names the kind (a kernel: by name) of the last op before the Expect, in this thread, that writes the range"),
+                    .help("written_by names the kind (a kernel or a host function: by name) of the last op before the Expect, in this thread, that writes the range"),
             );
             return None;
         };

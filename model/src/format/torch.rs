@@ -219,11 +219,11 @@ pub fn declare_groups(groups: &BTreeMap<String, Vec<u32>>, d: &mut Decls) {
 }
 
 /// Declares the flat temporaries of `dist.all_gather` / `dist.reduce_scatter` calls (name -> bytes, the largest any
-/// rank or iteration needs) as `Pooled` buffers, once every thread has been expanded.
+/// rank or iteration needs) as device buffers, once every thread has been expanded.
 pub fn declare_flats(flats: &BTreeMap<String, u64>, d: &mut Decls) {
     for (name, bytes) in flats {
         d.buffer_idx.insert(name.clone(), d.buffers.len() as u32);
-        d.buffers.push(crate::program::Buffer { name: name.clone(), bytes: *bytes, space: crate::program::MemSpace::Device, pooled: true });
+        d.buffers.push(crate::program::Buffer { name: name.clone(), bytes: *bytes, space: crate::program::MemSpace::Device, pooled: false });
         d.buffer_size_known.push(true);
     }
 }
@@ -249,7 +249,7 @@ fn pre_event(site: u32) -> String {
 }
 
 /// The temporary ProcessGroupNCCL flattens the list of `dist.all_gather` / `dist.reduce_scatter` call site `site`
-/// into (`newLikeFlat`): a `Pooled` buffer, declared after expansion with the largest size any rank needs
+/// into (`newLikeFlat`): a device buffer, declared after expansion with the largest size any rank needs
 /// ([`declare_flats`]).
 fn flat_buffer(site: u32) -> String {
     format!("torch.flat.{site}")
@@ -285,6 +285,8 @@ pub struct TorchCx<'t> {
     /// The flat temporaries this thread used (`dist.all_gather` / `dist.reduce_scatter` with equal sizes), with the
     /// largest size in bytes: declared after expansion (`declare_flats`).
     pub flats: BTreeMap<String, u64>,
+    /// The names of host buffers (pinned or pageable): NCCL collectives refuse them.
+    host: BTreeSet<String>,
     /// Bytes of every declared buffer whose size is known (split sizes of `all_to_all` are checked against them).
     sizes: BTreeMap<String, u64>,
     /// The members of the default group's communicator, in communicator order.
@@ -327,6 +329,7 @@ impl<'t> TorchCx<'t> {
                 None => (0..d.ranks).collect(),
             },
             flats: BTreeMap::new(),
+            host: d.buffers.iter().filter(|b| b.space != crate::program::MemSpace::Device).map(|b| b.name.clone()).collect(),
             work_stash: BTreeMap::new(),
             stashes: BTreeMap::new(),
             holders: BTreeMap::new(),
@@ -585,13 +588,13 @@ pub fn lower<'a>(
         },
         // `dist.all_gather(tensor_list, tensor)` and `dist.reduce_scatter(output, input_list)`: ProcessGroupNCCL::allgather
         // and ::reduce_scatter (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp). When the list's tensors have one
-        // size (`check_same_size`), the list is flattened into a temporary (`newLikeFlat`, allocated on the current
-        // stream) and one NCCL collective runs on it inside `collective()`: all_gather gathers into the temporary and
-        // its `post` hook copies each part out to the list on the NCCL stream; reduce_scatter's `pre` hook copies the
-        // list into the temporary on the NCCL stream after syncStream, then reduce-scatters from it. The temporary
-        // (the collective's output, resp. input) is recorded on the NCCL stream (stashed with
-        // TORCH_NCCL_AVOID_RECORD_STREAMS) and dies with the work: after the wait of a sync call, at `WorkWait` of an
-        // `async_op` one. Otherwise the call is coalesced (startCoalescing .. endCoalescing: one NCCL group, the end
+        // size (`check_same_size`), the list is flattened into a temporary (`newLikeFlat`) and one NCCL collective
+        // runs on it inside `collective()`: all_gather gathers into the temporary and its `post` hook copies each part
+        // out to the list on the NCCL stream; reduce_scatter's `pre` hook copies the list into the temporary on the
+        // NCCL stream after syncStream, then reduce-scatters from it. The temporary is a device buffer of the call
+        // site that only the NCCL stream touches: its caching-allocator block (allocated on the current stream,
+        // recorded on the NCCL stream, freed with the work) is not modelled, as each Alloc/Free pair multiplied the
+        // states (two such calls in a row: from 1,500 states to past 800,000). Otherwise the call is coalesced (startCoalescing .. endCoalescing: one NCCL group, the end
         // event after it) into one `_broadcast_oop(output[i], i == rank ? input : output[i], root i)` per rank i,
         // resp. one `_reduce_oop(i == rank ? output : input[i], input[i], root i)`.
         SOp::DistAllGatherList { async_op, group, .. } | SOp::DistReduceScatterList { async_op, group, .. } => {
@@ -655,44 +658,47 @@ pub fn lower<'a>(
             if own != lens[me] {
                 issues.push(
                     Issue::new(field(path, one_name), format!("`{one_name}` is {own} bytes, but this rank's own part `{list_name}[{me}]` is {} bytes", lens[me]))
-                        .help(format!("{call}: every tensor of `{list_name}` has the size of `{one_name}` (ProcessGroupNCCL: \"Tensor input and output ... must have the same number of elements\")"))
+                        .help(format!("{call}: this rank's own entry of `{list_name}` has the size of `{one_name}` (ProcessGroupNCCL: \"Tensor input and output ... must have the same number of elements\"); the other entries may differ"))
                         .on_rank(rank),
                 );
                 return Some(0);
             }
-            let same = lens.iter().all(|l| *l == own);
+            // NCCL collectives take CUDA tensors only (PyTorch raises for a host tensor).
+            for (at, t) in list.iter().enumerate().map(|(j, t)| (index(&field(path, list_name), j), t)).chain([(field(path, one_name), one)]) {
+                let name = super::expr::interpolate(t.name(), &|v| scope.lookup(v)).map(|s| s.into_owned()).unwrap_or_default();
+                if tcx.host.contains(&name) {
+                    issues.push(
+                        Issue::new(at, format!("`{name}` is host memory; {call} takes CUDA tensors"))
+                            .help("NCCL collectives read and write device memory: use a device Buffer or Pooled tensor")
+                            .on_rank(rank),
+                    );
+                    return Some(0);
+                }
+            }
+            // Empty tensors: ProcessGroupNCCL still calls NCCL, with a count of 0.
+            let same = own > 0 && lens.iter().all(|l| *l == own);
             let flat = flat_buffer(n);
-            if same && tcx.holders.contains_key(&flat) {
-                issues.push(
-                    Issue::new(path, format!("{call} runs again while the work of its previous run still holds its temporary"))
-                        .help("wait for the previous run's work (`WorkWait`) before calling it again")
-                        .on_rank(rank),
-                );
-                return Some(0);
-            }
             let root = |i: usize| Root::Rank { rank: ExprArg::int(members[i].to_string(), i64::from(members[i])) };
             let part = |j: usize| BufArg::Slice(flat.clone(), Size::Bytes(j as u64 * own), Size::Bytes(own));
             let whole = BufArg::Slice(flat.clone(), Size::Bytes(0), Size::Bytes(m as u64 * own));
-            let mut temp = None;
             if same {
                 let bytes = tcx.flats.entry(flat.clone()).or_insert(0);
                 *bytes = (*bytes).max(m as u64 * own);
-                owned(out, SOp::Alloc { buf: flat.clone(), stream: cur.clone() });
-                temp = Some(flat.clone());
             }
             sync_stream(out, n);
-            let record_temp = |out: &mut Vec<Item<'a>>| {
-                if avoid {
-                    stashed.borrow_mut().push(flat.clone());
-                } else {
-                    owned(out, SOp::RecordStream { buf: flat.clone(), stream: nccl.clone() });
-                }
-            };
+            let all_empty = own == 0 && lens.iter().all(|l| *l == 0);
             match (gather, same) {
+                _ if all_empty => {
+                    let coll = if gather {
+                        SOp::AllGather { send: one.clone(), recv: one.clone(), stream: nccl.clone(), comm }
+                    } else {
+                        SOp::ReduceScatter { send: one.clone(), recv: one.clone(), stream: nccl.clone(), comm }
+                    };
+                    owned(out, coll);
+                }
                 (true, true) => {
                     record(out, one, &nccl);
                     owned(out, SOp::AllGather { send: one.clone(), recv: whole, stream: nccl.clone(), comm });
-                    record_temp(out);
                     for (j, t) in list.iter().enumerate() {
                         // The post hook records each output (`if (!avoidRecordStreams_)`); with the variable set
                         // the outputs are the user's to keep alive: nothing stashes them.
@@ -703,7 +709,6 @@ pub fn lower<'a>(
                     }
                 }
                 (false, true) => {
-                    record_temp(out);
                     for (j, t) in list.iter().enumerate() {
                         record(out, t, &nccl);
                         owned(out, SOp::Memcpy { dst: part(j), src: t.clone(), stream: Some(nccl.clone()) });
@@ -735,19 +740,9 @@ pub fn lower<'a>(
             owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
             match async_op {
                 Some(w) => {
-                    let mut held = stashed.take();
-                    if let Some(t) = temp {
-                        tcx.deferred.insert(t.clone());
-                        held.push(t);
-                    }
-                    tcx.stash(Some(w), held);
+                    tcx.stash(Some(w), stashed.take());
                 }
-                None => {
-                    owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() });
-                    if let Some(t) = temp {
-                        owned(out, SOp::Free { buf: t });
-                    }
-                }
+                None => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
             }
         }
         // `dist.all_reduce` / `broadcast` / `all_gather_into_tensor` / `reduce_scatter_tensor`:
