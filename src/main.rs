@@ -92,8 +92,8 @@ struct Budgets {
     /// Stop when the search would hold more than this many MiB of states (estimated).
     #[arg(long, default_value_t = 4096)]
     max_memory_mb: usize,
-    /// Stop after this many seconds of searching.
-    #[arg(long, default_value_t = 600)]
+    /// Stop after this many seconds of searching (also `--time-limit`, as `explore` calls it).
+    #[arg(long, visible_alias = "time-limit", default_value_t = 600)]
     max_time_s: u64,
 }
 
@@ -358,8 +358,8 @@ enum Command {
         #[arg(long)]
         first: bool,
         /// Stop starting executions (exhaustive, bounded: stop the search) after this many seconds (the result then
-        /// depends on the machine's speed).
-        #[arg(long, value_parser = parse_seconds)]
+        /// depends on the machine's speed). Also `--max-time-s`, as `check` calls it.
+        #[arg(long, visible_alias = "max-time-s", value_parser = parse_seconds)]
         time_limit: Option<f64>,
         /// Worker threads for sampling strategies (default: all cores). The output does not depend on it.
         #[arg(long)]

@@ -589,3 +589,13 @@ fn ctrl_c_stops_the_search_and_prints_the_report() {
         assert!(elapsed < std::time::Duration::from_secs(30), "{args:?}: took {elapsed:?} to stop");
     }
 }
+
+/// From a new user's review: `check --time-limit 2` and `explore --max-time-s 5` were refused ("unexpected
+/// argument"); each command now takes the other's name for its time budget.
+#[test]
+fn check_and_explore_take_each_others_time_limit_flag() {
+    let (code, out, err) = cuorder(&["check", "examples/nccl-1456-grouped.ron", "--time-limit", "30"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = cuorder(&["explore", "examples/nccl-1456-grouped.ron", "--executions", "5", "--max-time-s", "30"]);
+    assert_eq!(code, 3, "{out}{err}");
+}
