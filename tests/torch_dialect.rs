@@ -428,3 +428,21 @@ fn list_collectives_refuse_host_tensors_take_empty_ones_and_stay_cheap() {
     assert!(r.findings.is_empty() && r.limit_hit.is_none(), "{}", r.to_text());
     assert!(r.states < 50_000, "{} states", r.states);
 }
+
+/// From a new user's review: a stream's name where a tensor is expected said only "unknown tensor", and `x@1`
+/// suggested `x`; a bad kernel or host-function duration also made a correct `Expect` of what it writes an error.
+#[test]
+fn a_name_of_another_kind_is_said_and_a_bad_duration_does_not_cascade() {
+    let text = gather_list("").replace(r#"tensor: "x""#, r#"tensor: "side""#).replace("buffers: [", r#"streams: [Stream("side", NonBlocking)], buffers: ["#);
+    let e = match load("bad", &text) {
+        Ok(_) => panic!("loads"),
+        Err(d) => d,
+    };
+    assert!(e[0].message.contains("unknown tensor `side`") && e[0].help.as_deref() == Some("`side` is a stream, not a tensor"), "{e:?}");
+    let e = errors(r#"Program(ranks: 1, streams: [Stream("s", NonBlocking)], buffers: [Buffer("h", "4 KiB", space: PinnedHost), Buffer("d", "4 KiB")],
+        threads: [Thread("main", [HostFunc("log", stream: "s", writes: ["h"], duration: "5 parsecs"),
+            Kernel("k", stream: "s", writes: ["d"], duration: "3 lightyears"), StreamSync("s"),
+            Expect("h", written_by: HostFunc("log")), Expect("d", written_by: Kernel("k"), stream: "s")])])"#);
+    assert_eq!(e.len(), 2, "only the two durations: {e:?}");
+    assert!(e.iter().all(|e| e.contains("invalid duration")), "{e:?}");
+}

@@ -287,6 +287,8 @@ pub struct TorchCx<'t> {
     pub flats: BTreeMap<String, u64>,
     /// The names of host buffers (pinned or pageable): NCCL collectives refuse them.
     host: BTreeSet<String>,
+    /// Declared names of other kinds (stream, event, communicator), to say so when one is used as a tensor.
+    other_names: BTreeMap<String, &'static str>,
     /// Bytes of every declared buffer whose size is known (split sizes of `all_to_all` are checked against them).
     sizes: BTreeMap<String, u64>,
     /// The members of the default group's communicator, in communicator order.
@@ -330,6 +332,13 @@ impl<'t> TorchCx<'t> {
             },
             flats: BTreeMap::new(),
             host: d.buffers.iter().filter(|b| b.space != crate::program::MemSpace::Device).map(|b| b.name.clone()).collect(),
+            other_names: d
+                .streams
+                .iter()
+                .map(|(n, _)| (n.clone(), "stream"))
+                .chain(d.events.iter().map(|e| (e.clone(), "event")))
+                .chain(d.comms.iter().map(|c| (c.name.clone(), "communicator")))
+                .collect(),
             work_stash: BTreeMap::new(),
             stashes: BTreeMap::new(),
             holders: BTreeMap::new(),
@@ -640,7 +649,13 @@ pub fn lower<'a>(
                 None => {
                     let name = super::expr::interpolate(b.name(), &|v| scope.lookup(v)).map(|s| s.into_owned()).unwrap_or_else(|_| b.name().to_string());
                     let known = tcx.sizes.keys().map(String::as_str);
-                    let help = super::diagnostic::did_you_mean(&name, known).map(|s| format!("did you mean `{s}`?"));
+                    let help = if name.contains('@') {
+                        Some("a PyTorch call names this rank's own tensors: `x`, not `x@1`".to_string())
+                    } else if let Some(kind) = tcx.other_names.get(&name) {
+                        Some(format!("`{name}` is a {kind}, not a tensor"))
+                    } else {
+                        super::diagnostic::did_you_mean(&name, known).map(|s| format!("did you mean `{s}`?"))
+                    };
                     let mut issue = Issue::new(at, format!("unknown tensor `{name}`")).on_rank(rank);
                     if let Some(h) = help {
                         issue = issue.help(h);
