@@ -603,9 +603,10 @@ pub fn lower<'a>(
         // NCCL stream after syncStream, then reduce-scatters from it. The temporary is a device buffer of the call
         // site that only the NCCL stream touches: its caching-allocator block (allocated on the current stream,
         // recorded on the NCCL stream, freed with the work) is not modelled, as each Alloc/Free pair multiplied the
-        // states (two such calls in a row: from 1,500 states to past 800,000). Otherwise the call is coalesced (startCoalescing .. endCoalescing: one NCCL group, the end
-        // event after it) into one `_broadcast_oop(output[i], i == rank ? input : output[i], root i)` per rank i,
-        // resp. one `_reduce_oop(i == rank ? output : input[i], input[i], root i)`.
+        // states (two such calls in a row: from 1,500 states to past 800,000). Otherwise the call is coalesced
+        // (startCoalescing .. endCoalescing: one NCCL group, the end event after it) into one
+        // `_broadcast_oop(output[i], i == rank ? input : output[i], root i)` per rank i, resp. one
+        // `_reduce_oop(i == rank ? output : input[i], input[i], root i)`.
         SOp::DistAllGatherList { async_op, group, .. } | SOp::DistReduceScatterList { async_op, group, .. } => {
             let n = site?;
             let OnGroup::Member { comm, group, init } =
