@@ -271,3 +271,29 @@ fn a_pipeline_costs_the_sum_not_the_product_of_its_stages() {
     }
     assert_eq!(compared, 6, "a comparison was beyond its budget");
 }
+
+/// Rank sets (issue 8) and S7: a synchronizing host call of one rank that waits for every device captures the other
+/// ranks' stream tails when it is called, so it does not commute with their enqueues. Rank 1 enqueues a recv from
+/// rank 0; rank 0's cudaMalloc waits for every device before it sends: the program hangs exactly when rank 1's
+/// recv was enqueued before the malloc captured the tails (in some executions). Reduction keeps both orders.
+#[test]
+fn a_malloc_that_waits_for_every_device_keeps_its_cross_rank_verdict() {
+    use cuorder_model::profile::{HostCallSync, ImplicitSync, SyncScope};
+    let text = r#"Program(ranks: 2, streams: [Stream("s", NonBlocking)], buffers: [Buffer("x", "64 MiB")], comms: [Comm("world")],
+        threads: [Thread("main", [
+            Group([Send(to: Next, buf: Slice("x", 0, 4), stream: "s"), Recv(from: Prev, buf: Slice("x", 4, 4), stream: "s")]),
+            StreamSync("s"),
+            OnRanks([1], [Recv(from: Rank(0), buf: "x", stream: "s")]),
+            OnRanks([0], [Malloc("1 MiB"), Send(to: Rank(1), buf: "x", stream: "s")]),
+            DeviceSync])])"#;
+    let p = cuorder_model::format::load("malloc-all", text).unwrap();
+    let all = ImplicitSync { guaranteed: SyncScope::AllDevices, possible: SyncScope::AllDevices };
+    let none = ImplicitSync { guaranteed: SyncScope::None, possible: SyncScope::None };
+    let prof = Profile { implicit_sync: HostCallSync { free: none, malloc: all, malloc_host: none, lazy_load: none }, ..Profile::eager() };
+    let kinds = |r: &cuorder::report::Report| r.findings.iter().map(|f| format!("{} {}", f.kind, f.frequency)).collect::<Vec<_>>();
+    let on = check(&p, &prof, &Limits::default());
+    let off = check(&p, &prof, &Limits { reduce: false, forget: false, ..Limits::default() });
+    assert!(off.limit_hit.is_none());
+    assert_eq!(kinds(&on), kinds(&off));
+    assert_eq!(kinds(&on), ["deadlock sometimes"], "{}", on.to_text());
+}

@@ -176,8 +176,9 @@ impl<'p> Semantics<'p> {
     /// qualify. Ranks share no state but through NCCL: a step of another rank, or a delivery or collective step
     /// (which only finishes ops inside launches and joins clocks fixed when they started), commutes with every step
     /// of the rank, and none disables one of them, unless
-    /// - a host call on one side observes a device of the other (a query, an allocation, a synchronizing call that
-    ///   waits for every device; [`OpInfo::observes`]);
+    /// - a host call on one side observes a device of the other (a query, an allocation; [`OpInfo::observes`]), or
+    ///   uses a resource the other writes (a synchronizing call that captures the tails of every device's streams,
+    ///   S7; [`OpInfo::footprint`]);
     /// - a communicator the rank still uses is initialised, split, polled, aborted, finalized or destroyed by
     ///   another rank later, or the reverse (what those calls do depends on the members' ops);
     /// - connections are being set up (N7: the rendezvous of two hosts changes the connection tables the rank's
@@ -235,20 +236,32 @@ impl<'p> Semantics<'p> {
     /// ([`Self::rank_set`]).
     fn rank_isolated(&self, st: &State, r: RankId) -> bool {
         let mut uses: BTreeMap<CommId, [bool; 4]> = BTreeMap::new(); // r uses, r life cycle, others use, others life
+        // Other resources (a stream's tail that a synchronizing call of another rank captures, S7): [r reads, r
+        // writes, others read, others write], from the threads' remaining ops.
+        let mut touched: BTreeMap<Resource, [bool; 4]> = BTreeMap::new();
         for (u, th) in st.host.threads.iter().enumerate() {
             let mine = self.rank_of(u as ThreadId) == r;
             let later = |i: u32| i >= th.pc;
             if self.reduction.observer[u].iter().any(|(dev, last)| later(*last) && mine != (*dev == r)) {
                 return false;
             }
+            let k = if mine { 0 } else { 2 };
             for (c, (last, life)) in &self.reduction.comm_use[u] {
                 let e = uses.entry(*c).or_default();
-                let k = if mine { 0 } else { 2 };
                 e[k] |= later(*last);
                 e[k + 1] |= life.is_some_and(later);
             }
+            for (res, (rd, wr)) in &self.reduction.touch[u] {
+                if matches!(res, Resource::Comm(_)) {
+                    continue; // launches of two ranks commute; life-cycle calls are judged above
+                }
+                let e = touched.entry(*res).or_default();
+                e[k] |= rd.is_some_and(later);
+                e[k + 1] |= wr.is_some_and(later);
+            }
         }
         uses.values().all(|u| !(u[0] && u[3]) && !(u[1] && u[2]))
+            && touched.values().all(|t| !(t[1] && (t[2] || t[3])) && !(t[3] && t[0]))
     }
 
     /// A transfer with no eager alternative (or a drain) finishes two running ops (one) with clocks fixed when their
