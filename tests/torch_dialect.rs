@@ -445,4 +445,9 @@ fn a_name_of_another_kind_is_said_and_a_bad_duration_does_not_cascade() {
             Expect("h", written_by: HostFunc("log")), Expect("d", written_by: Kernel("k"), stream: "s")])])"#);
     assert_eq!(e.len(), 2, "only the two durations: {e:?}");
     assert!(e.iter().all(|e| e.contains("invalid duration")), "{e:?}");
+    // A buffer whose size does not parse is reported where it is declared, not again as an unknown tensor.
+    let e = errors(r#"Program(ranks: 2, torch: Torch(init: Eager), buffers: [Buffer("shard", "{rank + 1} MiB"), Buffer("g0", "1 MiB"), Buffer("g1", "1 MiB")],
+        threads: [Thread("main", [InitProcessGroup, DistAllGatherList(tensor_list: ["g0", "g1"], tensor: "shard"), CudaSynchronize])])"#);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("invalid size"), "{e:?}");
 }

@@ -287,7 +287,8 @@ pub struct TorchCx<'t> {
     pub flats: BTreeMap<String, u64>,
     /// The names of host buffers (pinned or pageable): NCCL collectives refuse them.
     host: BTreeSet<String>,
-    /// Declared names of other kinds (stream, event, communicator), to say so when one is used as a tensor.
+    /// Declared names and their kinds (stream, event, communicator, buffer): to say so when a name of another kind
+    /// is used as a tensor, and to stay silent about a buffer whose size did not parse (reported at the buffer).
     other_names: BTreeMap<String, &'static str>,
     /// Bytes of every declared buffer whose size is known (split sizes of `all_to_all` are checked against them).
     sizes: BTreeMap<String, u64>,
@@ -336,6 +337,7 @@ impl<'t> TorchCx<'t> {
                 .streams
                 .iter()
                 .map(|(n, _)| (n.clone(), "stream"))
+                .chain(d.buffers.iter().map(|b| (b.name.clone(), "buffer")))
                 .chain(d.events.iter().map(|e| (e.clone(), "event")))
                 .chain(d.comms.iter().map(|c| (c.name.clone(), "communicator")))
                 .collect(),
@@ -649,10 +651,14 @@ pub fn lower<'a>(
                 Some(e) => Some(e.2),
                 None => {
                     let name = super::expr::interpolate(b.name(), &|v| scope.lookup(v)).map(|s| s.into_owned()).unwrap_or_else(|_| b.name().to_string());
+                    // A declared buffer whose size did not parse: that error is reported where it is declared.
+                    if tcx.other_names.get(&name) == Some(&"buffer") {
+                        return None;
+                    }
                     let known = tcx.sizes.keys().map(String::as_str);
                     let help = if name.contains('@') {
                         Some("a PyTorch call names this rank's own tensors: `x`, not `x@1`".to_string())
-                    } else if let Some(kind) = tcx.other_names.get(&name) {
+                    } else if let Some(kind) = tcx.other_names.get(&name).filter(|k| **k != "buffer") {
                         Some(format!("`{name}` is a {kind}, not a tensor"))
                     } else {
                         super::diagnostic::did_you_mean(&name, known).map(|s| format!("did you mean `{s}`?"))
