@@ -160,8 +160,24 @@ impl TorchArgs {
         }
     }
 
-    /// The settings given, as a line for the report (empty when none).
-    fn note(self) -> String {
+    /// The command-line arguments that give `t` (a saved finding's settings).
+    fn from_options(t: cuorder_model::format::TorchOptions) -> TorchArgs {
+        use cuorder_model::format::{TorchInit, TorchVersion};
+        TorchArgs {
+            torch_version: t.version.map(|v| match v {
+                TorchVersion::Before82450 => TorchVersionArg::Before82450,
+                TorchVersion::Since82450 => TorchVersionArg::Since82450,
+            }),
+            torch_init: t.init.map(|i| match i {
+                TorchInit::Lazy => TorchInitArg::Lazy,
+                TorchInit::Eager => TorchInitArg::Eager,
+            }),
+            torch_avoid_record_streams: t.avoid_record_streams,
+        }
+    }
+
+    /// The settings given, as command-line flags (`--torch-version before82450`), one per setting.
+    fn flags(self) -> Vec<String> {
         let mut given = Vec::new();
         if let Some(v) = self.torch_version {
             given.push(format!("--torch-version {}", v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()));
@@ -172,6 +188,12 @@ impl TorchArgs {
         if let Some(a) = self.torch_avoid_record_streams {
             given.push(format!("--torch-avoid-record-streams {a}"));
         }
+        given
+    }
+
+    /// The settings given, as a line for the report (empty when none).
+    fn note(self) -> String {
+        let given = self.flags();
         if given.is_empty() {
             String::new()
         } else {
@@ -589,22 +611,6 @@ fn artifact_and_program(
     };
     let (prog, text) = cuorder::load_program_with(&path, color, &a.torch).map_err(fail)?;
     Ok((a, path, prog, text))
-}
-
-/// The command-line flags that give the PyTorch settings `t` (`--torch-version before82450 ..`), empty for none.
-fn torch_flags(t: &cuorder_model::format::TorchOptions) -> String {
-    use cuorder_model::format::{TorchInit, TorchVersion};
-    let mut out = vec![];
-    if let Some(v) = t.version {
-        out.push(format!("--torch-version {}", if v == TorchVersion::Before82450 { "before82450" } else { "since82450" }));
-    }
-    if let Some(i) = t.init {
-        out.push(format!("--torch-init {}", if i == TorchInit::Eager { "eager" } else { "lazy" }));
-    }
-    if let Some(a) = t.avoid_record_streams {
-        out.push(format!("--torch-avoid-record-streams {a}"));
-    }
-    out.join(" ")
 }
 
 /// A step of a schedule in the words of reports ("the next call of r0 main", "r0 main #10 kernel ..."), for
@@ -1064,7 +1070,9 @@ fn main() -> ExitCode {
             let art_path = out.with_extension("finding.ron");
             // The finding was found with PyTorch settings given on the command line: the minimal program shows it
             // only with the same flags (its text keeps the program's own `torch:`), so the header says which.
-            let flags = torch_flags(&a.torch);
+            let flags = TorchArgs::from_options(a.torch).flags().join(" ");
+            // The finding's first line, which may end by introducing the next ("on r1 act (device memory):").
+            let headline = shrunk.finding.text.lines().next().unwrap_or("").trim_end_matches(':');
             let with = if flags.is_empty() {
                 String::new()
             } else {
@@ -1080,7 +1088,7 @@ fn main() -> ExitCode {
                 shrunk.ranks_after,
                 shrunk.candidates,
                 a.kind,
-                shrunk.finding.text.lines().next().unwrap_or("").trim_end_matches(':')
+                headline
             );
             let text = header + &shrunk.text;
             if let Err(e) = std::fs::write(&out, &text) {
@@ -1116,7 +1124,7 @@ fn main() -> ExitCode {
                 shrunk.ranks_before,
                 shrunk.candidates,
                 shrunk.finding.kind,
-                shrunk.finding.text.lines().next().unwrap_or("").trim_end_matches(':'),
+                headline,
                 out.display(),
                 art_path.display(),
                 art_path.display()

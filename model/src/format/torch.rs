@@ -463,6 +463,24 @@ pub fn lower<'a>(
         owned(out, SOp::Record { event: pre_event(n), stream: cur.clone() });
         owned(out, SOp::Wait { event: pre_event(n), stream: nccl.clone() });
     };
+    // A collective's process group: its communicator (created first by a lazily initialised group's first
+    // collective) and its name, or `None` when this rank does nothing ([`on_group`]).
+    // The group tables are passed apart from `tcx`, which `record` borrows.
+    let init_kind = tcx.decls.init;
+    let enter_group = |out: &mut Vec<Item<'a>>,
+                       groups: &BTreeMap<String, Vec<u32>>,
+                       inited: &mut BTreeSet<String>,
+                       issues: &mut Issues,
+                       group: &Option<String>| {
+        let OnGroup::Member { comm, group, init } = on_group(group, path, rank, ranks, env, &comm, groups, inited, init_kind, issues)
+        else {
+            return None;
+        };
+        if let Some(c) = init {
+            owned(out, SOp::CommInit { comm: c });
+        }
+        Some((comm, group))
+    };
     let p2p = |send: bool, tensor: &BufArg, peer: &Peer| -> SOp {
         if send {
             SOp::Send { to: peer.clone(), buf: tensor.clone(), stream: nccl.clone(), comm: comm.clone() }
@@ -611,14 +629,7 @@ pub fn lower<'a>(
         // `_reduce_oop(i == rank ? output : input[i], input[i], root i)`.
         SOp::DistAllGatherList { async_op, group, .. } | SOp::DistReduceScatterList { async_op, group, .. } => {
             let n = site?;
-            let OnGroup::Member { comm, group, init } =
-                on_group(group, path, rank, ranks, env, &comm, &tcx.groups, &mut tcx.inited_groups, tcx.decls.init, issues)
-            else {
-                return Some(0);
-            };
-            if let Some(c) = init {
-                owned(out, SOp::CommInit { comm: c });
-            }
+            let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, issues, group) else { return Some(0) };
             let members = match &group {
                 Some(g) => tcx.groups.get(g).cloned().unwrap_or_default(),
                 None => tcx.default_members.clone(),
@@ -742,8 +753,13 @@ pub fn lower<'a>(
                     push(out, Leaf::GroupStart);
                     for (i, t) in list.iter().enumerate() {
                         let at: Rc<str> = Rc::from(index(&field(path, list_name), i).as_str());
-                        let (send, recv, buf) = if i == me { (Some(one.clone()), Some(t.clone()), None) } else { (None, None, Some(t.clone())) };
-                        let (send, recv) = if gather || i != me { (send, recv) } else { (Some(t.clone()), Some(one.clone())) };
+                        // Other ranks' parts in place; this rank's own: broadcast from `tensor` into its list entry, resp.
+                        // reduce its list entry into `output`.
+                        let (send, recv, buf) = match (i == me, gather) {
+                            (false, _) => (None, None, Some(t.clone())),
+                            (true, true) => (Some(one.clone()), Some(t.clone()), None),
+                            (true, false) => (Some(t.clone()), Some(one.clone()), None),
+                        };
                         let stream = nccl.clone();
                         let coll = if gather {
                             SOp::Broadcast { root: root(i), buf, send, recv, stream, comm: comm.clone() }
@@ -780,14 +796,7 @@ pub fn lower<'a>(
         | SOp::DistGather { async_op, group, .. }
         | SOp::DistScatter { async_op, group, .. } => {
             let n = site?;
-            let OnGroup::Member { comm, group, init } =
-                on_group(group, path, rank, ranks, env, &comm, &tcx.groups, &mut tcx.inited_groups, tcx.decls.init, issues)
-            else {
-                return Some(0);
-            };
-            if let Some(c) = init {
-                owned(out, SOp::CommInit { comm: c });
-            }
+            let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, issues, group) else { return Some(0) };
             sync_stream(out, n);
             // `all_to_all` (lists) and `all_to_all_single` with split sizes: not one NCCL collective but one group
             // of ncclSend/ncclRecv per peer (below).
