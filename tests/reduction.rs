@@ -297,3 +297,50 @@ fn a_malloc_that_waits_for_every_device_keeps_its_cross_rank_verdict() {
     assert_eq!(kinds(&on), kinds(&off));
     assert_eq!(kinds(&on), ["deadlock sometimes"], "{}", on.to_text());
 }
+
+/// Eager dominance (issue 8, MODEL.md): with its recv running, a send is explored as an eager delivery only, which
+/// has one happens-before edge fewer than the rendezvous; whether a race is in *every* execution is then decided
+/// by a second pass that keeps the rendezvous. Rank 0 writes `x` on `s1` before sending `a`, sends `b` on `s2` and
+/// then writes `x` again on `s2`; rank 1 receives `a` then `b` on one stream. When `b`'s send waits for its recv
+/// (rendezvous), its end follows the recv of `b`, hence the recv of `a`, hence the send of `a` and the first write:
+/// the writes are ordered. When it finishes eagerly they are not: a race in some executions, not in all (the
+/// dominance pass alone, whose executions all deliver `b` eagerly, called it "in every execution").
+#[test]
+fn a_race_that_needs_an_eager_send_is_in_some_executions_only() {
+    let text = r#"Program(ranks: 2, streams: [Stream("s1", NonBlocking), Stream("s2", NonBlocking), Stream("t", NonBlocking)],
+        buffers: [Buffer("x", "1 MiB"), Buffer("a", "16 MiB"), Buffer("b", "16 MiB")], comms: [Comm("world")],
+        threads: [Thread("main", [
+            OnRanks([0], [
+                Kernel("first", stream: "s1", writes: ["x"]),
+                Send(to: Rank(1), buf: "a", stream: "s1"),
+                Send(to: Rank(1), buf: "b", stream: "s2"),
+                Kernel("second", stream: "s2", writes: ["x"]),
+            ]),
+            OnRanks([1], [Recv(from: Rank(0), buf: "a", stream: "t"), Recv(from: Rank(0), buf: "b", stream: "t")]),
+            DeviceSync])])"#;
+    let p = cuorder_model::format::load("eager-only-race", text).unwrap();
+    let kinds = |r: &cuorder::report::Report| r.findings.iter().map(|f| format!("{} {}", f.kind, f.frequency)).collect::<Vec<_>>();
+    let prof = Profile::portable();
+    let on = check(&p, &prof, &Limits::default());
+    let off = check(&p, &prof, &Limits { reduce: false, forget: false, ..Limits::default() });
+    assert!(on.limit_hit.is_none() && off.limit_hit.is_none());
+    assert_eq!(kinds(&on), ["data race sometimes"], "{}", on.to_text());
+    assert_eq!(kinds(&on), kinds(&off));
+    assert!(on.states < off.states, "{} states reduced, {} unreduced", on.states, off.states);
+}
+
+/// Eager dominance (issue 8): a send whose recv runs is not explored twice (eager and rendezvous) when the
+/// executions agree but for the rendezvous' extra happens-before edge, so a correct pipeline's executions meet
+/// again in one final state under the portable profile (they were 32 final states at 4x2 and 8 at 3x3, each
+/// send in flight doubling them), with the same verdict as the unreduced search (compared at 2x2 above).
+#[test]
+fn a_correct_pipeline_ends_in_one_final_state_under_the_portable_profile() {
+    use cuorder_sim::pipeline::{pipeline, PipelineOptions, Schedule, Variant};
+    for (s, m) in [(2, 4), (3, 3)] {
+        let o = PipelineOptions { schedule: Schedule::OneFOneB, stages: s, microbatches: m, variant: Variant::Correct, ..PipelineOptions::default() };
+        let p = cuorder_model::format::load("1f1b", &pipeline(&o).unwrap()).unwrap();
+        let r = check(&p, &Profile::portable(), &Limits::default());
+        assert!(r.limit_hit.is_none() && r.findings.is_empty(), "{s}x{m}: {}", r.to_text());
+        assert_eq!(r.final_states, 1, "{s}x{m}: {}", r.to_text());
+    }
+}
