@@ -287,7 +287,7 @@ impl<'p> Semantics<'p> {
     fn item_is_local(&self, st: &State, k: ItemKey) -> bool {
         let item = st.item(k);
         if matches!(item.kind, ItemKind::Launch { .. }) {
-            return false;
+            return self.launch_is_local(st, k);
         }
         let rank = item.rank();
         let quiet = self.device_quiet(st, rank);
@@ -297,6 +297,37 @@ impl<'p> Semantics<'p> {
                 i.status != ItemStatus::Done && matches!(i.kind, ItemKind::Launch { .. }) && i.rank() == rank
             });
         quiet && no_spinner
+    }
+
+    /// Whether the start of NCCL launch `k` commutes with every step that can be enabled alongside it and stays
+    /// enabled, so that it may be taken alone (issue 8). Starting it changes no other step's outcome: it only makes
+    /// its ops running (their clocks are fixed at the start), and launches of other ranks on the communicator append to
+    /// their own sequences (N3, N5). What it does change is which item starts the platform may withhold on its device
+    /// (S1: every item start, once a launch spins); the withheld executions are reached after it (the explorer
+    /// leaves such starts for later, [`Self::postponable`]), and the executions that start an item first reach the same
+    /// states in the other order. So it is local when
+    /// - it cannot itself be withheld, and no other unfinished launch of the device is on another stream (that
+    ///   one could start first and make this one withholdable, S1, or take the communicator first, N5);
+    /// - no thread still observes the device (queries, allocations), nothing can abort and no communicator is
+    ///   non-blocking; no thread of the rank waits for connection set-up (N7: the set-up fills the tables that
+    ///   launches read).
+    fn launch_is_local(&self, st: &State, k: ItemKey) -> bool {
+        let item = st.item(k);
+        let rank = item.rank();
+        if self.reduction.aborts || self.reduction.nonblocking || self.starvable(st, &Step::Item(k)) || !self.device_quiet(st, rank) {
+            return false;
+        }
+        let rival = st.streams.items.iter().any(|(j, i)| {
+            *j != k
+                && i.rank() == rank
+                && i.status != ItemStatus::Done
+                && matches!(i.kind, ItemKind::Launch { .. })
+                && !i.streams.iter().any(|s| item.streams.contains(s))
+        });
+        let connecting = st.host.threads.iter().enumerate().any(|(u, th)| {
+            self.rank_of(u as ThreadId) == rank && matches!(&th.wait, Some(Wait::Connect { need, .. }) if !need.is_empty())
+        });
+        !rival && !connecting
     }
 
     /// Whether an NCCL launch is running (spinning) on the device: a running launch heads its queues, so only the
@@ -365,6 +396,32 @@ impl<'p> Semantics<'p> {
                 },
             })
         })
+    }
+
+    /// Whether the explorer may leave a step the platform may withhold ([`Self::starvable`]) for later while a step
+    /// it cannot withhold is enabled (issue 8: "withhold as long as possible"). The step must commute with every
+    /// step that can run meanwhile, so that each execution that takes it early is the same partial order as one
+    /// that takes it once nothing else can run, or once it can no longer be withheld:
+    /// - an eager delivery beyond the guarantee (N2) whose recv is not running, when the eager window is unbounded
+    ///   (no other delivery's credit depends on it) and no thread still observes the sender's device (a query could
+    ///   tell the send has finished); its end joins only its own start, whenever it happens;
+    /// - the start of an item on a device where an NCCL launch spins (S1), when no thread still observes the
+    ///   device (an allocation or query could tell the item has run).
+    ///
+    /// Never with an abort or a non-blocking communicator (a watchdog fires, a poll answers, by what is
+    /// finished). A state where only withholdable steps are enabled is visited (the stuck-state check), and there
+    /// every step is explored.
+    pub fn postponable(&self, st: &State, step: &Step) -> bool {
+        if self.reduction.aborts || self.reduction.nonblocking || !self.starvable(st, step) {
+            return false;
+        }
+        match step {
+            Step::Eager { send } => {
+                self.profile.eager_bytes_per_connection == u64::MAX && self.device_quiet(st, self.acting_rank(*send))
+            }
+            Step::Item(k) => self.device_quiet(st, st.item(*k).rank()),
+            _ => false,
+        }
     }
 
     /// Enabled steps the platform may withhold:
