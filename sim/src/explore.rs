@@ -108,6 +108,9 @@ struct Frame {
     /// explored alone the one running before) and the preemptions left after taking it. Empty in the exhaustive
     /// search.
     budget: Vec<(Option<usize>, u32)>,
+    /// Whether every enabled step of the state is among `steps` (set once a reduced frame was widened because a
+    /// successor was undefined, see `explore_inner`).
+    expanded: bool,
 }
 
 /// What kind of state the explorer hands to a [`explore_with`] visitor.
@@ -551,6 +554,28 @@ fn budget_steps(
     (budget, cut)
 }
 
+/// Adds to `frame` (the state reached by `path` from `init`) every enabled step it does not explore yet, once, and
+/// gives it back its state if its last successor took it.
+fn widen(sem: &Semantics, init: &State, path: &[Step], frame: &mut Frame, held: &mut usize) {
+    if frame.expanded {
+        return;
+    }
+    frame.expanded = true;
+    let mut parent = init.clone();
+    for s in path {
+        sem.apply(&mut parent, s);
+    }
+    let extra: Vec<Step> = sem.enabled(&parent).into_iter().filter(|s| !frame.steps.contains(s)).collect();
+    if extra.is_empty() {
+        return;
+    }
+    frame.steps.extend(extra);
+    if frame.state.is_none() {
+        *held += frame.bytes;
+        frame.state = Some(parent);
+    }
+}
+
 /// One pass of the search; returns what it found and, for a bounded pass, whether the bound cut any step.
 fn explore_inner<'a>(
     sem: &'a Semantics,
@@ -578,6 +603,7 @@ fn explore_inner<'a>(
     let mut states = 1usize;
     let mut path: Vec<Step> = vec![];
     let init = sem.initial();
+    let init_for_replay = init.clone();
     let init_hash = state_hash(&init);
     visited.insert(init_hash);
     if let Some(k) = pass.bound {
@@ -624,7 +650,7 @@ fn explore_inner<'a>(
     };
     let steps = if limit_hit.is_some() { vec![] } else { steps };
     search.visit(&init, &enabled, &path);
-    let mut stack = vec![Frame { state: Some(init), steps, next: 0, bytes: init_bytes, budget }];
+    let mut stack = vec![Frame { state: Some(init), steps, next: 0, bytes: init_bytes, budget, expanded: false }];
     while let Some(top) = stack.last_mut() {
         if top.next >= top.steps.len() {
             held -= if top.state.is_some() { top.bytes } else { 0 };
@@ -642,6 +668,14 @@ fn explore_inner<'a>(
             top.state.clone().expect("a frame keeps its state until its last successor")
         };
         sem.apply(&mut st, &step);
+        // An undefined state ends its execution, so the steps a reduction left out at the parent (a step taken alone
+        // or from a persistent set, a withheld item) may never come after it: the races and stale reads they would
+        // have shown before the undefined use are lost (issue 8 review: generated program 251 lost a race that way).
+        // The parent is then widened to every enabled step, rebuilt by replaying the path (undefined states are final
+        // and rare). Not in bounded passes, whose steps carry preemption budgets.
+        if st.undefined.is_some() && limits.reduce && pass.bound.is_none() {
+            widen(sem, &init_for_replay, &path, stack.last_mut().expect("the parent frame"), &mut held);
+        }
         let (enabled, mut steps) = search.successors(&st);
         let mut first_visit = true;
         if steps.len() != 1 {
@@ -709,7 +743,7 @@ fn explore_inner<'a>(
         if first_visit {
             search.visit(&st, &enabled, &path);
         }
-        stack.push(Frame { state: Some(st), steps, next: 0, bytes, budget });
+        stack.push(Frame { state: Some(st), steps, next: 0, bytes, budget, expanded: false });
         if limits.first && !search.found.findings.is_empty() {
             limit_hit = Some("stopped at the first finding (--first); the verdict covers only the executions explored".into());
             break;

@@ -28,6 +28,11 @@ pub(crate) struct Tables {
     observer: Vec<BTreeMap<RankId, u32>>,
     /// Devices on which some op issues an NCCL launch (the others never have a spinning kernel; S1).
     pub(crate) nccl_on: std::collections::BTreeSet<RankId>,
+    /// Per global thread: device -> the effect point of the last op that issues an NCCL launch on it (S1: a launch
+    /// still to be issued may spin before an item already issued starts).
+    launcher: Vec<BTreeMap<RankId, u32>>,
+    /// Device -> the global threads that issue NCCL launches on it (from `launcher`).
+    issuers: BTreeMap<RankId, Vec<ThreadId>>,
     /// Whether anything can abort a communicator (a `CommAbort` op or a watchdog; N9, N13).
     pub(crate) aborts: bool,
     /// Per global thread: communicator -> index of the last op that touches it at all (its effect point), and of
@@ -42,6 +47,7 @@ impl Tables {
         let mut touch = vec![];
         let mut observer = vec![];
         let mut comm_use = vec![];
+        let mut launcher = vec![];
         let nccl_on = infos.iter().flatten().filter(|i| i.comm.is_some()).filter_map(|i| i.acting_rank).collect();
         let threads = program.ranks.iter().flat_map(|r| r.threads.iter());
         for (thread, info) in threads.zip(infos) {
@@ -49,7 +55,12 @@ impl Tables {
             let mut t: BTreeMap<Resource, (Option<u32>, Option<u32>)> = BTreeMap::new();
             let mut o: BTreeMap<RankId, u32> = BTreeMap::new();
             let mut cu: BTreeMap<CommId, (u32, Option<u32>)> = BTreeMap::new();
+            let mut la: BTreeMap<RankId, u32> = BTreeMap::new();
             for (i, inf) in info.iter().enumerate() {
+                if let (Some(_), Some(r)) = (inf.comm, inf.acting_rank) {
+                    let e = la.entry(r).or_default();
+                    *e = (*e).max(at[i]);
+                }
                 if let Some(c) = inf.comm {
                     let e = cu.entry(c).or_insert((0, None));
                     e.0 = e.0.max(at[i]);
@@ -69,11 +80,18 @@ impl Tables {
             touch.push(t);
             observer.push(o);
             comm_use.push(cu);
+            launcher.push(la);
         }
         let nonblocking = program.comms.iter().any(|c| c.nonblocking);
         let aborts = program.comms.iter().any(|c| c.watchdog_ns.is_some())
             || program.ranks.iter().flat_map(|r| r.threads.iter()).flat_map(|t| t.ops.iter()).any(|o| matches!(o.kind, OpKind::CommAbort { .. }));
-        Tables { touch, observer, nccl_on, aborts, comm_use, nonblocking }
+        let mut issuers: BTreeMap<RankId, Vec<ThreadId>> = BTreeMap::new();
+        for (u, la) in launcher.iter().enumerate() {
+            for r in la.keys() {
+                issuers.entry(*r).or_default().push(u as ThreadId);
+            }
+        }
+        Tables { touch, observer, nccl_on, launcher, issuers, aborts, comm_use, nonblocking }
     }
 }
 
@@ -290,13 +308,7 @@ impl<'p> Semantics<'p> {
             return self.launch_is_local(st, k);
         }
         let rank = item.rank();
-        let quiet = self.device_quiet(st, rank);
-        let no_spinner = self.profile.independent_progress
-            || !self.reduction.nccl_on.contains(&rank)
-            || !st.streams.items.values().any(|i| {
-                i.status != ItemStatus::Done && matches!(i.kind, ItemKind::Launch { .. }) && i.rank() == rank
-            });
-        quiet && no_spinner
+        self.device_quiet(st, rank) && !self.device_may_spin(st, rank)
     }
 
     /// Whether the start of NCCL launch `k` commutes with every step that can be enabled alongside it and stays
@@ -405,23 +417,58 @@ impl<'p> Semantics<'p> {
     /// - an eager delivery beyond the guarantee (N2) whose recv is not running, when the eager window is unbounded
     ///   (no other delivery's credit depends on it) and no thread still observes the sender's device (a query could
     ///   tell the send has finished); its end joins only its own start, whenever it happens;
-    /// - the start of an item on a device where an NCCL launch spins (S1), when no thread still observes the
-    ///   device (an allocation or query could tell the item has run).
+    /// - the start of an item on a device where an NCCL launch spins (S1), or of a kernel, copy or marker on a
+    ///   device with an unfinished launch that may spin before it starts (not local, [`Self::is_local`]), when no
+    ///   thread still observes the device (an allocation or query could tell the item has run): starting it later
+    ///   covers both the executions that start it early and those in which the launch spins first and the platform
+    ///   withholds it.
     ///
     /// Never with an abort or a non-blocking communicator (a watchdog fires, a poll answers, by what is
     /// finished). A state where only withholdable steps are enabled is visited (the stuck-state check), and there
     /// every step is explored.
     pub fn postponable(&self, st: &State, step: &Step) -> bool {
-        if self.reduction.aborts || self.reduction.nonblocking || !self.starvable(st, step) {
+        if self.reduction.aborts || self.reduction.nonblocking {
             return false;
         }
         match step {
             Step::Eager { send } => {
-                self.profile.eager_bytes_per_connection == u64::MAX && self.device_quiet(st, self.acting_rank(*send))
+                self.starvable(st, step)
+                    && self.profile.eager_bytes_per_connection == u64::MAX
+                    && self.device_quiet(st, self.acting_rank(*send))
             }
-            Step::Item(k) => self.device_quiet(st, st.item(*k).rank()),
+            Step::Item(k) => {
+                let item = st.item(*k);
+                let rank = item.rank();
+                let withholdable = self.starvable(st, step)
+                    || (!matches!(item.kind, ItemKind::Launch { .. }) && self.device_may_spin(st, rank));
+                withholdable && self.device_quiet(st, rank)
+            }
             _ => false,
         }
+    }
+
+    /// Whether an NCCL launch of device `rank` is unfinished or still to be issued by a host thread, so that it may
+    /// spin before an item of the device starts (S1); never with independent progress. (Looking only at launches
+    /// already issued took an item alone that a launch issued later could keep from starting: the search missed
+    /// the hang in which the platform withholds it; `tests/reduction.rs`
+    /// `an_item_issued_before_the_launch_that_spins_can_still_be_withheld`.)
+    fn device_may_spin(&self, st: &State, rank: RankId) -> bool {
+        if self.profile.independent_progress || !self.reduction.nccl_on.contains(&rank) {
+            return false;
+        }
+        // Only the threads that issue launches on the device are looked at, and only the items they issued (items are
+        // keyed by issuing thread): this runs for every enabled item of every state.
+        self.reduction.issuers.get(&rank).is_some_and(|threads| {
+            threads.iter().any(|u| {
+                let to_issue = self.reduction.launcher[*u as usize].get(&rank).is_some_and(|last| st.host.threads[*u as usize].pc <= *last);
+                let from = ItemKey { thread: *u, op: 0, sub: 0 };
+                let to = ItemKey { thread: *u + 1, op: 0, sub: 0 };
+                to_issue
+                    || st.streams.items.range(from..to).any(|(_, i)| {
+                        i.status != ItemStatus::Done && matches!(i.kind, ItemKind::Launch { .. }) && i.rank() == rank
+                    })
+            })
+        })
     }
 
     /// Enabled steps the platform may withhold:
