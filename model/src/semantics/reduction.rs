@@ -33,6 +33,9 @@ pub(crate) struct Tables {
     launcher: Vec<BTreeMap<RankId, u32>>,
     /// Device -> the global threads that issue NCCL launches on it (from `launcher`).
     issuers: BTreeMap<RankId, Vec<ThreadId>>,
+    /// Device -> (global thread, index of its last op observing the device), from `observer`: most devices have
+    /// none, so that [`Semantics::device_quiet`] costs nothing for them.
+    observers_of: BTreeMap<RankId, Vec<(ThreadId, u32)>>,
     /// Whether anything can abort a communicator (a `CommAbort` op or a watchdog; N9, N13).
     pub(crate) aborts: bool,
     /// Per global thread: communicator -> index of the last op that touches it at all (its effect point), and of
@@ -91,7 +94,13 @@ impl Tables {
                 issuers.entry(*r).or_default().push(u as ThreadId);
             }
         }
-        Tables { touch, observer, nccl_on, launcher, issuers, aborts, comm_use, nonblocking }
+        let mut observers_of: BTreeMap<RankId, Vec<(ThreadId, u32)>> = BTreeMap::new();
+        for (u, o) in observer.iter().enumerate() {
+            for (r, last) in o {
+                observers_of.entry(*r).or_default().push((u as ThreadId, *last));
+            }
+        }
+        Tables { touch, observer, nccl_on, launcher, issuers, observers_of, aborts, comm_use, nonblocking }
     }
 }
 
@@ -299,7 +308,7 @@ impl<'p> Semantics<'p> {
     /// Whether no host thread has an op still to run whose outcome observes how far device `rank` has got (a query,
     /// an allocation; [`OpInfo::observes`]).
     fn device_quiet(&self, st: &State, rank: RankId) -> bool {
-        st.host.threads.iter().enumerate().all(|(u, th)| self.reduction.observer[u].get(&rank).is_none_or(|last| th.pc > *last))
+        self.reduction.observers_of.get(&rank).is_none_or(|obs| obs.iter().all(|(u, last)| st.host.threads[*u as usize].pc > *last))
     }
 
     fn item_is_local(&self, st: &State, k: ItemKey) -> bool {
