@@ -318,23 +318,15 @@ impl Search<'_, '_> {
     /// execution ([`explore_complete`]). Under the portable profile exploring both doubled the final states per
     /// send in flight (1F1B 4x4: 56 final states; issue 8).
     fn without_dominated(&self, mut steps: Vec<Step>) -> Vec<Step> {
+        let eager = |s: &Step| if let Step::Eager { send } = s { Some(*send) } else { None };
+        let transfer = |s: &Step| if let Step::Transfer { send, .. } = s { Some(*send) } else { None };
+        let (kept, dropped): (&dyn Fn(&Step) -> _, &dyn Fn(&Step) -> _) = match self.choice {
+            EagerChoice::LeastOrder => (&eager, &transfer),
+            EagerChoice::MostOrder => (&transfer, &eager),
+        };
+        let sends: Vec<_> = steps.iter().filter_map(kept).collect();
         let before = steps.len();
-        match self.choice {
-            EagerChoice::LeastOrder => {
-                let eager: Vec<_> =
-                    steps.iter().filter_map(|s| if let Step::Eager { send } = s { Some(*send) } else { None }).collect();
-                if !eager.is_empty() {
-                    steps.retain(|s| !matches!(s, Step::Transfer { send, .. } if eager.contains(send)));
-                }
-            }
-            EagerChoice::MostOrder => {
-                let transfer: Vec<_> =
-                    steps.iter().filter_map(|s| if let Step::Transfer { send, .. } = s { Some(*send) } else { None }).collect();
-                if !transfer.is_empty() {
-                    steps.retain(|s| !matches!(s, Step::Eager { send } if transfer.contains(send)));
-                }
-            }
-        }
+        steps.retain(|s| dropped(s).is_none_or(|send| !sends.contains(&send)));
         if steps.len() < before {
             self.dominated.set(true);
         }

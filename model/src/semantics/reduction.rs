@@ -423,9 +423,10 @@ impl<'p> Semantics<'p> {
     /// it cannot withhold is enabled (issue 8: "withhold as long as possible"). The step must commute with every
     /// step that can run meanwhile, so that each execution that takes it early is the same partial order as one
     /// that takes it once nothing else can run, or once it can no longer be withheld:
-    /// - an eager delivery beyond the guarantee (N2) whose recv is not running, when the eager window is unbounded
-    ///   (no other delivery's credit depends on it) and no thread still observes the sender's device (a query could
-    ///   tell the send has finished); its end joins only its own start, whenever it happens;
+    /// - an eager delivery beyond the guarantee (N2), when the eager window is unbounded (no other delivery's credit
+    ///   depends on it) and no thread still observes the sender's device (a query could tell the send has
+    ///   finished); its end joins only its own start, whenever it happens. (Not checked here: once its recv runs,
+    ///   the explorer keeps it, as it then stands for the rendezvous; `Search::withholding` in the explorer);
     /// - the start of an item on a device where an NCCL launch spins (S1), or of a kernel, copy or marker on a
     ///   device with an unfinished launch that may spin before it starts (not local, [`Self::is_local`]), when no
     ///   thread still observes the device (an allocation or query could tell the item has run): starting it later
