@@ -376,7 +376,8 @@ enum Command {
         /// from 0; the cost grows roughly like (steps x agents)^bound.
         #[arg(long, default_value_t = cuorder_sim::explore::DEFAULT_BOUND, value_parser = clap::value_parser!(u32).range(0..=64))]
         bound: u32,
-        /// Stop at the first finding.
+        /// Stop at the first finding (sampling: the lowest-numbered execution with a finding, ended at that finding;
+        /// exhaustive and bounded: the first finding of the search).
         #[arg(long)]
         first: bool,
         /// Stop starting executions (exhaustive, bounded: stop the search) after this many seconds (the result then

@@ -12,7 +12,14 @@ use cuorder_sim::pipeline::{pipeline, PipelineOptions, Schedule, Variant};
 use cuorder_sim::rng::Rng;
 
 fn programs() -> Vec<(String, Program)> {
-    let mut out = common::programs_in(&["examples", "examples/streams", "tests/cases"]);
+    let mut out = common::programs_in(&["examples", "examples/streams", "examples/torch", "tests/cases"]);
+    // N9: a recv no send meets, on a communicator with a watchdog (its steps are enabled only when nothing else is).
+    let hung = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("w", "4 KiB"), Buffer("v", "4 KiB"), Buffer("y", "4 KiB")],
+        comms: [Comm("world", watchdog: "30 s")], threads: [Thread("main", [
+          Group([Send(to: Next, buf: "w", stream: "s0", comm: "world"), Recv(from: Prev, buf: "v", stream: "s0", comm: "world")]),
+          Poll("world"), StreamSync("s0"),
+          OnRanks([0], [Recv(from: Rank(1), buf: "y", stream: "s0", comm: "world"), StreamSync("s0")])])])"#;
+    out.push(("watchdog".into(), cuorder_model::format::load("watchdog", hung).unwrap()));
     for (schedule, stages, mb) in [(Schedule::OneFOneB, 4, 4), (Schedule::Gpipe, 3, 3), (Schedule::Interleaved, 3, 3)] {
         for variant in [Variant::Correct, Variant::Bug, Variant::Race] {
             if schedule == Schedule::Gpipe && variant == Variant::Bug {
@@ -24,6 +31,11 @@ fn programs() -> Vec<(String, Program)> {
         }
     }
     out
+}
+
+/// The calibrated H200 profile (no independent progress guaranteed: S1 starts may be withheld).
+fn h200() -> Profile {
+    cuorder::load_profile(concat!(env!("CARGO_MANIFEST_DIR"), "/traces/profiles/h200x2-nvlink-nccl2.28.3.ron")).unwrap_or_else(|e| panic!("{}", e.rendered))
 }
 
 fn sorted(mut v: Vec<Step>) -> Vec<Step> {
@@ -69,6 +81,54 @@ fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
                     groups.affected(&written, &mut mark, &mut affected);
                     for &r in &affected {
                         cache[r as usize] = owned(&st, r);
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 10_000, "only {checked} states checked");
+}
+
+/// The frontier the walks and `run` keep (`Frontier`): at every step of random executions (taking steps through
+/// `Frontier::apply`, forgetting as walks do) its steps equal `Semantics::enabled` as a set, watchdogs included,
+/// each with the right `starvable` flag; `get` and `get_allowed` enumerate exactly the steps and the steps the
+/// platform may not withhold, in the order of `iter`.
+#[test]
+fn the_frontier_equals_the_enabled_set_with_its_starvable_flags_at_every_step() {
+    use cuorder_model::semantics::incremental::Frontier;
+    let mut checked = 0u64;
+    for (name, prog) in programs() {
+        for prof in [Profile::portable(), Profile::eager(), h200()] {
+            let sem = Semantics::new(&prog, &prof);
+            for seed in 0..3u64 {
+                let mut rng = Rng::new(seed);
+                let mut st = sem.initial();
+                let mut front = Frontier::new(&sem, &st);
+                let withhold = seed % 2 == 1;
+                for i in 0..20_000 {
+                    let full: Vec<(Step, bool)> = {
+                        let mut v: Vec<(Step, bool)> = sem.enabled(&st).into_iter().map(|s| { let w = sem.starvable(&st, &s); (s, w) }).collect();
+                        v.sort();
+                        v
+                    };
+                    let mut kept: Vec<(Step, bool)> = front.iter().map(|(s, w)| (s.clone(), w)).collect();
+                    let by_index: Vec<Step> = (0..front.len()).map(|k| front.get(k).clone()).collect();
+                    let allowed: Vec<Step> = (0..front.allowed_len()).map(|k| front.get_allowed(k).clone()).collect();
+                    assert_eq!(by_index, kept.iter().map(|x| x.0.clone()).collect::<Vec<_>>(), "{name}: get() is not iter()'s order");
+                    assert_eq!(allowed, kept.iter().filter(|x| !x.1).map(|x| x.0.clone()).collect::<Vec<_>>(), "{name}: get_allowed()");
+                    kept.sort();
+                    assert_eq!(kept, full, "{name} ({}, seed {seed}): the frontier differs from enabled() at step {i}", prof.name);
+                    assert_eq!(front.all_starvable(), !full.is_empty() && full.iter().all(|x| x.1), "{name}: all_starvable at step {i}");
+                    checked += 1;
+                    let n = if withhold { front.allowed_len() } else { front.len() };
+                    if n == 0 {
+                        break;
+                    }
+                    let k = rng.below(n as u64) as usize;
+                    let step = if withhold { front.get_allowed(k) } else { front.get(k) }.clone();
+                    front.apply(&sem, &mut st, &step);
+                    if i % 5 == 0 {
+                        sem.forget(&mut st);
                     }
                 }
             }

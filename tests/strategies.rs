@@ -82,6 +82,11 @@ fn first_stops_at_the_lowest_execution_with_a_finding_whatever_the_jobs() {
     assert_eq!(one.executions, 1, "the race shows in every execution");
     assert_eq!(format!("{:?}", one.exploration.findings), format!("{:?}", four.exploration.findings));
     assert!(one.exploration.limit_hit.as_deref().unwrap_or("").contains("--first"));
+    // The execution ends at the step after which it has its finding (a 64-stage pipeline used to walk all its
+    // 170,000 steps after a race at step 600): its steps are exactly the witness.
+    assert_eq!(one.steps, one.exploration.findings[0].witness.len() as u64, "the execution went on past its finding");
+    let all = sample(&sem, &SampleOptions { executions: 1, ..opts(Strategy::Random, 1) });
+    assert!(all.steps > one.steps, "without --first the execution runs to its end ({} steps)", all.steps);
 }
 
 /// The send-first deadlock needs the platform to refuse eager buffering: the walks that let it withhold find it

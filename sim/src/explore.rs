@@ -175,29 +175,45 @@ impl Collector {
     /// Looks at a state reached for the first time, given its enabled steps and the path to it: records its races,
     /// and classifies it (final: undefined, complete, deadlock; or stuck if the platform withholds what it may).
     pub fn observe(&mut self, sem: &Semantics, st: &State, enabled: &[Step], path: &[Step]) -> Option<FinalKind> {
+        let empty = enabled.is_empty();
+        self.observe_with(sem, st, empty, !empty && enabled.iter().all(|s| sem.starvable(st, s)), path)
+    }
+
+    /// [`Collector::observe`] given only what it needs of the enabled steps: whether there are none (`empty`), and
+    /// whether there are some and the platform may withhold every one (`starved`). Engines that keep the enabled
+    /// steps between steps ([`cuorder_model::semantics::incremental::Frontier`]) know both in O(1).
+    pub fn observe_with(&mut self, sem: &Semantics, st: &State, empty: bool, starved: bool, path: &[Step]) -> Option<FinalKind> {
         let race_key = |r: &cuorder_model::semantics::Race| {
             let (a, b, x, y) = r.key();
             ProblemKey::DataRace(a, b, x, y)
         };
+        // What this state holds is gathered (allocated) only for a terminal state, which counts it.
+        let mut present: Vec<ProblemKey> = vec![];
         for r in &st.memory.races {
             self.record(race_key(r), || Problem::DataRace(r.clone()), path);
+            if empty {
+                present.push(race_key(r));
+            }
         }
-        let mut present: Vec<ProblemKey> = st.memory.races.iter().map(race_key).collect();
         for s in &st.memory.stale {
             self.record(ProblemKey::StaleRead(s.check), || Problem::StaleRead(s.clone()), path);
-            present.push(ProblemKey::StaleRead(s.check));
+            if empty {
+                present.push(ProblemKey::StaleRead(s.check));
+            }
         }
         // N9: every hang a watchdog turned into an abort on the way here.
         for to in &st.nccl.timeouts {
             let key = ProblemKey::Timeout(to.rank, to.at.clone());
             self.record(key.clone(), || Problem::Timeout(to.clone()), path);
-            present.push(key);
+            if empty {
+                present.push(key);
+            }
         }
         let kind = if st.undefined.is_some() {
             Some(FinalKind::Undefined)
-        } else if enabled.is_empty() {
+        } else if empty {
             Some(if sem.is_complete(st) { FinalKind::Complete } else { FinalKind::Deadlock })
-        } else if enabled.iter().all(|s| sem.starvable(st, s)) {
+        } else if starved {
             Some(FinalKind::Starved)
         } else {
             None
@@ -224,7 +240,7 @@ impl Collector {
             }
             None => {}
         }
-        if enabled.is_empty() {
+        if empty {
             self.terminal_states += 1;
             present.sort();
             present.dedup();

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use cuorder_model::profile::Profile;
 use cuorder_model::semantics::{AllocOutcome, Effects, Race, Semantics, State, Step, Undefined, Wait};
 use cuorder_model::semantics::Stuck;
+use cuorder_model::semantics::incremental::Frontier;
 
 use crate::scheduler::Scheduler;
 
@@ -184,8 +185,8 @@ pub fn run_within(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u
     let mut schedule = vec![];
     let mut forget = crate::strategy::ForgetClock::new(sem);
     let mut events = vec![];
+    let mut enabled = Frontier::new(sem, &st);
     let outcome = loop {
-        let enabled = sem.enabled(&st);
         if let Some(u) = &st.undefined {
             break Outcome::Undefined(u.clone());
         }
@@ -195,7 +196,7 @@ pub fn run_within(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u
         if schedule.len() >= max_steps {
             // A schedule that ends where every enabled step is one the platform may withhold (S1 overlap, N2 eager
             // beyond the guarantee) ends in the deadlock the explorer reported for it.
-            if enabled.iter().all(|s| sem.starvable(&st, s)) {
+            if enabled.all_starvable() {
                 break Outcome::Deadlock(sem.explain(&st, true));
             }
             break Outcome::StepLimit(max_steps);
@@ -205,9 +206,9 @@ pub fn run_within(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u
                 break Outcome::TimeLimit { steps: schedule.len(), limit_ms };
             }
         }
-        let step = enabled[scheduler.pick(&st, &enabled)].clone();
+        let step = enabled.get(scheduler.pick(&st, &enabled)).clone();
         let before = Before::of(&st, &step);
-        let fx = sem.apply(&mut st, &step);
+        let fx = enabled.apply(sem, &mut st, &step);
         events.extend(describe_step(sem, schedule.len() as u32, before, &step, &st, &fx));
         // Forgetting keeps race checks and memory proportional to the work in flight (a run never compares
         // states; races found stay in the state).
@@ -238,10 +239,10 @@ pub fn replay(sem: &Semantics, schedule: &[Step]) -> Result<Trace, Diverged> {
         diverged: Option<Diverged>,
     }
     impl crate::scheduler::Scheduler for Replay<'_> {
-        fn pick(&mut self, _state: &State, enabled: &[Step]) -> usize {
+        fn pick(&mut self, _state: &State, enabled: &Frontier) -> usize {
             let want = &self.steps[self.i];
             self.i += 1;
-            match enabled.iter().position(|s| s == want) {
+            match enabled.position(want) {
                 Some(p) => p,
                 None => {
                     if self.diverged.is_none() {

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cuorder_model::semantics::incremental::Frontier;
 use cuorder_model::semantics::{Semantics, State, Step};
 use cuorder_model::verdict::{Finding, Frequency, ProblemKey};
 
@@ -48,7 +49,8 @@ pub struct SampleOptions {
     /// Stop starting new executions after this wall time (the result then depends on the machine's speed: it says
     /// so).
     pub time_limit: Option<Duration>,
-    /// Stop at the first execution with a finding (the lowest-numbered such execution, whatever `jobs`).
+    /// Stop at the first execution with a finding (the lowest-numbered such execution, whatever `jobs`); that
+    /// execution ends at the step after which it has its first finding.
     pub first: bool,
     /// Worker threads (>= 1).
     pub jobs: usize,
@@ -136,22 +138,33 @@ impl Pct {
         Pct { priority, changes, step: 0 }
     }
 
-    fn pick(&mut self, sem: &Semantics, st: &State, enabled: &[Step]) -> usize {
+    /// The step of the highest-priority agent among the enabled steps (only those the platform may not withhold,
+    /// with `withhold`; there is at least one); ties go to the first in the frontier's order.
+    fn pick<'f>(&mut self, sem: &Semantics, st: &State, front: &'f Frontier, withhold: bool) -> &'f Step {
         let best = |prio: &[u64]| {
-            (0..enabled.len()).max_by_key(|i| (prio[step_agent(sem, st, &enabled[*i])], std::cmp::Reverse(*i))).expect("enabled is not empty")
+            let mut best: Option<(u64, &'f Step, usize)> = None;
+            for (s, starvable) in front.iter() {
+                if withhold && starvable {
+                    continue;
+                }
+                let a = step_agent(sem, st, s);
+                if best.is_none_or(|(p, _, _)| prio[a] > p) {
+                    best = Some((prio[a], s, a));
+                }
+            }
+            best.expect("a step is enabled")
         };
         self.step += 1;
-        let mut i = best(&self.priority);
+        let (_, mut step, mut agent) = best(&self.priority);
         while let Some(&(at, to)) = self.changes.first() {
             if at > self.step {
                 break;
             }
             self.changes.remove(0);
-            let a = step_agent(sem, st, &enabled[i]);
-            self.priority[a] = to;
-            i = best(&self.priority);
+            self.priority[agent] = to;
+            (_, step, agent) = best(&self.priority);
         }
-        i
+        step
     }
 }
 
@@ -198,8 +211,11 @@ impl ForgetClock {
     }
 }
 
-/// Runs one execution with seed `seed`; `None` when `progress` asked to stop before it ended.
-fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize, progress: &Option<Arc<Progress>>) -> Option<Walk> {
+/// Runs one execution with seed `seed`; `None` when `progress` asked to stop before it ended. With `first`, the
+/// execution ends at the first step after which it has a finding (its witness is the path to there).
+///
+/// The enabled steps are kept between steps ([`Frontier`]): a step recomputes only the ranks it affects.
+fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize, first: bool, progress: &Option<Arc<Progress>>) -> Option<Walk> {
     let mut rng = Rng::new(seed);
     let mut forget = ForgetClock::new(sem);
     let mut pct = match strategy {
@@ -210,11 +226,11 @@ fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize, progre
     let withhold = rng.below(2) == 0;
     let mut found = Collector::new();
     let mut st = sem.initial();
+    let mut front = Frontier::new(sem, &st);
     let mut path: Vec<Step> = vec![];
     loop {
-        let enabled = sem.enabled(&st);
-        found.observe(sem, &st, &enabled, &path);
-        if enabled.is_empty() || st.undefined.is_some() {
+        found.observe_with(sem, &st, front.is_empty(), front.all_starvable(), &path);
+        if front.is_empty() || st.undefined.is_some() || (first && !found.findings.is_empty()) {
             break;
         }
         if path.len() >= max_steps {
@@ -227,21 +243,18 @@ fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize, progre
         // The platform's choice: in a withholding execution, a step the platform may withhold (an S1 start beside
         // a spinning kernel, an eager send beyond the guaranteed window) is never taken, so the execution ends
         // where the platform refuses (recorded above as a deadlock) instead of always taking the generous path.
-        let allowed: Vec<usize> = if withhold {
-            (0..enabled.len()).filter(|i| !sem.starvable(&st, &enabled[*i])).collect()
-        } else {
-            (0..enabled.len()).collect()
-        };
-        if allowed.is_empty() {
+        let n = if withhold { front.allowed_len() } else { front.len() };
+        if n == 0 {
             break;
         }
-        let choices: Vec<Step> = allowed.iter().map(|i| enabled[*i].clone()).collect();
-        let i = allowed[match &mut pct {
-            Some(p) => p.pick(sem, &st, &choices),
-            None => rng.below(choices.len() as u64) as usize,
-        }];
-        let step = enabled[i].clone();
-        sem.apply(&mut st, &step);
+        let step = match &mut pct {
+            Some(p) => p.pick(sem, &st, &front, withhold).clone(),
+            None => {
+                let i = rng.below(n as u64) as usize;
+                if withhold { front.get_allowed(i) } else { front.get(i) }.clone()
+            }
+        };
+        front.apply(sem, &mut st, &step);
         // Forgetting keeps race checks and memory proportional to the work in flight; a walk never compares
         // states, so every few steps is enough.
         forget.step(sem, &mut st);
@@ -274,7 +287,7 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
                 if i >= opt.executions || i > first_hit.load(Ordering::Relaxed) {
                     break;
                 }
-                let Some(w) = walk(sem, opt.strategy, opt.seed.wrapping_add(i), opt.max_steps, &opt.progress) else {
+                let Some(w) = walk(sem, opt.strategy, opt.seed.wrapping_add(i), opt.max_steps, opt.first, &opt.progress) else {
                     interrupted.store(true, Ordering::Relaxed);
                     break;
                 };

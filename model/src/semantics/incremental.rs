@@ -185,3 +185,185 @@ impl<'p> Semantics<'p> {
         }
     }
 }
+
+/// Counts per rank with O(log n) prefix sums and "which rank holds the i-th element" (a Fenwick tree).
+#[derive(Clone, Debug)]
+struct Counts {
+    tree: Vec<usize>,
+    of_rank: Vec<usize>,
+    total: usize,
+}
+
+impl Counts {
+    fn new(n: usize) -> Counts {
+        Counts { tree: vec![0; n + 1], of_rank: vec![0; n], total: 0 }
+    }
+
+    fn set(&mut self, r: usize, count: usize) {
+        let old = self.of_rank[r];
+        if old == count {
+            return;
+        }
+        self.of_rank[r] = count;
+        self.total = self.total + count - old;
+        let mut i = r + 1;
+        while i < self.tree.len() {
+            self.tree[i] = self.tree[i] + count - old;
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// The rank holding element `i` (< total) and `i`'s offset within it.
+    fn find(&self, mut i: usize) -> (usize, usize) {
+        let n = self.tree.len() - 1;
+        let mut pos = 0;
+        let mut bit = if n == 0 { 0 } else { 1 << (usize::BITS - 1 - n.leading_zeros()) };
+        while bit > 0 {
+            let next = pos + bit;
+            if next <= n && self.tree[next] <= i {
+                pos = next;
+                i -= self.tree[next];
+            }
+            bit >>= 1;
+        }
+        (pos, i)
+    }
+}
+
+/// The enabled steps of a state, kept between steps by owning rank (module docs) for engines that take one step at
+/// a time (random and PCT walks, `run`): after a step only the ranks it affects are recomputed, so a step costs the
+/// work of the ranks it touches plus O(log ranks), not O(ranks) as [`Semantics::enabled`] does (issue 8, "random
+/// walk at least 1 M model steps/s"). Each step carries whether the platform may withhold it
+/// ([`Semantics::starvable`]), which reads only the state of the ranks near its owner.
+///
+/// Order: rank by rank, each rank's steps in [`Semantics::enabled_for_rank`]'s order, then the watchdog steps (N9),
+/// which are enabled exactly when every other step may be withheld. As a set it equals [`Semantics::enabled`]
+/// (`tests/incremental.rs` checks it at every step of random executions, with the starvable flags).
+#[derive(Clone, Debug)]
+pub struct Frontier {
+    groups: RankGroups,
+    /// Per rank: its enabled steps, each with whether the platform may withhold it.
+    steps: Vec<Vec<(Step, bool)>>,
+    all: Counts,
+    allowed: Counts,
+    /// N9: the watchdog steps, present only when every other step may be withheld.
+    watchdogs: Vec<Step>,
+    mark: Vec<bool>,
+    affected: Vec<RankId>,
+}
+
+impl Frontier {
+    /// The enabled steps of `st`.
+    pub fn new(sem: &Semantics, st: &State) -> Frontier {
+        let n = sem.program.ranks.len();
+        let mut f = Frontier {
+            groups: sem.rank_groups(),
+            steps: vec![vec![]; n],
+            all: Counts::new(n),
+            allowed: Counts::new(n),
+            watchdogs: vec![],
+            mark: vec![false; n],
+            affected: vec![],
+        };
+        for r in 0..n as RankId {
+            f.recompute(sem, st, r);
+        }
+        f.refresh_watchdogs(sem, st);
+        f
+    }
+
+    fn recompute(&mut self, sem: &Semantics, st: &State, r: RankId) {
+        let mut v = vec![];
+        sem.enabled_for_rank(st, r, &mut v);
+        let kept: Vec<(Step, bool)> = v.into_iter().map(|s| {
+            let w = sem.starvable(st, &s);
+            (s, w)
+        }).collect();
+        self.all.set(r as usize, kept.len());
+        self.allowed.set(r as usize, kept.iter().filter(|(_, w)| !w).count());
+        self.steps[r as usize] = kept;
+    }
+
+    fn refresh_watchdogs(&mut self, sem: &Semantics, st: &State) {
+        self.watchdogs.clear();
+        if sem.watched && self.allowed.total == 0 && st.undefined.is_none() {
+            self.watchdogs = sem.watchdogs_if_stuck(st);
+        }
+    }
+
+    /// Applies `step` (one of these steps) to `st` as [`Semantics::apply`] does, and brings the set up to date.
+    pub fn apply(&mut self, sem: &Semantics, st: &mut State, step: &Step) -> Effects {
+        let written = sem.step_ranks(st, step);
+        let fx = sem.apply(st, step);
+        if st.undefined.is_some() {
+            // An undefined state ends the execution: nothing is enabled ([`Semantics::enabled`]).
+            for r in 0..self.steps.len() {
+                self.steps[r].clear();
+                self.all.set(r, 0);
+                self.allowed.set(r, 0);
+            }
+        } else {
+            let mut affected = std::mem::take(&mut self.affected);
+            self.groups.affected(&written, &mut self.mark, &mut affected);
+            for &r in &affected {
+                self.recompute(sem, st, r);
+            }
+            self.affected = affected;
+        }
+        self.refresh_watchdogs(sem, st);
+        fx
+    }
+
+    /// Number of enabled steps.
+    pub fn len(&self) -> usize {
+        self.all.total + self.watchdogs.len()
+    }
+
+    /// Whether no step is enabled (the state is final: complete, deadlocked or undefined).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of enabled steps the platform may not withhold.
+    pub fn allowed_len(&self) -> usize {
+        self.allowed.total + self.watchdogs.len()
+    }
+
+    /// Whether steps are enabled and the platform may withhold every one (a stuck state if it does).
+    pub fn all_starvable(&self) -> bool {
+        !self.is_empty() && self.allowed_len() == 0
+    }
+
+    /// The `i`-th enabled step (`i < len()`), in the order of the type's docs.
+    pub fn get(&self, i: usize) -> &Step {
+        if i >= self.all.total {
+            return &self.watchdogs[i - self.all.total];
+        }
+        let (r, k) = self.all.find(i);
+        &self.steps[r][k].0
+    }
+
+    /// The `i`-th step the platform may not withhold (`i < allowed_len()`), in the same order.
+    pub fn get_allowed(&self, i: usize) -> &Step {
+        if i >= self.allowed.total {
+            return &self.watchdogs[i - self.allowed.total];
+        }
+        let (r, k) = self.allowed.find(i);
+        self.steps[r].iter().filter(|(_, w)| !w).nth(k).map(|(s, _)| s).expect("the rank holds k allowed steps")
+    }
+
+    /// Every enabled step with whether the platform may withhold it, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Step, bool)> + '_ {
+        self.steps.iter().flatten().map(|(s, w)| (s, *w)).chain(self.watchdogs.iter().map(|s| (s, false)))
+    }
+
+    /// The index of `step` among the enabled steps, if it is enabled.
+    pub fn position(&self, step: &Step) -> Option<usize> {
+        self.iter().position(|(s, _)| s == step)
+    }
+
+    /// The enabled steps as one vector, in order.
+    pub fn to_vec(&self) -> Vec<Step> {
+        self.iter().map(|(s, _)| s.clone()).collect()
+    }
+}
