@@ -36,6 +36,10 @@ pub(crate) struct Tables {
     /// Device -> (global thread, index of its last op observing the device), from `observer`: most devices have
     /// none, so that [`Semantics::device_quiet`] costs nothing for them.
     observers_of: BTreeMap<RankId, Vec<(ThreadId, u32)>>,
+    /// Per device: the global indices of its streams on which some op issues an NCCL launch (a stream no op
+    /// launches on never holds one), ascending. [`Semantics::device_may_spin`] and `launch_is_local` look for
+    /// unfinished launches there only (they scanned every item of the state, for every enabled item: issue 8).
+    launch_streams: Vec<Vec<usize>>,
     /// Whether anything can abort a communicator (a `CommAbort` op or a watchdog; N9, N13).
     pub(crate) aborts: bool,
     /// Per global thread: communicator -> index of the last op that touches it at all (its effect point), and of
@@ -100,7 +104,23 @@ impl Tables {
                 observers_of.entry(*r).or_default().push((u as ThreadId, *last));
             }
         }
-        Tables { touch, observer, nccl_on, launcher, issuers, observers_of, aborts, comm_use, nonblocking }
+        let mut stream_base = vec![];
+        let mut n = 0usize;
+        for r in &program.ranks {
+            stream_base.push(n);
+            n += r.streams.len();
+        }
+        let mut launch_streams = vec![vec![]; program.ranks.len()];
+        for i in infos.iter().flatten().filter(|i| i.comm.is_some()) {
+            if let Some(s) = i.stream {
+                launch_streams[s.rank as usize].push(stream_base[s.rank as usize] + s.index as usize);
+            }
+        }
+        for v in &mut launch_streams {
+            v.sort_unstable();
+            v.dedup();
+        }
+        Tables { touch, observer, nccl_on, launcher, issuers, observers_of, launch_streams, aborts, comm_use, nonblocking }
     }
 }
 
@@ -338,13 +358,10 @@ impl<'p> Semantics<'p> {
         if self.reduction.aborts || self.reduction.nonblocking || self.starvable(st, &Step::Item(k)) || !self.device_quiet(st, rank) {
             return false;
         }
-        let rival = st.streams.items.iter().any(|(j, i)| {
-            *j != k
-                && i.rank() == rank
-                && i.status != ItemStatus::Done
-                && matches!(i.kind, ItemKind::Launch { .. })
-                && !i.streams.iter().any(|s| item.streams.contains(s))
-        });
+        // A rival shares no stream with this launch, so it is queued (unfinished: at or after the head) on a launch
+        // stream of the device that is not one of this launch's.
+        let mine: Vec<usize> = item.streams.iter().map(|s| self.stream_index(*s)).collect();
+        let rival = self.queued_launches(st, rank, |s| !mine.contains(&s)).any(|i| !i.streams.iter().any(|s| item.streams.contains(s)));
         let connecting = st.host.threads.iter().enumerate().any(|(u, th)| {
             self.rank_of(u as ThreadId) == rank && matches!(&th.wait, Some(Wait::Connect { need, .. }) if !need.is_empty())
         });
@@ -466,19 +483,27 @@ impl<'p> Semantics<'p> {
         if self.profile.independent_progress || !self.reduction.nccl_on.contains(&rank) {
             return false;
         }
-        // Only the threads that issue launches on the device are looked at, and only the items they issued (items are
-        // keyed by issuing thread): this runs for every enabled item of every state.
-        self.reduction.issuers.get(&rank).is_some_and(|threads| {
-            threads.iter().any(|u| {
-                let to_issue = self.reduction.launcher[*u as usize].get(&rank).is_some_and(|last| st.host.threads[*u as usize].pc <= *last);
-                let from = ItemKey { thread: *u, op: 0, sub: 0 };
-                let to = ItemKey { thread: *u + 1, op: 0, sub: 0 };
-                to_issue
-                    || st.streams.items.range(from..to).any(|(_, i)| {
-                        i.status != ItemStatus::Done && matches!(i.kind, ItemKind::Launch { .. }) && i.rank() == rank
-                    })
+        // Only the threads that issue launches on the device, and the streams launches are queued on, are looked at:
+        // this runs for every enabled item of every state.
+        let to_issue = self.reduction.issuers.get(&rank).is_some_and(|threads| {
+            threads.iter().any(|u| self.reduction.launcher[*u as usize].get(&rank).is_some_and(|last| st.host.threads[*u as usize].pc <= *last))
+        });
+        to_issue || self.queued_launches(st, rank, |_| true).next().is_some()
+    }
+
+    /// The unfinished NCCL launches of device `rank` queued on its launch streams that `on` accepts (global stream
+    /// indices), each once per stream it is queued on. An unfinished item is queued on each of its streams at or after
+    /// the stream's head (the first item that has not ended).
+    fn queued_launches<'s>(&'s self, st: &'s State, rank: RankId, on: impl Fn(usize) -> bool + 's) -> impl Iterator<Item = &'s Item> + 's {
+        self.reduction.launch_streams[rank as usize]
+            .iter()
+            .filter(move |s| on(**s))
+            .flat_map(move |&s| {
+                let (q, head) = &st.streams.queues[s];
+                q.get(*head as usize..).unwrap_or(&[]).iter()
             })
-        })
+            .map(move |k| st.item(*k))
+            .filter(move |i| i.status != ItemStatus::Done && i.rank() == rank && matches!(i.kind, ItemKind::Launch { .. }))
     }
 
     /// Enabled steps the platform may withhold:
