@@ -244,6 +244,10 @@ enum Command {
         format: Format,
         #[command(flatten)]
         budgets: Budgets,
+        /// Stop at the first finding (as `explore --strategy exhaustive --first`): the verdict then covers only the
+        /// executions explored, and says so.
+        #[arg(long)]
+        first: bool,
         #[command(flatten)]
         torch: TorchArgs,
     },
@@ -687,7 +691,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let color = cli.color.enabled();
     match cli.command {
-        Command::Check { program, profile, format, budgets, torch } => {
+        Command::Check { program, profile, format, budgets, first, torch } => {
             let (prof, prog) = match load_both_with(&profile, &program, color, torch) {
                 Ok(x) => x,
                 Err(e) => return fail_as(format, "check", e),
@@ -696,7 +700,7 @@ fn main() -> ExitCode {
                 cli.progress.progress(),
                 cuorder::progress::Meter::States { max_states: budgets.max_states as u64, max_time_s: budgets.max_time_s },
             );
-            let rep = report::check(&prog, &prof, &Limits { progress: Some(w.progress()), ..budgets.limits() });
+            let rep = report::check(&prog, &prof, &Limits { progress: Some(w.progress()), first, ..budgets.limits() });
             w.finish();
             match format {
                 Format::Text => say(&(torch.note() + &rep.to_text())),
