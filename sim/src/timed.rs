@@ -539,10 +539,16 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         }
         let t = p.fire.max(now);
         let written = sem.step_ranks(&st, &step);
+        let local = sem.rank_local_step(&st, &step);
         log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
         now = t;
         let last = Some(log.schedule.len() as u32 - 1);
-        groups.affected(&written, &mut mark, &mut affected);
+        if local && written.len() == 1 {
+            affected.clear();
+            affected.extend_from_slice(groups.affected_local(written[0]));
+        } else {
+            groups.affected(&written, &mut mark, &mut affected);
+        }
         for &r in &affected {
             let new = owned(&st, r);
             for s in &cache[r as usize] {

@@ -21,6 +21,9 @@ pub struct RankGroups {
     groups: Vec<Vec<RankId>>,
     /// Per rank: the groups it belongs to (always at least its own singleton).
     of_rank: Vec<Vec<u32>>,
+    /// Per rank `r`: `r` and every rank whose ops outside NCCL and barriers name `r` together with it, ascending:
+    /// the ranks a rank-local step of `r` ([`Semantics::rank_local_step`]) may affect.
+    local: Vec<Vec<RankId>>,
 }
 
 impl RankGroups {
@@ -42,6 +45,12 @@ impl RankGroups {
             mark[r as usize] = false;
         }
         out.sort_unstable();
+    }
+
+    /// The ranks whose enabled steps may change when a rank-local step ([`Semantics::rank_local_step`]) of rank `r`
+    /// is taken, ascending.
+    pub fn affected_local(&self, r: RankId) -> &[RankId] {
+        &self.local[r as usize]
     }
 }
 
@@ -72,7 +81,43 @@ impl<'p> Semantics<'p> {
                 of_rank[r as usize].push(i as u32);
             }
         }
-        RankGroups { groups, of_rank }
+        let mut local: Vec<Vec<RankId>> = (0..n as RankId).map(|r| vec![r]).collect();
+        for (t, &(home, _)) in self.thread_of.iter().enumerate() {
+            for (i, op) in self.ops_of(t as ThreadId).iter().enumerate() {
+                let loc = OpLoc { thread: t as ThreadId, op: i as u32 };
+                if self.info(loc).comm.is_some() || matches!(op.kind, OpKind::Barrier { .. }) {
+                    continue;
+                }
+                let g = self.op_ranks(loc, home);
+                for &r in &g {
+                    local[r as usize].extend(g.iter().copied());
+                }
+            }
+        }
+        for l in &mut local {
+            l.sort_unstable();
+            l.dedup();
+        }
+        RankGroups { groups, of_rank, local }
+    }
+
+    /// Whether `step` (enabled in `st`, not yet taken) changes only state that the steps of other ranks read through
+    /// ops outside NCCL and barriers ([`RankGroups::affected_local`]): the start of a kernel, copy, memset, event
+    /// record or wait marker (not an NCCL launch: its ops become running, which the peers' delivery steps read), or a
+    /// host call that is neither an NCCL call, a group bracket nor a barrier. Such a step writes its rank's streams,
+    /// events, memory and thread; another rank reads those only through ops that name the rank (a synchronizing call
+    /// that waits for every device, S7), never through NCCL matching, connection set-up or barriers. Its rank is
+    /// `written[0]`. (With the full groups, a kernel of one pipeline stage recomputed both neighbours: issue 8.)
+    pub fn rank_local_step(&self, st: &State, step: &Step) -> bool {
+        match step {
+            Step::Item(k) => !matches!(st.item(*k).kind, ItemKind::Launch { .. }),
+            Step::Host { thread, .. } => {
+                let loc = OpLoc { thread: *thread, op: st.host.threads[*thread as usize].pc };
+                self.info(loc).comm.is_none()
+                    && !matches!(self.op(loc).kind, OpKind::Barrier { .. } | OpKind::GroupStart | OpKind::GroupEnd)
+            }
+            _ => false,
+        }
     }
 
     /// The ranks one op's steps may read or write, sorted: the thread's rank, every rank the op names, its acting
@@ -294,6 +339,7 @@ impl Frontier {
     /// Applies `step` (one of these steps) to `st` as [`Semantics::apply`] does, and brings the set up to date.
     pub fn apply(&mut self, sem: &Semantics, st: &mut State, step: &Step) -> Effects {
         let written = sem.step_ranks(st, step);
+        let local = sem.rank_local_step(st, step);
         let fx = sem.apply(st, step);
         if st.undefined.is_some() {
             // An undefined state ends the execution: nothing is enabled ([`Semantics::enabled`]).
@@ -304,7 +350,12 @@ impl Frontier {
             }
         } else {
             let mut affected = std::mem::take(&mut self.affected);
-            self.groups.affected(&written, &mut self.mark, &mut affected);
+            if local && written.len() == 1 {
+                affected.clear();
+                affected.extend_from_slice(self.groups.affected_local(written[0]));
+            } else {
+                self.groups.affected(&written, &mut self.mark, &mut affected);
+            }
             for &r in &affected {
                 self.recompute(sem, st, r);
             }
