@@ -43,6 +43,6 @@ for p in $POINTS; do
     0) cv="ok"; cs=$(echo "$t1 - $t0" | bc) ;; 1) cv="problem found"; cs=$(echo "$t1 - $t0" | bc) ;;
     3) cv="inconclusive (state limit)"; cs="-" ;; 124|137) cv="TIMEOUT at ${LIMIT}s"; cs="-" ;; *) cv="error rc=$crc"; cs="-" ;;
   esac
-  if [ "$ss" != "-" ] && [ "$cs" != "-" ]; then ratio=$(echo "scale=2; $cs / $ss" | bc); else ratio="-"; fi
+  if [ "$ss" != "-" ] && [ "$cs" != "-" ]; then ratio=$(echo "scale=4; $cs / $ss" | bc); else ratio="-"; fi
   printf '%-12s %4s %4s %-22s %9s %-28s %9s %9s\n' "$sched" "$s" "$m" "$sv" "$ss" "$cv" "$cs" "$ratio"
 done
