@@ -40,6 +40,11 @@ pub(crate) struct Tables {
     /// launches on never holds one), ascending. [`Semantics::device_may_spin`] and `launch_is_local` look for
     /// unfinished launches there only (they scanned every item of the state, for every enabled item: issue 8).
     launch_streams: Vec<Vec<usize>>,
+    /// Resource (other than a communicator) -> every thread that uses it: (thread, last read, last write), from
+    /// `touch`, so that [`Semantics::rank_isolated`] looks only at the users of what the rank touches.
+    users: BTreeMap<Resource, Vec<(ThreadId, Option<u32>, Option<u32>)>>,
+    /// Communicator -> every thread that uses it: (thread, last use, last life-cycle call), from `comm_use`.
+    comm_users: BTreeMap<CommId, Vec<(ThreadId, u32, Option<u32>)>>,
     /// Whether anything can abort a communicator (a `CommAbort` op or a watchdog; N9, N13).
     pub(crate) aborts: bool,
     /// Per global thread: communicator -> index of the last op that touches it at all (its effect point), and of
@@ -120,7 +125,21 @@ impl Tables {
             v.sort_unstable();
             v.dedup();
         }
-        Tables { touch, observer, nccl_on, launcher, issuers, observers_of, launch_streams, aborts, comm_use, nonblocking }
+        let mut users: BTreeMap<Resource, Vec<(ThreadId, Option<u32>, Option<u32>)>> = BTreeMap::new();
+        for (u, t) in touch.iter().enumerate() {
+            for (res, (rd, wr)) in t {
+                if !matches!(res, Resource::Comm(_)) {
+                    users.entry(*res).or_default().push((u as ThreadId, *rd, *wr));
+                }
+            }
+        }
+        let mut comm_users: BTreeMap<CommId, Vec<(ThreadId, u32, Option<u32>)>> = BTreeMap::new();
+        for (u, cu) in comm_use.iter().enumerate() {
+            for (c, (last, life)) in cu {
+                comm_users.entry(*c).or_default().push((u as ThreadId, *last, *life));
+            }
+        }
+        Tables { touch, observer, nccl_on, launcher, issuers, observers_of, launch_streams, users, comm_users, aborts, comm_use, nonblocking }
     }
 }
 
@@ -282,33 +301,57 @@ impl<'p> Semantics<'p> {
     /// Whether, from `st` on, no host call of another rank can interfere with rank `r` nor the reverse
     /// ([`Self::rank_set`]).
     fn rank_isolated(&self, st: &State, r: RankId) -> bool {
-        let mut uses: BTreeMap<CommId, [bool; 4]> = BTreeMap::new(); // r uses, r life cycle, others use, others life
-        // Other resources (a stream's tail that a synchronizing call of another rank captures, S7): [r reads, r
-        // writes, others read, others write], from the threads' remaining ops.
-        let mut touched: BTreeMap<Resource, [bool; 4]> = BTreeMap::new();
-        for (u, th) in st.host.threads.iter().enumerate() {
-            let mine = self.rank_of(u as ThreadId) == r;
-            let later = |i: u32| i >= th.pc;
-            if self.reduction.observer[u].iter().any(|(dev, last)| later(*last) && mine != (*dev == r)) {
+        // Only what the rank's own threads will still use can conflict; the other users of each such thing are
+        // looked up (`Tables::users`, `comm_users`, `observers_of`), not every thread's tables.
+        let later = |u: ThreadId, i: u32| i >= st.host.threads[u as usize].pc;
+        let mine = |u: ThreadId| self.rank_of(u) == r;
+        let t0 = self.thread_base[r as usize];
+        let t1 = self.thread_base.get(r as usize + 1).copied().unwrap_or(self.thread_of.len() as u32);
+        // A host call of one side observes a device of the other (a query, an allocation).
+        if self.reduction.observers_of.get(&r).is_some_and(|obs| obs.iter().any(|(u, last)| !mine(*u) && later(*u, *last))) {
+            return false;
+        }
+        for u in t0..t1 {
+            if self.reduction.observer[u as usize].iter().any(|(dev, last)| *dev != r && later(u, *last)) {
                 return false;
             }
-            let k = if mine { 0 } else { 2 };
-            for (c, (last, life)) in &self.reduction.comm_use[u] {
-                let e = uses.entry(*c).or_default();
-                e[k] |= later(*last);
-                e[k + 1] |= life.is_some_and(later);
-            }
-            for (res, (rd, wr)) in &self.reduction.touch[u] {
-                if matches!(res, Resource::Comm(_)) {
-                    continue; // launches of two ranks commute; life-cycle calls are judged above
+            // A communicator the rank still uses is initialised, split, polled, aborted, finalized or destroyed by
+            // another rank later, or the reverse.
+            for (c, (last, life)) in &self.reduction.comm_use[u as usize] {
+                let (uses, lives) = (later(u, *last), life.is_some_and(|l| later(u, l)));
+                if !uses && !lives {
+                    continue;
                 }
-                let e = touched.entry(*res).or_default();
-                e[k] |= rd.is_some_and(later);
-                e[k + 1] |= wr.is_some_and(later);
+                let conflict = self.reduction.comm_users[c].iter().any(|(v, vlast, vlife)| {
+                    !mine(*v) && ((uses && vlife.is_some_and(|l| later(*v, l))) || (lives && later(*v, *vlast)))
+                });
+                if conflict {
+                    return false;
+                }
+            }
+            // Other resources (a stream's tail that a synchronizing call of another rank captures, S7): the rank
+            // writes what another reads or writes later, or reads what another writes later. (Launches of two ranks
+            // on one communicator commute; life-cycle calls are judged above.)
+            for (res, (rd, wr)) in &self.reduction.touch[u as usize] {
+                if matches!(res, Resource::Comm(_)) {
+                    continue;
+                }
+                let (reads, writes) = (rd.is_some_and(|i| later(u, i)), wr.is_some_and(|i| later(u, i)));
+                if !reads && !writes {
+                    continue;
+                }
+                let conflict = self.reduction.users[res].iter().any(|(v, vrd, vwr)| {
+                    !mine(*v) && {
+                        let (vr, vw) = (vrd.is_some_and(|i| later(*v, i)), vwr.is_some_and(|i| later(*v, i)));
+                        (writes && (vr || vw)) || (vw && reads)
+                    }
+                });
+                if conflict {
+                    return false;
+                }
             }
         }
-        uses.values().all(|u| !(u[0] && u[3]) && !(u[1] && u[2]))
-            && touched.values().all(|t| !(t[1] && (t[2] || t[3])) && !(t[3] && t[0]))
+        true
     }
 
     /// A transfer with no eager alternative (or a drain) finishes two running ops (one) with clocks fixed when their
