@@ -136,3 +136,38 @@ fn the_frontier_equals_the_enabled_set_with_its_starvable_flags_at_every_step() 
     }
     assert!(checked > 10_000, "only {checked} states checked");
 }
+
+/// The answers about devices the explorer keeps for one state (`DeviceMemo`) change nothing: at every step of random
+/// executions, `is_local_in`, `postponable_in`, `starvable_in`, `rank_set_in` and `connection_set_in` with one memo
+/// shared by all the questions about the state equal the same questions asked without it.
+#[test]
+fn a_device_memo_shared_within_a_state_changes_no_answer() {
+    use cuorder_model::semantics::reduction::DeviceMemo;
+    let mut checked = 0u64;
+    for (name, prog) in programs() {
+        for prof in [Profile::portable(), h200()] {
+            let sem = Semantics::new(&prog, &prof);
+            let memo = DeviceMemo::new(&sem);
+            let mut rng = Rng::new(5);
+            let mut st = sem.initial();
+            for i in 0..3_000 {
+                let enabled = sem.enabled(&st);
+                if enabled.is_empty() {
+                    break;
+                }
+                memo.clear();
+                for s in &enabled {
+                    assert_eq!(sem.starvable_in(&st, s, &memo), sem.starvable(&st, s), "{name}: starvable of {s:?} at step {i}");
+                    assert_eq!(sem.postponable_in(&st, s, &memo), sem.postponable(&st, s), "{name}: postponable of {s:?} at step {i}");
+                    assert_eq!(sem.is_local_in(&st, s, &memo), sem.is_local(&st, s), "{name}: is_local of {s:?} at step {i}");
+                    checked += 1;
+                }
+                assert_eq!(sem.rank_set_in(&st, &enabled, &memo), sem.rank_set(&st, &enabled), "{name}: rank_set at step {i}");
+                assert_eq!(sem.connection_set_in(&st, &enabled, &memo), sem.connection_set(&st, &enabled), "{name}: connection_set at step {i}");
+                let step = enabled[rng.below(enabled.len() as u64) as usize].clone();
+                sem.apply(&mut st, &step);
+            }
+        }
+    }
+    assert!(checked > 10_000, "only {checked} steps checked");
+}

@@ -8,6 +8,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cuorder_model::semantics::reduction::DeviceMemo;
 use cuorder_model::semantics::{ItemKind, Semantics, State, Step};
 use cuorder_model::verdict::{Finding, Frequency, Problem, ProblemKey};
 
@@ -265,6 +266,8 @@ struct Search<'a, 'p> {
     /// Set once a step was left out for the other alternative ([`Search::without_dominated`]).
     dominated: std::cell::Cell<bool>,
     found: Collector,
+    /// Answers about the devices of the state whose successors are being chosen (cleared for each state).
+    memo: DeviceMemo,
 }
 
 impl Search<'_, '_> {
@@ -273,16 +276,18 @@ impl Search<'_, '_> {
     /// deliveries of one connection ([`Semantics::connection_set`]), the steps of one rank ([`Semantics::rank_set`])).
     fn successors(&self, st: &State) -> (Vec<Step>, Vec<Step>) {
         let sem = self.sem;
+        let m = &self.memo;
+        m.clear();
         let all = sem.enabled(st);
         let enabled = if self.reduce && self.rank_sets { self.withholding(st, &all) } else { all.clone() };
         // A bounded pass takes no launch start alone (as before issue 8's launch rule): preemptions keep their meaning.
         let launch = |s: &Step| matches!(s, Step::Item(k) if matches!(st.item(*k).kind, ItemKind::Launch { .. }));
-        let steps = match enabled.iter().find(|s| self.reduce && (self.rank_sets || !launch(s)) && sem.is_local(st, s)) {
+        let steps = match enabled.iter().find(|s| self.reduce && (self.rank_sets || !launch(s)) && sem.is_local_in(st, s, m)) {
             Some(s) => vec![s.clone()],
             None => {
                 // The smaller of the persistent sets that apply: one connection's deliveries, one rank's steps.
-                let conn = self.reduce.then(|| sem.connection_set(st, &enabled)).flatten();
-                let rank = (self.reduce && self.rank_sets).then(|| sem.rank_set(st, &enabled)).flatten();
+                let conn = self.reduce.then(|| sem.connection_set_in(st, &enabled, m)).flatten();
+                let rank = (self.reduce && self.rank_sets).then(|| sem.rank_set_in(st, &enabled, m)).flatten();
                 let set = match (conn, rank) {
                     (Some(a), Some(b)) => Some(if b.len() < a.len() { b } else { a }),
                     (a, b) => a.or(b),
@@ -312,11 +317,11 @@ impl Search<'_, '_> {
             .iter()
             .filter(|s| match s {
                 Step::Eager { send } if receiving(send) => true,
-                _ => !sem.postponable(st, s),
+                _ => !sem.postponable_in(st, s, &self.memo),
             })
             .cloned()
             .collect();
-        if keep.len() < enabled.len() && keep.iter().any(|s| !sem.starvable(st, s)) {
+        if keep.len() < enabled.len() && keep.iter().any(|s| !sem.starvable_in(st, s, &self.memo)) {
             keep
         } else {
             enabled.to_vec()
@@ -351,7 +356,10 @@ impl Search<'_, '_> {
 
     /// Looks at a state reached for the first time (or a state inside a chain of single successors).
     fn visit(&mut self, st: &State, enabled: &[Step], path: &[Step]) {
-        let kind = self.found.observe(self.sem, st, enabled, path);
+        // `successors` of this state (just called) left the memo for it.
+        let empty = enabled.is_empty();
+        let starved = !empty && enabled.iter().all(|s| self.sem.starvable_in(st, s, &self.memo));
+        let kind = self.found.observe_with(self.sem, st, empty, starved, path);
         if let (Some(v), Some(k)) = (self.visitor.as_mut(), kind) {
             v(st, k);
         }
@@ -599,6 +607,7 @@ fn explore_inner<'a>(
         choice: pass.choice,
         dominated: Default::default(),
         found: Collector::new(),
+        memo: DeviceMemo::new(sem),
     };
     // States are hashed and merged only where the search branches or ends: a state with a single successor to
     // explore determines the whole chain after it, so a chain entered twice is walked again only up to its next
@@ -729,10 +738,10 @@ fn explore_inner<'a>(
             states -= 1;
             break;
         }
-        // Estimating a state costs about as much as hashing it: estimate every 512th and reuse the last estimate
+        // Estimating a state costs about as much as hashing it: estimate every 2048th and reuse the last estimate
         // (states along a path grow slowly; at every 16th it was 10-18% of the time of a 64-stage pipeline, at
-        // every 64th still 13% of a 32-stage one once the reduction's checks got cheaper).
-        let bytes = if states % 512 == 0 { crate::budget::state_bytes(&st) } else { stack.last().map_or(0, |f| f.bytes) };
+        // every 64th still 13% of a 32-stage one once the reduction's checks got cheaper, at every 512th 8%).
+        let bytes = if states % 2048 == 0 { crate::budget::state_bytes(&st) } else { stack.last().map_or(0, |f| f.bytes) };
         held += bytes;
         if let Some(why) = over_budget(held, states) {
             limit_hit = Some(why);

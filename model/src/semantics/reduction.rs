@@ -177,12 +177,60 @@ pub(crate) fn effect_points(ops: &[Op], infos: &[OpInfo], program: &Program) -> 
     at
 }
 
+/// Answers about devices that the reduction's checks ask once per enabled step, kept for one state: whether an
+/// NCCL launch spins on the device (S1, [`Semantics::starvable`]) and whether one may spin before an item starts.
+/// An explorer keeps one, sized by [`DeviceMemo::new`], and [`DeviceMemo::clear`]s it for each state (on a 64-stage
+/// pipeline the same device was asked about for each of its enabled items and in each check); [`DeviceMemo::NONE`]
+/// keeps nothing.
+#[derive(Debug, Default)]
+pub struct DeviceMemo {
+    /// Per rank: 0 not asked yet, 1 no, 2 yes.
+    spinning: Vec<std::cell::Cell<u8>>,
+    may_spin: Vec<std::cell::Cell<u8>>,
+}
+
+impl DeviceMemo {
+    /// Remembers nothing (every question is computed).
+    pub const NONE: DeviceMemo = DeviceMemo { spinning: Vec::new(), may_spin: Vec::new() };
+
+    /// A memo for the ranks of `sem`'s program.
+    pub fn new(sem: &Semantics) -> DeviceMemo {
+        let n = sem.program.ranks.len();
+        DeviceMemo { spinning: vec![std::cell::Cell::new(0); n], may_spin: vec![std::cell::Cell::new(0); n] }
+    }
+
+    /// Forgets every answer (before asking about another state).
+    pub fn clear(&self) {
+        for c in self.spinning.iter().chain(&self.may_spin) {
+            c.set(0);
+        }
+    }
+
+    fn ask(slots: &[std::cell::Cell<u8>], rank: RankId, f: impl FnOnce() -> bool) -> bool {
+        let Some(c) = slots.get(rank as usize) else { return f() };
+        match c.get() {
+            1 => false,
+            2 => true,
+            _ => {
+                let x = f();
+                c.set(1 + u8::from(x));
+                x
+            }
+        }
+    }
+}
+
 impl<'p> Semantics<'p> {
     /// Whether `step` commutes with every other step that can ever be enabled alongside it (module doc), so that
     /// an explorer may take it alone.
     pub fn is_local(&self, st: &State, step: &Step) -> bool {
+        self.is_local_in(st, step, &DeviceMemo::NONE)
+    }
+
+    /// [`Self::is_local`], with answers about devices kept in `m` (for `st` only).
+    pub fn is_local_in(&self, st: &State, step: &Step, m: &DeviceMemo) -> bool {
         match step {
-            Step::Item(k) => self.item_is_local(st, *k),
+            Step::Item(k) => self.item_is_local(st, *k, m),
             Step::Host { thread, .. } => self.host_is_local(st, *thread),
             // A transfer is the send's only way to finish when it cannot go eager (N2); otherwise delivering
             // eagerly is an alternative with fewer happens-before edges, explored too.
@@ -222,6 +270,11 @@ impl<'p> Semantics<'p> {
     /// [`Self::p2p_is_local`]: no abort, no thread left that observes the devices. Without it, an exchange in both
     /// directions explored every interleaving of the two directions (a 2-rank group of 200 pairs: no verdict).
     pub fn connection_set(&self, st: &State, enabled: &[Step]) -> Option<Vec<usize>> {
+        self.connection_set_in(st, enabled, &DeviceMemo::NONE)
+    }
+
+    /// [`Self::connection_set`], with answers about devices kept in `m` (for `st` only).
+    pub fn connection_set_in(&self, st: &State, enabled: &[Step], m: &DeviceMemo) -> Option<Vec<usize>> {
         if !self.profile.serialize_per_comm || self.reduction.aborts {
             return None;
         }
@@ -232,7 +285,7 @@ impl<'p> Semantics<'p> {
             }
         }
         groups.into_iter().find_map(|((_, a, b), idx)| {
-            let anchored = idx.iter().any(|i| !self.starvable(st, &enabled[*i]));
+            let anchored = idx.iter().any(|i| !self.starvable_in(st, &enabled[*i], m));
             (anchored && idx.len() < enabled.len() && self.device_quiet(st, a) && self.device_quiet(st, b)).then_some(idx)
         })
     }
@@ -257,6 +310,11 @@ impl<'p> Semantics<'p> {
     /// withhold is still reached. Without it, a pipeline of S stages explored the product of the stages' progress
     /// (issue 8: 1F1B 4x4 did not finish in 2 M states).
     pub fn rank_set(&self, st: &State, enabled: &[Step]) -> Option<Vec<usize>> {
+        self.rank_set_in(st, enabled, &DeviceMemo::NONE)
+    }
+
+    /// [`Self::rank_set`], with answers about devices kept in `m` (for `st` only).
+    pub fn rank_set_in(&self, st: &State, enabled: &[Step], m: &DeviceMemo) -> Option<Vec<usize>> {
         if self.reduction.aborts || self.reduction.nonblocking {
             return None;
         }
@@ -290,7 +348,7 @@ impl<'p> Semantics<'p> {
             if idx.len() >= enabled.len() || best.as_ref().is_some_and(|b| b.len() <= idx.len()) {
                 continue;
             }
-            if connecting.contains(&r) || idx.iter().all(|i| self.starvable(st, &enabled[*i])) || !self.rank_isolated(st, r) {
+            if connecting.contains(&r) || idx.iter().all(|i| self.starvable_in(st, &enabled[*i], m)) || !self.rank_isolated(st, r) {
                 continue;
             }
             best = Some(idx);
@@ -374,13 +432,13 @@ impl<'p> Semantics<'p> {
         self.reduction.observers_of.get(&rank).is_none_or(|obs| obs.iter().all(|(u, last)| st.host.threads[*u as usize].pc > *last))
     }
 
-    fn item_is_local(&self, st: &State, k: ItemKey) -> bool {
+    fn item_is_local(&self, st: &State, k: ItemKey, m: &DeviceMemo) -> bool {
         let item = st.item(k);
         if matches!(item.kind, ItemKind::Launch { .. }) {
-            return self.launch_is_local(st, k);
+            return self.launch_is_local(st, k, m);
         }
         let rank = item.rank();
-        self.device_quiet(st, rank) && !self.device_may_spin(st, rank)
+        self.device_quiet(st, rank) && !self.device_may_spin(st, rank, m)
     }
 
     /// Whether the start of NCCL launch `k` commutes with every step that can be enabled alongside it and stays
@@ -395,10 +453,14 @@ impl<'p> Semantics<'p> {
     /// - no thread still observes the device (queries, allocations), nothing can abort and no communicator is
     ///   non-blocking; no thread of the rank waits for connection set-up (N7: the set-up fills the tables that
     ///   launches read).
-    fn launch_is_local(&self, st: &State, k: ItemKey) -> bool {
+    fn launch_is_local(&self, st: &State, k: ItemKey, m: &DeviceMemo) -> bool {
         let item = st.item(k);
         let rank = item.rank();
-        if self.reduction.aborts || self.reduction.nonblocking || self.starvable(st, &Step::Item(k)) || !self.device_quiet(st, rank) {
+        if self.reduction.aborts
+            || self.reduction.nonblocking
+            || (!self.profile.independent_progress && self.device_spinning(st, rank, m))
+            || !self.device_quiet(st, rank)
+        {
             return false;
         }
         // A rival shares no stream with this launch, so it is queued (unfinished: at or after the head) on a launch
@@ -413,12 +475,14 @@ impl<'p> Semantics<'p> {
 
     /// Whether an NCCL launch is running (spinning) on the device: a running launch heads its queues, so only the
     /// heads of the device's streams are looked at.
-    pub(crate) fn device_spinning(&self, st: &State, rank: RankId) -> bool {
-        self.reduction.nccl_on.contains(&rank)
-            && self.rank_streams(rank).any(|s| {
-                let (q, head) = &st.streams.queues[self.stream_index(s)];
-                q.get(*head as usize).is_some_and(|k| st.item(*k).is_spinning())
-            })
+    pub(crate) fn device_spinning(&self, st: &State, rank: RankId, m: &DeviceMemo) -> bool {
+        DeviceMemo::ask(&m.spinning, rank, || {
+            self.reduction.nccl_on.contains(&rank)
+                && self.rank_streams(rank).any(|s| {
+                    let (q, head) = &st.streams.queues[self.stream_index(s)];
+                    q.get(*head as usize).is_some_and(|k| st.item(*k).is_spinning())
+                })
+        })
     }
 
     fn host_is_local(&self, st: &State, t: ThreadId) -> bool {
@@ -497,20 +561,25 @@ impl<'p> Semantics<'p> {
     /// finished). A state where only withholdable steps are enabled is visited (the stuck-state check), and there
     /// every step is explored.
     pub fn postponable(&self, st: &State, step: &Step) -> bool {
+        self.postponable_in(st, step, &DeviceMemo::NONE)
+    }
+
+    /// [`Self::postponable`], with answers about devices kept in `m` (for `st` only).
+    pub fn postponable_in(&self, st: &State, step: &Step, m: &DeviceMemo) -> bool {
         if self.reduction.aborts || self.reduction.nonblocking {
             return false;
         }
         match step {
             Step::Eager { send } => {
-                self.starvable(st, step)
+                self.starvable_in(st, step, m)
                     && self.profile.eager_bytes_per_connection == u64::MAX
                     && self.device_quiet(st, self.acting_rank(*send))
             }
             Step::Item(k) => {
                 let item = st.item(*k);
                 let rank = item.rank();
-                let withholdable = self.starvable(st, step)
-                    || (!matches!(item.kind, ItemKind::Launch { .. }) && self.device_may_spin(st, rank));
+                let withholdable = self.starvable_in(st, step, m)
+                    || (!matches!(item.kind, ItemKind::Launch { .. }) && self.device_may_spin(st, rank, m));
                 withholdable && self.device_quiet(st, rank)
             }
             _ => false,
@@ -522,10 +591,14 @@ impl<'p> Semantics<'p> {
     /// already issued took an item alone that a launch issued later could keep from starting: the search missed
     /// the hang in which the platform withholds it; `tests/reduction.rs`
     /// `an_item_issued_before_the_launch_that_spins_can_still_be_withheld`.)
-    fn device_may_spin(&self, st: &State, rank: RankId) -> bool {
+    fn device_may_spin(&self, st: &State, rank: RankId, m: &DeviceMemo) -> bool {
         if self.profile.independent_progress || !self.reduction.nccl_on.contains(&rank) {
             return false;
         }
+        DeviceMemo::ask(&m.may_spin, rank, || self.device_may_spin_now(st, rank))
+    }
+
+    fn device_may_spin_now(&self, st: &State, rank: RankId) -> bool {
         // Only the threads that issue launches on the device, and the streams launches are queued on, are looked at:
         // this runs for every enabled item of every state.
         let to_issue = self.reduction.issuers.get(&rank).is_some_and(|threads| {
@@ -555,6 +628,11 @@ impl<'p> Semantics<'p> {
     /// - an eager delivery beyond the profile's guaranteed eager window (N2), or an early broadcast-root completion
     ///   beyond it (C1).
     pub fn starvable(&self, st: &State, step: &Step) -> bool {
+        self.starvable_in(st, step, &DeviceMemo::NONE)
+    }
+
+    /// [`Self::starvable`], with answers about devices kept in `m` (for `st` only).
+    pub fn starvable_in(&self, st: &State, step: &Step, m: &DeviceMemo) -> bool {
         match step {
             Step::Eager { send } => self.eager_beyond_guarantee(st, *send),
             Step::RootEarly { comm, seq } => self.root_early_beyond_guarantee(st, *comm, *seq),
@@ -562,7 +640,7 @@ impl<'p> Semantics<'p> {
                 if self.profile.independent_progress {
                     return false;
                 }
-                self.device_spinning(st, st.item(*k).rank())
+                self.device_spinning(st, st.item(*k).rank(), m)
             }
             Step::Host { .. }
             | Step::Transfer { .. }
