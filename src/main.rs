@@ -373,8 +373,9 @@ enum Command {
         /// Executions to run (sampling strategies).
         #[arg(long, default_value_t = 1000)]
         executions: u64,
-        /// PCT bug depth: the number of priority changes plus one.
-        #[arg(long, default_value_t = 3)]
+        /// PCT bug depth: the number of priority changes plus one (1 to 10000; the bugs PCT is for have depths of
+        /// 1 to a few).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         depth: u32,
         /// Bounded strategy: the most preemptions an execution may have (0 to 64). Searched by iterative deepening
         /// from 0; the cost grows roughly like (steps x agents)^bound.

@@ -186,7 +186,6 @@ fn explore_saves_findings_that_replay_byte_for_byte() {
     assert!(err.contains("not a finding artifact"), "{err}");
 }
 
-#[test]
 /// Regression (issue 10 review): a race every sampled execution showed was reported "in some executions". Sampling
 /// says how many samples had it; only the exhaustive search says "in every execution".
 #[test]
@@ -618,4 +617,20 @@ fn check_and_explore_take_each_others_time_limit_flag() {
     assert_eq!(code, 0, "{out}{err}");
     let (code, out, err) = cuorder(&["explore", "examples/nccl-1456-grouped.ron", "--executions", "5", "--max-time-s", "30"]);
     assert_eq!(code, 3, "{out}{err}");
+}
+
+/// Regression (new-user trial, 2026-12-02): `--depth 0` was taken as 1 silently and `--depth 1000000` hung; the
+/// depth is 1 to 10,000. `gen pipeline --stages 5000` wrote a program `check` then refused (more than MAX_RANKS
+/// ranks); `gen` refuses it.
+#[test]
+fn pct_depth_and_pipeline_stages_out_of_range_are_refused() {
+    for d in ["0", "10001"] {
+        let (code, _, err) = cuorder(&["explore", "examples/nccl-1456-send-first-connected.ron", "--strategy", "pct", "--depth", d]);
+        assert_eq!(code, 2, "--depth {d}: {err}");
+        assert!(err.contains("10000"), "{err}");
+    }
+    let out = std::env::temp_dir().join(format!("cuorder-5000-{}.ron", std::process::id()));
+    let (code, _, err) = cuorder(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "5000", "--microbatches", "1", "-o", out.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("MAX_RANKS = 4096") && !out.exists(), "{err}");
 }

@@ -208,3 +208,36 @@ fn a_stop_request_ends_every_strategy_with_its_findings_so_far() {
     let full = explore(&sem, &Limits::default());
     assert!(full.limit_hit.is_none() && !full.findings.is_empty());
 }
+
+/// Regression (new-user trial, 2026-12-02): the time limit was looked at only between executions, so one long
+/// execution outlasted it; a walk now checks the clock as it goes. One walk of a 16-stage pipeline (about 17,000
+/// steps) with a limit of 1 ms stops inside the execution and says it was the time limit.
+#[test]
+fn a_time_limit_stops_a_long_execution() {
+    use cuorder_sim::pipeline::{pipeline, PipelineOptions};
+    let text = pipeline(&PipelineOptions { stages: 16, microbatches: 16, ..PipelineOptions::default() }).unwrap();
+    let p = cuorder_model::format::load("p", &text).unwrap();
+    let prof = Profile::portable();
+    let sem = Semantics::new(&p, &prof);
+    let s = sample(&sem, &SampleOptions { executions: 1, time_limit: Some(std::time::Duration::from_millis(1)), ..opts(Strategy::Random, 1) });
+    assert_eq!(s.executions, 0, "the execution was abandoned, not counted");
+    assert!(s.exploration.limit_hit.as_deref().unwrap_or("").contains("time limit"), "{:?}", s.exploration.limit_hit);
+}
+
+/// Regression (new-user trial, 2026-12-02): `--depth 1000000` on a 2 x 2 pipeline ran for minutes (each priority
+/// change was removed from the front of a vector: quadratic in the depth) and Ctrl-C could not stop it inside that
+/// step (317 s after a Ctrl-C at 3 s). The CLI now accepts depths up to 10,000; the walk itself is linear in the
+/// depth, so even a depth of 10^6 (which the library still accepts) takes about a second.
+#[test]
+fn a_deep_pct_walk_costs_linear_time_in_its_depth() {
+    use cuorder_sim::pipeline::{pipeline, PipelineOptions};
+    let text = pipeline(&PipelineOptions { stages: 2, microbatches: 2, ..PipelineOptions::default() }).unwrap();
+    let p = cuorder_model::format::load("p", &text).unwrap();
+    let prof = Profile::portable();
+    let sem = Semantics::new(&p, &prof);
+    let started = std::time::Instant::now();
+    let s = sample(&sem, &SampleOptions { executions: 1, ..opts(Strategy::Pct { depth: 1_000_000 }, 1) });
+    assert_eq!(s.executions, 1);
+    // Generous (a debug build on a loaded machine): the quadratic version took minutes.
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "{:?}", started.elapsed());
+}

@@ -8,6 +8,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Instant;
 
+use cuorder_model::semantics::incremental::Frontier;
 use cuorder_model::semantics::reduction::DeviceMemo;
 use cuorder_model::semantics::{ItemKind, Semantics, State, Step};
 use cuorder_model::verdict::{Finding, Frequency, Problem, ProblemKey};
@@ -101,6 +102,8 @@ struct Frame {
     /// The state; taken (moved to its last child) once every other successor has been tried, so that memory grows
     /// with the number of branching points on the path, not with its length.
     state: Option<State>,
+    /// The enabled steps of `state`, kept by rank ([`Frontier`]); present while `state` is.
+    front: Option<Frontier>,
     steps: Vec<Step>,
     next: usize,
     /// Estimated bytes of `state` while the frame holds it (memory budget).
@@ -274,11 +277,14 @@ impl Search<'_, '_> {
     /// The enabled steps of a state, and the ones to explore from it (partial-order reduction: a step that
     /// commutes with everything is explored alone; otherwise the smaller of the persistent sets that apply: the
     /// deliveries of one connection ([`Semantics::connection_set`]), the steps of one rank ([`Semantics::rank_set`])).
-    fn successors(&self, st: &State) -> (Vec<Step>, Vec<Step>) {
+    ///
+    /// `front` holds the enabled steps of `st` ([`Frontier`], kept up to date along the search path instead of
+    /// recomputing every rank's steps for every state: a third of a 64-stage pipeline's search), in its order.
+    fn successors(&self, st: &State, front: &Frontier) -> (Vec<Step>, Vec<Step>) {
         let sem = self.sem;
         let m = &self.memo;
         m.clear();
-        let all = sem.enabled(st);
+        let all = front.to_vec();
         let enabled = if self.reduce && self.rank_sets { self.withholding(st, &all) } else { all.clone() };
         // A bounded pass takes no launch start alone (as before issue 8's launch rule): preemptions keep their meaning.
         let launch = |s: &Step| matches!(s, Step::Item(k) if matches!(st.item(*k).kind, ItemKind::Launch { .. }));
@@ -588,6 +594,7 @@ fn widen(sem: &Semantics, init: &State, path: &[Step], frame: &mut Frame, held: 
     frame.steps.extend(extra);
     if frame.state.is_none() {
         *held += frame.bytes;
+        frame.front = Some(Frontier::new(sem, &parent));
         frame.state = Some(parent);
     }
 }
@@ -656,7 +663,8 @@ fn explore_inner<'a>(
         })
     };
     let mut limit_hit = over_budget(held, 1);
-    let (enabled, mut steps) = search.successors(&init);
+    let init_front = Frontier::new(sem, &init);
+    let (enabled, mut steps) = search.successors(&init, &init_front);
     let budget = match pass.bound {
         Some(k) => {
             let (b, c) = budget_steps(sem, &init, &mut steps, None, k);
@@ -667,7 +675,7 @@ fn explore_inner<'a>(
     };
     let steps = if limit_hit.is_some() { vec![] } else { steps };
     search.visit(&init, &enabled, &path);
-    let mut stack = vec![Frame { state: Some(init), steps, next: 0, bytes: init_bytes, budget, expanded: false }];
+    let mut stack = vec![Frame { state: Some(init), front: Some(init_front), steps, next: 0, bytes: init_bytes, budget, expanded: false }];
     while let Some(top) = stack.last_mut() {
         if top.next >= top.steps.len() {
             held -= if top.state.is_some() { top.bytes } else { 0 };
@@ -678,13 +686,15 @@ fn explore_inner<'a>(
         let step = top.steps[top.next].clone();
         let (agent, left) = top.budget.get(top.next).copied().unwrap_or((None, 0));
         top.next += 1;
-        let mut st = if top.next == top.steps.len() {
+        let (mut st, mut front) = if top.next == top.steps.len() {
             held -= top.bytes;
-            top.state.take().expect("a frame's state is taken only by its last successor")
+            let st = top.state.take().expect("a frame's state is taken only by its last successor");
+            (st, top.front.take().expect("a frame keeps its frontier with its state"))
         } else {
-            top.state.clone().expect("a frame keeps its state until its last successor")
+            let st = top.state.clone().expect("a frame keeps its state until its last successor");
+            (st, top.front.clone().expect("a frame keeps its frontier with its state"))
         };
-        sem.apply(&mut st, &step);
+        front.apply(sem, &mut st, &step);
         // An undefined state ends its execution, so the steps a reduction left out at the parent (a step taken alone
         // or from a persistent set, a withheld item) may never come after it: the races and stale reads they would
         // have shown before the undefined use are lost (issue 8 review: generated program 251 lost a race that way).
@@ -693,7 +703,7 @@ fn explore_inner<'a>(
         if st.undefined.is_some() && limits.reduce && pass.bound.is_none() {
             widen(sem, &init_for_replay, &path, stack.last_mut().expect("the parent frame"), &mut held);
         }
-        let (enabled, mut steps) = search.successors(&st);
+        let (enabled, mut steps) = search.successors(&st, &front);
         let mut first_visit = true;
         if steps.len() != 1 {
             // Forget only where the state is hashed: forgetting never changes what is enabled, and states inside
@@ -761,7 +771,7 @@ fn explore_inner<'a>(
         if first_visit {
             search.visit(&st, &enabled, &path);
         }
-        stack.push(Frame { state: Some(st), steps, next: 0, bytes, budget, expanded: false });
+        stack.push(Frame { state: Some(st), front: Some(front), steps, next: 0, bytes, budget, expanded: false });
         if limits.first && !search.found.findings.is_empty() {
             limit_hit = Some("stopped at the first finding (--first); the verdict covers only the executions explored".into());
             break;

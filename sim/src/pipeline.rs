@@ -147,6 +147,14 @@ pub fn validate(o: &PipelineOptions) -> Result<(), OptionsError> {
     if o.stages < 2 {
         return err(format!("a pipeline needs at least 2 stages, not {}", o.stages));
     }
+    // One rank per stage: a program with more ranks would not load (`gen` wrote 5000 stages that `check` refused).
+    if o.stages > cuorder_model::format::MAX_RANKS {
+        return err(format!(
+            "a pipeline has one rank per stage and a program at most MAX_RANKS = {} ranks, not {}",
+            cuorder_model::format::MAX_RANKS,
+            o.stages
+        ));
+    }
     if o.microbatches == 0 {
         return err("a pipeline needs at least 1 microbatch".into());
     }

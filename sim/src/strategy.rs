@@ -117,6 +117,9 @@ struct Pct {
     priority: Vec<u64>,
     /// Step numbers at which the running agent's priority drops, with the priority it drops to (ascending).
     changes: Vec<(u64, u64)>,
+    /// How many of `changes` have happened (removing them from the front one by one made a depth of 10^6 take
+    /// minutes, deaf to Ctrl-C).
+    done: usize,
     step: u64,
 }
 
@@ -135,7 +138,7 @@ impl Pct {
         let mut changes: Vec<(u64, u64)> =
             (1..u64::from(depth.max(1))).map(|i| (rng.below(k) + 1, u64::from(depth) - i)).collect();
         changes.sort();
-        Pct { priority, changes, step: 0 }
+        Pct { priority, changes, done: 0, step: 0 }
     }
 
     /// The step of the highest-priority agent among the enabled steps (only those the platform may not withhold,
@@ -156,11 +159,11 @@ impl Pct {
         };
         self.step += 1;
         let (_, mut step, mut agent) = best(&self.priority);
-        while let Some(&(at, to)) = self.changes.first() {
+        while let Some(&(at, to)) = self.changes.get(self.done) {
             if at > self.step {
                 break;
             }
-            self.changes.remove(0);
+            self.done += 1;
             self.priority[agent] = to;
             (_, step, agent) = best(&self.priority);
         }
@@ -211,11 +214,28 @@ impl ForgetClock {
     }
 }
 
-/// Runs one execution with seed `seed`; `None` when `progress` asked to stop before it ended. With `first`, the
-/// execution ends at the first step after which it has a finding (its witness is the path to there).
+/// Why a walk was abandoned before its end.
+enum Stop {
+    /// `progress` asked to stop (Ctrl-C).
+    Interrupted,
+    /// The time limit passed (checked as the walk goes, so that one long execution cannot outlast it).
+    TimedOut,
+}
+
+/// Runs one execution with seed `seed`; an error when `progress` asked to stop or `deadline` passed before it
+/// ended. With `first`, the execution ends at the first step after which it has a finding (its witness is the path to
+/// there).
 ///
 /// The enabled steps are kept between steps ([`Frontier`]): a step recomputes only the ranks it affects.
-fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize, first: bool, progress: &Option<Arc<Progress>>) -> Option<Walk> {
+fn walk(
+    sem: &Semantics,
+    strategy: Strategy,
+    seed: u64,
+    max_steps: usize,
+    first: bool,
+    progress: &Option<Arc<Progress>>,
+    deadline: Option<Instant>,
+) -> Result<Walk, Stop> {
     let mut rng = Rng::new(seed);
     let mut forget = ForgetClock::new(sem);
     let mut pct = match strategy {
@@ -234,11 +254,16 @@ fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize, first:
             break;
         }
         if path.len() >= max_steps {
-            return Some(Walk { found, steps: path.len() as u64, step_limit: true });
+            return Ok(Walk { found, steps: path.len() as u64, step_limit: true });
         }
-        // A long walk (tens of thousands of steps on a large pipeline) checks the stop flag as it goes.
-        if path.len() % 1024 == 1023 && stopped(progress) {
-            return None;
+        // A long walk (tens of thousands of steps on a large pipeline) checks the stop flag and the clock as it goes.
+        if path.len() % 1024 == 1023 {
+            if stopped(progress) {
+                return Err(Stop::Interrupted);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Stop::TimedOut);
+            }
         }
         // The platform's choice: in a withholding execution, a step the platform may withhold (an S1 start beside
         // a spinning kernel, an eager send beyond the guaranteed window) is never taken, so the execution ends
@@ -260,7 +285,7 @@ fn walk(sem: &Semantics, strategy: Strategy, seed: u64, max_steps: usize, first:
         forget.step(sem, &mut st);
         path.push(step);
     }
-    Some(Walk { found, steps: path.len() as u64, step_limit: false })
+    Ok(Walk { found, steps: path.len() as u64, step_limit: false })
 }
 
 /// Runs `opt.executions` executions under `opt.strategy` and merges what they found.
@@ -287,9 +312,17 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
                 if i >= opt.executions || i > first_hit.load(Ordering::Relaxed) {
                     break;
                 }
-                let Some(w) = walk(sem, opt.strategy, opt.seed.wrapping_add(i), opt.max_steps, opt.first, &opt.progress) else {
-                    interrupted.store(true, Ordering::Relaxed);
-                    break;
+                let deadline = opt.time_limit.map(|l| start + l);
+                let w = match walk(sem, opt.strategy, opt.seed.wrapping_add(i), opt.max_steps, opt.first, &opt.progress, deadline) {
+                    Ok(w) => w,
+                    Err(Stop::Interrupted) => {
+                        interrupted.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                    Err(Stop::TimedOut) => {
+                        timed_out.store(true, Ordering::Relaxed);
+                        break;
+                    }
                 };
                 if let Some(p) = &opt.progress {
                     p.add_execution(w.steps);

@@ -286,7 +286,8 @@ impl Counts {
 /// (`tests/incremental.rs` checks it at every step of random executions, with the starvable flags).
 #[derive(Clone, Debug)]
 pub struct Frontier {
-    groups: RankGroups,
+    /// Shared by the clones an explorer makes at its branching points.
+    groups: std::sync::Arc<RankGroups>,
     /// Per rank: its enabled steps, each with whether the platform may withhold it.
     steps: Vec<Vec<(Step, bool)>>,
     all: Counts,
@@ -302,7 +303,7 @@ impl Frontier {
     pub fn new(sem: &Semantics, st: &State) -> Frontier {
         let n = sem.program.ranks.len();
         let mut f = Frontier {
-            groups: sem.rank_groups(),
+            groups: std::sync::Arc::new(sem.rank_groups()),
             steps: vec![vec![]; n],
             all: Counts::new(n),
             allowed: Counts::new(n),
