@@ -209,14 +209,19 @@ fn a_stop_request_ends_every_strategy_with_its_findings_so_far() {
     assert!(full.limit_hit.is_none() && !full.findings.is_empty());
 }
 
+/// A correct 1F1B pipeline from `gen pipeline`.
+fn generated_pipeline(stages: u32, microbatches: u32) -> cuorder_model::program::Program {
+    use cuorder_sim::pipeline::{pipeline, PipelineOptions};
+    let text = pipeline(&PipelineOptions { stages, microbatches, ..PipelineOptions::default() }).unwrap();
+    cuorder_model::format::load("p", &text).unwrap()
+}
+
 /// Regression (new-user trial, 2026-12-02): the time limit was looked at only between executions, so one long
 /// execution outlasted it; a walk now checks the clock as it goes. One walk of a 16-stage pipeline (about 17,000
 /// steps) with a limit of 1 ms stops inside the execution and says it was the time limit.
 #[test]
 fn a_time_limit_stops_a_long_execution() {
-    use cuorder_sim::pipeline::{pipeline, PipelineOptions};
-    let text = pipeline(&PipelineOptions { stages: 16, microbatches: 16, ..PipelineOptions::default() }).unwrap();
-    let p = cuorder_model::format::load("p", &text).unwrap();
+    let p = generated_pipeline(16, 16);
     let prof = Profile::portable();
     let sem = Semantics::new(&p, &prof);
     let s = sample(&sem, &SampleOptions { executions: 1, time_limit: Some(std::time::Duration::from_millis(1)), ..opts(Strategy::Random, 1) });
@@ -230,9 +235,7 @@ fn a_time_limit_stops_a_long_execution() {
 /// depth, so even a depth of 10^6 (which the library still accepts) takes about a second.
 #[test]
 fn a_deep_pct_walk_costs_linear_time_in_its_depth() {
-    use cuorder_sim::pipeline::{pipeline, PipelineOptions};
-    let text = pipeline(&PipelineOptions { stages: 2, microbatches: 2, ..PipelineOptions::default() }).unwrap();
-    let p = cuorder_model::format::load("p", &text).unwrap();
+    let p = generated_pipeline(2, 2);
     let prof = Profile::portable();
     let sem = Semantics::new(&p, &prof);
     let started = std::time::Instant::now();
