@@ -99,3 +99,27 @@ fn shrinking_a_race_keeps_the_wait_that_orders_nothing() {
     assert!(rep.findings.iter().any(|f| f.kind == "data race" && f.text.contains("(N10)")), "{}", rep.to_text());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Regression (2026-12-02): `shrink ART -o DIR` shrank an 8-stage pipeline for 4 minutes and then failed with "cannot
+/// write DIR: Is a directory". A folder now receives `NAME-min.ron`, and a path in a folder that does not exist is
+/// refused before any search (exit 2, at once).
+#[test]
+fn shrink_out_may_be_a_folder_and_a_missing_folder_is_refused_first() {
+    let dir = std::env::temp_dir().join(format!("cuorder-shrink-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("into")).unwrap();
+    let o = PipelineOptions { stages: 2, microbatches: 2, variant: Variant::Bug, ..PipelineOptions::default() };
+    let prog_path = dir.join("p.ron");
+    std::fs::write(&prog_path, pipeline(&o).unwrap()).unwrap();
+    let (code, out, err) = cli(&["explore", prog_path.to_str().unwrap(), "--strategy", "random", "--first", "--executions", "200", "--save", dir.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    let artifact = dir.join("finding-1-deadlock.ron");
+    let missing = dir.join("nowhere").join("m.ron");
+    let (code, _, err) = cli(&["shrink", artifact.to_str().unwrap(), "-o", missing.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("does not exist"), "{err}");
+    let (code, out, err) = cli(&["shrink", artifact.to_str().unwrap(), "-o", dir.join("into").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(dir.join("into").join("p-min.ron").exists() && dir.join("into").join("p-min.finding.ron").exists(), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
