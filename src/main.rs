@@ -945,19 +945,19 @@ fn main() -> ExitCode {
                     };
                     let r = cuorder_sim::strategy::sample(&sem, &sampling(s));
                     let header = format!(
-                        "strategy {}, seeds {}..{}: {} executions, {} steps",
+                        "strategy {}, seeds {}..{}: {}, {}",
                         s.name(),
                         seed,
                         seed.wrapping_add(r.executions),
-                        r.executions,
-                        r.steps
+                        report::count(r.executions, "execution"),
+                        report::count(r.steps, "step")
                     );
                     let notes = r
                         .hits
                         .iter()
                         .zip(&r.seeds)
                         .enumerate()
-                        .map(|(i, (h, s))| format!("  finding {} seen in {h} of {} executions (first with seed {s})", i + 1, r.executions))
+                        .map(|(i, (h, s))| format!("  finding {} seen in {h} of {} (first with seed {s})", i + 1, report::count(r.executions, "execution")))
                         .collect();
                     let hits = Some((r.hits.clone(), r.executions));
                     (r.exploration, header, r.seeds.into_iter().map(Some).collect(), notes, hits)
@@ -1010,7 +1010,7 @@ fn main() -> ExitCode {
                         println!("{note}");
                     }
                     if let Some(dir) = &save {
-                        println!("  saved {} finding(s) to {} (`cuorder replay FILE`)", rep.findings.len(), dir.display());
+                        println!("  saved {} to {} (`cuorder replay FILE`)", report::count(rep.findings.len() as u64, "finding"), dir.display());
                     }
                     print!("{}", replay_hints(&rep.to_text(), &saved));
                 }

@@ -110,6 +110,7 @@ impl Report {
 impl RenderedFinding {
     fn frequency_words(&self) -> String {
         match self.sampled {
+            Some((_, 1)) => "in the 1 sampled execution".to_string(),
             Some((h, n)) if h == n => format!("in all {n} sampled executions"),
             Some((h, n)) => format!("in {h} of {n} sampled executions"),
             None if self.frequency == "always" => "in every execution".to_string(),
@@ -480,4 +481,13 @@ fn wait_hints(sem: &Semantics, st: &State, a: cuorder_model::semantics::ItemKey,
         }
     }
     out
+}
+
+/// `n` and `word`, with an `s` unless `n` is 1 ("1 execution", "2 executions").
+pub fn count(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
 }

@@ -634,3 +634,17 @@ fn pct_depth_and_pipeline_stages_out_of_range_are_refused() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("MAX_RANKS = 4096") && !out.exists(), "{err}");
 }
+
+/// Regression (new-user trial, 2026-12-02): one sampled execution was reported as "1 executions", "in all 1 sampled
+/// executions" and "saved 1 finding(s)".
+#[test]
+fn one_sampled_execution_is_singular() {
+    let dir = std::env::temp_dir().join(format!("cuorder-singular-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, out, err) =
+        cuorder(&["explore", "examples/megatron-batch-p2p-race.ron", "--executions", "1", "--save", dir.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains(": 1 execution, ") && out.contains("in the 1 sampled execution") && out.contains("saved "), "{out}");
+    assert!(!out.contains("1 executions") && !out.contains("finding(s)"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
