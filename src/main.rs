@@ -966,6 +966,7 @@ fn main() -> ExitCode {
             w.finish();
             let mut rep = report::build_report(&sem, &ex);
             if let Some((h, n)) = &hits {
+                rep.sampled_executions = Some(*n);
                 for (f, hits) in rep.findings.iter_mut().zip(h) {
                     f.sampled = Some((*hits, *n));
                 }

@@ -25,6 +25,9 @@ pub struct Report {
     pub starved_states: usize,
     pub limit_hit: Option<String>,
     pub findings: Vec<RenderedFinding>,
+    /// Of a sampling strategy (`explore --strategy random|pct`): the executions run. `states` then counts the steps
+    /// they took (walks compare no states), and the text says so.
+    pub sampled_executions: Option<u64>,
 }
 
 /// One finding with its text.
@@ -90,9 +93,13 @@ impl Report {
         } else {
             String::new()
         };
+        let explored = match self.sampled_executions {
+            Some(n) => format!("took {} in {}", count(self.states as u64, "step"), count(n, "execution")),
+            None => format!("explored {} states", self.states),
+        };
         s.push_str(&format!(
-            "  profile {}; explored {} states, {} final, {} of them complete{starved}\n",
-            self.profile, self.states, self.final_states, self.completed_final_states
+            "  profile {}; {explored}, {} final, {} of them complete{starved}\n",
+            self.profile, self.final_states, self.completed_final_states
         ));
         if let Some(l) = &self.limit_hit {
             s.push_str(&format!("  {l}\n"));
@@ -160,6 +167,7 @@ pub fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
         starved_states: ex.starved_states,
         limit_hit: ex.limit_hit.clone(),
         findings,
+        sampled_executions: None,
     }
 }
 

@@ -636,7 +636,7 @@ fn pct_depth_and_pipeline_stages_out_of_range_are_refused() {
 }
 
 /// Regression (new-user trial, 2026-12-02): one sampled execution was reported as "1 executions", "in all 1 sampled
-/// executions" and "saved 1 finding(s)".
+/// executions" and "saved 1 finding(s)", and its steps as "explored N states" (a walk compares no states).
 #[test]
 fn one_sampled_execution_is_singular() {
     let dir = std::env::temp_dir().join(format!("cuorder-singular-{}", std::process::id()));
@@ -646,5 +646,6 @@ fn one_sampled_execution_is_singular() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains(": 1 execution, ") && out.contains("in the 1 sampled execution") && out.contains("saved "), "{out}");
     assert!(!out.contains("1 executions") && !out.contains("finding(s)"), "{out}");
+    assert!(out.contains(" steps in 1 execution, ") && !out.contains("explored"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
