@@ -949,15 +949,15 @@ fn main() -> ExitCode {
                         s.name(),
                         seed,
                         seed.wrapping_add(r.executions),
-                        report::count(r.executions, "execution"),
-                        report::count(r.steps, "step")
+                        cuorder_model::describe::count(r.executions, "execution"),
+                        cuorder_model::describe::count(r.steps, "step")
                     );
                     let notes = r
                         .hits
                         .iter()
                         .zip(&r.seeds)
                         .enumerate()
-                        .map(|(i, (h, s))| format!("  finding {} seen in {h} of {} (first with seed {s})", i + 1, report::count(r.executions, "execution")))
+                        .map(|(i, (h, s))| format!("  finding {} seen in {h} of {} (first with seed {s})", i + 1, cuorder_model::describe::count(r.executions, "execution")))
                         .collect();
                     let hits = Some((r.hits.clone(), r.executions));
                     (r.exploration, header, r.seeds.into_iter().map(Some).collect(), notes, hits)
@@ -1011,7 +1011,7 @@ fn main() -> ExitCode {
                         println!("{note}");
                     }
                     if let Some(dir) = &save {
-                        println!("  saved {} to {} (`cuorder replay FILE`)", report::count(rep.findings.len() as u64, "finding"), dir.display());
+                        println!("  saved {} to {} (`cuorder replay FILE`)", cuorder_model::describe::count(rep.findings.len() as u64, "finding"), dir.display());
                     }
                     print!("{}", replay_hints(&rep.to_text(), &saved));
                 }

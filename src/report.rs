@@ -94,7 +94,7 @@ impl Report {
             String::new()
         };
         let explored = match self.sampled_executions {
-            Some(n) => format!("took {} in {}", count(self.states as u64, "step"), count(n, "execution")),
+            Some(n) => format!("took {} in {}", cuorder_model::describe::count(self.states as u64, "step"), cuorder_model::describe::count(n, "execution")),
             None => format!("explored {} states", self.states),
         };
         s.push_str(&format!(
@@ -489,13 +489,4 @@ fn wait_hints(sem: &Semantics, st: &State, a: cuorder_model::semantics::ItemKey,
         }
     }
     out
-}
-
-/// `n` and `word`, with an `s` unless `n` is 1 ("1 execution", "2 executions").
-pub fn count(n: u64, word: &str) -> String {
-    if n == 1 {
-        format!("{n} {word}")
-    } else {
-        format!("{n} {word}s")
-    }
 }

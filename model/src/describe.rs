@@ -178,3 +178,13 @@ mod tests {
         assert_eq!(duration_ns(1500), "1500 ns");
     }
 }
+
+/// `n` and `word`, with an `s` unless `n` is 1 ("1 rank", "2 ranks", "1 execution"): every message that counts
+/// things says it this way.
+pub fn count(n: u64, word: &str) -> String {
+    if n == 1 {
+        format!("{n} {word}")
+    } else {
+        format!("{n} {word}s")
+    }
+}

@@ -280,12 +280,12 @@ impl Search<'_, '_> {
     ///
     /// `front` holds the enabled steps of `st` ([`Frontier`], kept up to date along the search path instead of
     /// recomputing every rank's steps for every state: a third of a 64-stage pipeline's search), in its order.
-    fn successors(&self, st: &State, front: &Frontier) -> (Vec<Step>, Vec<Step>) {
+    fn successors(&self, st: &State, front: &Frontier) -> Vec<Step> {
         let sem = self.sem;
         let m = &self.memo;
         m.clear();
         let all = front.to_vec();
-        let enabled = if self.reduce && self.rank_sets { self.withholding(st, &all) } else { all.clone() };
+        let enabled = if self.reduce && self.rank_sets { self.withholding(st, &all) } else { all };
         // A bounded pass takes no launch start alone (as before issue 8's launch rule): preemptions keep their meaning.
         let launch = |s: &Step| matches!(s, Step::Item(k) if matches!(st.item(*k).kind, ItemKind::Launch { .. }));
         let steps = match enabled.iter().find(|s| self.reduce && (self.rank_sets || !launch(s)) && sem.is_local_in(st, s, m)) {
@@ -305,7 +305,7 @@ impl Search<'_, '_> {
             }
         };
         let steps = if self.reduce { self.without_dominated(steps) } else { steps };
-        (all, steps)
+        steps
     }
 
     /// The enabled steps to choose from: while a step the platform cannot withhold is enabled, the steps it may
@@ -361,11 +361,9 @@ impl Search<'_, '_> {
     }
 
     /// Looks at a state reached for the first time (or a state inside a chain of single successors).
-    fn visit(&mut self, st: &State, enabled: &[Step], path: &[Step]) {
-        // `successors` of this state (just called) left the memo for it.
-        let empty = enabled.is_empty();
-        let starved = !empty && enabled.iter().all(|s| self.sem.starvable_in(st, s, &self.memo));
-        let kind = self.found.observe_with(self.sem, st, empty, starved, path);
+    /// `front` holds its enabled steps, with whether the platform may withhold each.
+    fn visit(&mut self, st: &State, front: &Frontier, path: &[Step]) {
+        let kind = self.found.observe_with(self.sem, st, front.is_empty(), front.all_starvable(), path);
         if let (Some(v), Some(k)) = (self.visitor.as_mut(), kind) {
             v(st, k);
         }
@@ -664,7 +662,7 @@ fn explore_inner<'a>(
     };
     let mut limit_hit = over_budget(held, 1);
     let init_front = Frontier::new(sem, &init);
-    let (enabled, mut steps) = search.successors(&init, &init_front);
+    let mut steps = search.successors(&init, &init_front);
     let budget = match pass.bound {
         Some(k) => {
             let (b, c) = budget_steps(sem, &init, &mut steps, None, k);
@@ -674,7 +672,7 @@ fn explore_inner<'a>(
         None => vec![],
     };
     let steps = if limit_hit.is_some() { vec![] } else { steps };
-    search.visit(&init, &enabled, &path);
+    search.visit(&init, &init_front, &path);
     let mut stack = vec![Frame { state: Some(init), front: Some(init_front), steps, next: 0, bytes: init_bytes, budget, expanded: false }];
     while let Some(top) = stack.last_mut() {
         if top.next >= top.steps.len() {
@@ -703,7 +701,7 @@ fn explore_inner<'a>(
         if st.undefined.is_some() && limits.reduce && pass.bound.is_none() {
             widen(sem, &init_for_replay, &path, stack.last_mut().expect("the parent frame"), &mut held);
         }
-        let (enabled, mut steps) = search.successors(&st, &front);
+        let mut steps = search.successors(&st, &front);
         let mut first_visit = true;
         if steps.len() != 1 {
             // Forget only where the state is hashed: forgetting never changes what is enabled, and states inside
@@ -769,7 +767,7 @@ fn explore_inner<'a>(
         // A state reached again with more preemptions left is explored again, but observed once (its races and
         // kind are the same; counting it twice would count its final states twice).
         if first_visit {
-            search.visit(&st, &enabled, &path);
+            search.visit(&st, &front, &path);
         }
         stack.push(Frame { state: Some(st), front: Some(front), steps, next: 0, bytes, budget, expanded: false });
         if limits.first && !search.found.findings.is_empty() {

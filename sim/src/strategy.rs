@@ -389,8 +389,7 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
     if opt.first && !merged.findings.is_empty() {
         limit.push(format!("stopped at the first execution with a finding (--first), execution {}", executions - 1));
     }
-    let noun = if executions == 1 { "execution" } else { "executions" };
-    limit.insert(0, format!("sampled {executions} {noun} ({}); the verdict covers only those", opt.strategy.name()));
+    limit.insert(0, format!("sampled {} ({}); the verdict covers only those", cuorder_model::describe::count(executions, "execution"), opt.strategy.name()));
     if step_limits > 0 {
         limit.push(format!("{step_limits} executions cut off at {} steps", opt.max_steps));
     }

@@ -543,12 +543,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
         now = t;
         let last = Some(log.schedule.len() as u32 - 1);
-        if local && written.len() == 1 {
-            affected.clear();
-            affected.extend_from_slice(groups.affected_local(written[0]));
-        } else {
-            groups.affected(&written, &mut mark, &mut affected);
-        }
+        groups.affected_by_step(&written, local, &mut mark, &mut affected);
         for &r in &affected {
             let new = owned(&st, r);
             for s in &cache[r as usize] {

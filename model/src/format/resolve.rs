@@ -48,11 +48,7 @@ struct Range {
 }
 
 fn plural(n: usize, word: &str) -> String {
-    if n == 1 {
-        format!("{n} {word}")
-    } else {
-        format!("{n} {word}s")
-    }
+    crate::describe::count(n as u64, word)
 }
 
 fn list_ranks(rs: &[RankId]) -> String {

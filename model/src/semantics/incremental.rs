@@ -22,7 +22,7 @@ pub struct RankGroups {
     /// Per rank: the groups it belongs to (always at least its own singleton).
     of_rank: Vec<Vec<u32>>,
     /// Per rank `r`: `r` and every rank whose ops outside NCCL and barriers name `r` together with it, ascending:
-    /// the ranks a rank-local step of `r` ([`Semantics::rank_local_step`]) may affect.
+    /// the ranks a rank-local step of `r` ([`Semantics::rank_local_step`]) may affect ([`Self::affected_by_step`]).
     local: Vec<Vec<RankId>>,
 }
 
@@ -47,10 +47,17 @@ impl RankGroups {
         out.sort_unstable();
     }
 
-    /// The ranks whose enabled steps may change when a rank-local step ([`Semantics::rank_local_step`]) of rank `r`
-    /// is taken, ascending.
-    pub fn affected_local(&self, r: RankId) -> &[RankId] {
-        &self.local[r as usize]
+    /// The ranks whose enabled steps may change when a step that wrote the state of `written` ranks
+    /// ([`Semantics::step_ranks`]) is taken, ascending, into `out`: for a rank-local step (`local`,
+    /// [`Semantics::rank_local_step`]) the ranks that name its rank outside NCCL and barriers, otherwise
+    /// [`Self::affected`]. `mark` as there.
+    pub fn affected_by_step(&self, written: &[RankId], local: bool, mark: &mut [bool], out: &mut Vec<RankId>) {
+        if let (true, [r]) = (local, written) {
+            out.clear();
+            out.extend_from_slice(&self.local[*r as usize]);
+        } else {
+            self.affected(written, mark, out);
+        }
     }
 }
 
@@ -102,7 +109,7 @@ impl<'p> Semantics<'p> {
     }
 
     /// Whether `step` (enabled in `st`, not yet taken) changes only state that the steps of other ranks read through
-    /// ops outside NCCL and barriers ([`RankGroups::affected_local`]): the start of a kernel, copy, memset, event
+    /// ops outside NCCL and barriers ([`RankGroups::affected_by_step`]): the start of a kernel, copy, memset, event
     /// record or wait marker (not an NCCL launch: its ops become running, which the peers' delivery steps read), or a
     /// host call that is neither an NCCL call, a group bracket nor a barrier. Such a step writes its rank's streams,
     /// events, memory and thread; another rank reads those only through ops that name the rank (a synchronizing call
@@ -210,9 +217,8 @@ impl<'p> Semantics<'p> {
         if st.undefined.is_some() {
             return;
         }
-        let t0 = self.thread_base[r as usize];
-        let t1 = self.thread_base.get(r as usize + 1).copied().unwrap_or(self.thread_of.len() as u32);
-        for t in t0..t1 {
+        let threads = self.rank_threads(r);
+        for t in threads.clone() {
             for choice in 0..self.host_choices(st, t) {
                 out.push(Step::Host { thread: t, choice });
             }
@@ -225,7 +231,7 @@ impl<'p> Semantics<'p> {
         heads.dedup();
         self.item_steps(st, &heads, out);
         self.comm_steps(st, &heads, out);
-        for t in t0..t1 {
+        for t in threads {
             self.connect_steps_from(st, t as usize, out);
         }
     }
@@ -351,12 +357,7 @@ impl Frontier {
             }
         } else {
             let mut affected = std::mem::take(&mut self.affected);
-            if local && written.len() == 1 {
-                affected.clear();
-                affected.extend_from_slice(self.groups.affected_local(written[0]));
-            } else {
-                self.groups.affected(&written, &mut self.mark, &mut affected);
-            }
+            self.groups.affected_by_step(&written, local, &mut self.mark, &mut affected);
             for &r in &affected {
                 self.recompute(sem, st, r);
             }

@@ -100,7 +100,7 @@ impl<'p> Semantics<'p> {
                 }
             }
         }
-        let reduction = reduction::Tables::new(program, &infos);
+        let reduction = reduction::Tables::new(program, &infos, &stream_base);
         let future = thread_of
             .iter()
             .zip(&infos)
@@ -280,6 +280,12 @@ impl<'p> Semantics<'p> {
     /// The name of a communicator.
     pub fn comm_name(&self, c: CommId) -> &'p str {
         &self.program.comms[c.0 as usize].name
+    }
+
+    /// The global ids of a rank's host threads.
+    pub(crate) fn rank_threads(&self, rank: RankId) -> std::ops::Range<ThreadId> {
+        let t0 = self.thread_base[rank as usize];
+        t0..self.thread_base.get(rank as usize + 1).copied().unwrap_or(self.thread_of.len() as u32)
     }
 
     /// All streams of a rank.

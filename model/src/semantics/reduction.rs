@@ -55,7 +55,8 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
-    pub(crate) fn new(program: &Program, infos: &[Vec<OpInfo>]) -> Tables {
+    /// `stream_base`: the first global stream index of each rank (`Semantics::stream_base`).
+    pub(crate) fn new(program: &Program, infos: &[Vec<OpInfo>], stream_base: &[u32]) -> Tables {
         let mut touch = vec![];
         let mut observer = vec![];
         let mut comm_use = vec![];
@@ -109,16 +110,10 @@ impl Tables {
                 observers_of.entry(*r).or_default().push((u as ThreadId, *last));
             }
         }
-        let mut stream_base = vec![];
-        let mut n = 0usize;
-        for r in &program.ranks {
-            stream_base.push(n);
-            n += r.streams.len();
-        }
         let mut launch_streams = vec![vec![]; program.ranks.len()];
         for i in infos.iter().flatten().filter(|i| i.comm.is_some()) {
             if let Some(s) = i.stream {
-                launch_streams[s.rank as usize].push(stream_base[s.rank as usize] + s.index as usize);
+                launch_streams[s.rank as usize].push((stream_base[s.rank as usize] + s.index) as usize);
             }
         }
         for v in &mut launch_streams {
@@ -362,14 +357,13 @@ impl<'p> Semantics<'p> {
         // Only what the rank's own threads will still use can conflict; the other users of each such thing are
         // looked up (`Tables::users`, `comm_users`, `observers_of`), not every thread's tables.
         let later = |u: ThreadId, i: u32| i >= st.host.threads[u as usize].pc;
-        let mine = |u: ThreadId| self.rank_of(u) == r;
-        let t0 = self.thread_base[r as usize];
-        let t1 = self.thread_base.get(r as usize + 1).copied().unwrap_or(self.thread_of.len() as u32);
+        let own = self.rank_threads(r);
+        let mine = |u: ThreadId| own.contains(&u);
         // A host call of one side observes a device of the other (a query, an allocation).
         if self.reduction.observers_of.get(&r).is_some_and(|obs| obs.iter().any(|(u, last)| !mine(*u) && later(*u, *last))) {
             return false;
         }
-        for u in t0..t1 {
+        for u in own.clone() {
             if self.reduction.observer[u as usize].iter().any(|(dev, last)| *dev != r && later(u, *last)) {
                 return false;
             }
