@@ -52,6 +52,9 @@ enum StrategyArg {
     Pct,
     /// Every execution with at most --bound preemptions (systematic, no seed).
     Bounded,
+    /// Every execution up to equivalence: dynamic partial-order reduction (Source-DPOR with sleep sets), stateless,
+    /// dependency from what steps touch. A proof like `exhaustive`, by another algorithm.
+    Dpor,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -884,7 +887,7 @@ fn main() -> ExitCode {
             let sem = Semantics::new(&prog, &prof);
             let max_time_ms = time_limit.map_or(cuorder_sim::explore::DEFAULT_MAX_TIME_MS, |s| (s * 1000.0) as u64);
             let meter = match strategy {
-                StrategyArg::Exhaustive => {
+                StrategyArg::Exhaustive | StrategyArg::Dpor => {
                     cuorder::progress::Meter::States { max_states: max_states as u64, max_time_s: max_time_ms / 1000 }
                 }
                 StrategyArg::Bounded => {
@@ -911,6 +914,16 @@ fn main() -> ExitCode {
                     let ex = cuorder_sim::explore::explore(&sem, &limits);
                     let n = ex.findings.len();
                     (ex, "strategy exhaustive".to_string(), vec![None; n], vec![], None)
+                }
+                StrategyArg::Dpor => {
+                    let d = cuorder_sim::dpor::explore_dpor(&sem, &limits);
+                    let n = d.exploration.findings.len();
+                    let header = format!(
+                        "strategy dpor, {} to a final state, {} cut short by sleep sets (an equivalent execution was explored)",
+                        cuorder_model::describe::count(d.executions as u64, "execution"),
+                        d.sleep_blocked
+                    );
+                    (d.exploration, header, vec![None; n], vec![], None)
                 }
                 StrategyArg::Bounded => {
                     let b = cuorder_sim::explore::explore_bounded(&sem, &limits, bound);
@@ -1020,7 +1033,7 @@ fn main() -> ExitCode {
             // A clean sampled run proves nothing; a clean bounded one only when a pass cut no execution.
             let sampled_clean = rep.findings.is_empty()
                 && match strategy {
-                    StrategyArg::Exhaustive => false,
+                    StrategyArg::Exhaustive | StrategyArg::Dpor => false,
                     StrategyArg::Bounded => rep.limit_hit.is_some(),
                     StrategyArg::Random | StrategyArg::Pct => true,
                 };

@@ -143,6 +143,30 @@ pub(crate) struct Collector {
 }
 
 impl Collector {
+    /// The exploration these observations make: `states` visited, and the limit that stopped the search, if any.
+    /// A problem is in every execution when it is in every final state observed (a deadlock: when no final state
+    /// completed) and nothing stopped the search early.
+    pub fn finish(self, states: usize, limit_hit: Option<String>) -> Exploration {
+        let keys = self.keys();
+        let mut findings = self.findings;
+        for (key, idx) in &self.index {
+            let always = match key {
+                ProblemKey::Deadlock(..) => self.completed_states == 0 && limit_hit.is_none(),
+                _ => self.terminal_hits.get(key).copied().unwrap_or(0) == self.terminal_states && limit_hit.is_none(),
+            };
+            findings[*idx].frequency = if always { Frequency::Always } else { Frequency::Sometimes };
+        }
+        Exploration {
+            states,
+            terminal_states: self.terminal_states,
+            completed_states: self.completed_states,
+            starved_states: self.starved_states,
+            findings,
+            keys,
+            limit_hit,
+        }
+    }
+
     pub fn new() -> Collector {
         Collector {
             findings: vec![],
@@ -776,27 +800,9 @@ fn explore_inner<'a>(
         }
     }
     let dominated = search.dominated.get();
-    let found = search.found;
-    let keys = found.keys();
-    let mut findings = found.findings;
-    for (key, idx) in &found.index {
-        // A race or stale read in every final state of a pass that left out transfers may still be missing from
-        // the executions left out: `explore_complete` decides.
-        let always = match key {
-            ProblemKey::Deadlock(..) => found.completed_states == 0 && limit_hit.is_none(),
-            _ => found.terminal_hits.get(key).copied().unwrap_or(0) == found.terminal_states && limit_hit.is_none(),
-        };
-        findings[*idx].frequency = if always { Frequency::Always } else { Frequency::Sometimes };
-    }
-    let ex = Exploration {
-        states,
-        terminal_states: found.terminal_states,
-        completed_states: found.completed_states,
-        starved_states: found.starved_states,
-        findings,
-        keys,
-        limit_hit,
-    };
+    // A race or stale read in every final state of a pass that left out transfers may still be missing from the
+    // executions left out: `explore_complete` decides.
+    let ex = search.found.finish(states, limit_hit);
     (ex, cut, dominated)
 }
 

@@ -7,6 +7,7 @@ pub mod conform;
 pub mod cost;
 pub mod budget;
 pub mod cover;
+pub mod dpor;
 pub mod explore;
 pub mod gen;
 pub mod pipeline;

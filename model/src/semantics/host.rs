@@ -8,7 +8,7 @@ use crate::profile::{ImplicitSync, SyncScope};
 
 impl<'p> Semantics<'p> {
     /// Number of outcomes of the thread's next host step (0 = it cannot move).
-    pub(crate) fn host_choices(&self, st: &State, t: ThreadId) -> u32 {
+    pub fn host_choices(&self, st: &State, t: ThreadId) -> u32 {
         let th = &st.host.threads[t as usize];
         if self.thread_finished(st, t) {
             return 0;
