@@ -29,8 +29,9 @@ use std::time::Instant;
 
 use cuorder_model::program::RankId;
 use cuorder_model::semantics::incremental::Frontier;
-use cuorder_model::program::OpKind;
-use cuorder_model::semantics::{OpLoc, Semantics, State, Step, ThreadId};
+use cuorder_model::program::{BufRef, OpKind, StreamRef};
+use cuorder_model::op_info::NcclRole;
+use cuorder_model::semantics::{CommOpKind, Item, P2pKey, ItemKind, OpLoc, Semantics, State, Step, ThreadId, Wait};
 
 use crate::explore::{Collector, Exploration, Limits};
 use crate::progress::{stopped, INTERRUPTED};
@@ -45,10 +46,14 @@ const CHECKPOINT: usize = 32;
 struct Footprint {
     step: Step,
     agent: usize,
-    /// Ranks whose state the step writes, ascending.
-    writes: Vec<RankId>,
-    /// Ranks whose state the step may read (a superset of `writes`), ascending.
-    reads: Vec<RankId>,
+    /// Objects the step writes, ascending.
+    writes: Vec<u32>,
+    /// Objects the step reads (a superset of `writes`), ascending.
+    reads: Vec<u32>,
+    /// Objects the step changes in a way that commutes with other such changes (a delivery finishing one op of a
+    /// launch: the launch ends with whichever finishes last, its end joining every op's clock), ascending, disjoint
+    /// from `reads`.
+    bumps: Vec<u32>,
     /// Dependent with every step.
     global: bool,
     /// Commutes with every step that can ever be enabled beside it where it was taken ([`Semantics::is_local`]):
@@ -56,7 +61,7 @@ struct Footprint {
     local: bool,
 }
 
-fn disjoint(a: &[RankId], b: &[RankId]) -> bool {
+fn disjoint(a: &[u32], b: &[u32]) -> bool {
     let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
         match a[i].cmp(&b[j]) {
@@ -70,17 +75,25 @@ fn disjoint(a: &[RankId], b: &[RankId]) -> bool {
 
 /// Whether two steps commute and neither enables or disables the other (module docs).
 fn independent(a: &Footprint, b: &Footprint) -> bool {
-    a.agent != b.agent && !a.global && !b.global && disjoint(&a.writes, &b.reads) && disjoint(&b.writes, &a.reads)
+    a.agent != b.agent
+        && !a.global
+        && !b.global
+        && disjoint(&a.writes, &b.reads)
+        && disjoint(&b.writes, &a.reads)
+        && disjoint(&a.bumps, &b.reads)
+        && disjoint(&b.bumps, &a.reads)
 }
 
 /// What recording one event changed in a [`Tracker`], to undo it.
 struct Undo {
-    /// (rank, its last writer before, its readers before) for each rank written.
-    written: Vec<(RankId, Option<u32>, Vec<u32>)>,
-    /// Ranks whose readers got this event.
-    read: Vec<RankId>,
-    /// For a global event: every rank's last writer and readers, and the last global event, before it.
-    global: Option<(Vec<Option<u32>>, Vec<Vec<u32>>, Option<u32>)>,
+    /// (object, its last writer before, its readers before, its bumpers before) for each object written.
+    written: Vec<(u32, Option<u32>, Vec<u32>, Vec<u32>)>,
+    /// Objects whose readers got this event.
+    read: Vec<u32>,
+    /// Objects whose bumpers got this event.
+    bumped: Vec<u32>,
+    /// For a global event: every object's last writer, readers and bumpers, and the last global event, before it.
+    global: Option<(Vec<Option<u32>>, Vec<Vec<u32>>, Vec<Vec<u32>>, Option<u32>)>,
 }
 
 /// Per rank, the last event that wrote it and the events that read it since; per agent, its events. From these, the
@@ -89,8 +102,10 @@ struct Undo {
 /// global event).
 struct Tracker {
     last_write: Vec<Option<u32>>,
-    /// Per rank: the events that read it (and did not write it) since its last write.
+    /// Per object: the events that read it (and did not write it) since its last write.
     readers: Vec<Vec<u32>>,
+    /// Per object: the events that bumped it since its last write.
+    bumpers: Vec<Vec<u32>>,
     last_global: Option<u32>,
     /// Per agent: the positions of its events, ascending.
     by_agent: Vec<Vec<u32>>,
@@ -98,7 +113,13 @@ struct Tracker {
 
 impl Tracker {
     fn new(agents: usize, ranks: usize) -> Tracker {
-        Tracker { last_write: vec![None; ranks], readers: vec![vec![]; ranks], last_global: None, by_agent: vec![vec![]; agents] }
+        Tracker {
+            last_write: vec![None; ranks],
+            readers: vec![vec![]; ranks],
+            bumpers: vec![vec![]; ranks],
+            last_global: None,
+            by_agent: vec![vec![]; agents],
+        }
     }
 
     /// The events `ev` depends on directly (module docs of [`Tracker`]), ascending.
@@ -107,8 +128,15 @@ impl Tracker {
         if ev.global {
             cand.extend(self.by_agent.iter().filter_map(|v| v.last().copied()));
         } else {
-            cand.extend(ev.reads.iter().filter_map(|q| self.last_write[*q as usize]));
+            cand.extend(ev.reads.iter().chain(&ev.bumps).filter_map(|q| self.last_write[*q as usize]));
             for q in &ev.writes {
+                cand.extend(self.readers[*q as usize].iter().copied());
+            }
+            // `reads` holds `writes`: reading or writing an object conflicts with bumping it.
+            for q in &ev.reads {
+                cand.extend(self.bumpers[*q as usize].iter().copied());
+            }
+            for q in &ev.bumps {
                 cand.extend(self.readers[*q as usize].iter().copied());
             }
             cand.extend(self.by_agent[ev.agent].last().copied());
@@ -119,25 +147,31 @@ impl Tracker {
     }
 
     fn record(&mut self, j: u32, ev: &Footprint) -> Undo {
-        let mut undo = Undo { written: vec![], read: vec![], global: None };
+        let mut undo = Undo { written: vec![], read: vec![], bumped: vec![], global: None };
         if ev.global {
             let n = self.readers.len();
             undo.global = Some((
                 std::mem::replace(&mut self.last_write, vec![None; n]),
                 std::mem::replace(&mut self.readers, vec![vec![]; n]),
+                std::mem::replace(&mut self.bumpers, vec![vec![]; n]),
                 self.last_global,
             ));
             self.last_global = Some(j);
         } else {
             for &q in &ev.writes {
                 let r = std::mem::take(&mut self.readers[q as usize]);
-                undo.written.push((q, self.last_write[q as usize].replace(j), r));
+                let b = std::mem::take(&mut self.bumpers[q as usize]);
+                undo.written.push((q, self.last_write[q as usize].replace(j), r, b));
             }
             for &q in &ev.reads {
                 if ev.writes.binary_search(&q).is_err() {
                     self.readers[q as usize].push(j);
                     undo.read.push(q);
                 }
+            }
+            for &q in &ev.bumps {
+                self.bumpers[q as usize].push(j);
+                undo.bumped.push(q);
             }
         }
         self.by_agent[ev.agent].push(j);
@@ -146,17 +180,22 @@ impl Tracker {
 
     fn undo(&mut self, ev: &Footprint, undo: Undo) {
         self.by_agent[ev.agent].pop();
-        if let Some((lw, rd, lg)) = undo.global {
+        if let Some((lw, rd, bu, lg)) = undo.global {
             self.last_write = lw;
             self.readers = rd;
+            self.bumpers = bu;
             self.last_global = lg;
+        }
+        for q in undo.bumped {
+            self.bumpers[q as usize].pop();
         }
         for q in undo.read {
             self.readers[q as usize].pop();
         }
-        for (q, lw, rd) in undo.written.into_iter().rev() {
+        for (q, lw, rd, bu) in undo.written.into_iter().rev() {
             self.last_write[q as usize] = lw;
             self.readers[q as usize] = rd;
+            self.bumpers[q as usize] = bu;
         }
     }
 }
@@ -306,15 +345,69 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
     let mut held = 0usize;
     let mut limit_hit: Option<String> = None;
 
-    // Objects: the host side of each rank (threads, what they issued: queue tails, event bindings, allocations), the
-    // device side (items' progress, memory, NCCL matching and connections), and each op (issued or not).
+    // Objects (module docs): the host side of each rank; its device side (NCCL matching and connections, the
+    // allocator, whether an NCCL kernel spins); each of its streams (queue progress, its items' status and clocks);
+    // each of its buffers (memory accesses); each op (issued or not).
     let mut op_base = vec![0u32; sem.thread_of.len() + 1];
     for t in 0..sem.thread_of.len() {
         op_base[t + 1] = op_base[t] + sem.ops_len(t as ThreadId) as u32;
     }
-    let (host_obj, dev_obj) = (|r: RankId| 2 * r, |r: RankId| 2 * r + 1);
-    let op_obj = |loc: OpLoc| 2 * ranks as u32 + op_base[loc.thread as usize] + loc.op;
-    let objects = 2 * ranks + op_base[sem.thread_of.len()] as usize;
+    let nstreams = (sem.agents - sem.thread_of.len()) as u32;
+    let nbuf = sem.program.ranks.iter().map(|r| r.buffers.len()).max().unwrap_or(0) as u32;
+    let r32 = ranks as u32;
+    let host_obj = |r: RankId| r;
+    let stream_obj = |s: StreamRef| 2 * r32 + sem.stream_index(s) as u32;
+    let buf_obj = |b: BufRef| 2 * r32 + nstreams + b.rank * nbuf + b.index;
+    let op_obj = |loc: OpLoc| 2 * r32 + nstreams + r32 * nbuf + op_base[loc.thread as usize] + loc.op;
+    let objects = (2 * r32 + nstreams + r32 * nbuf + op_base[sem.thread_of.len()]) as usize;
+    // Every object of a rank's device side, ascending.
+    let device: Vec<Vec<u32>> = (0..r32)
+        .map(|r| {
+            let streams = (0..sem.program.ranks[r as usize].streams.len() as u32).map(|index| stream_obj(StreamRef { rank: r, index }));
+            let bufs = (0..sem.program.ranks[r as usize].buffers.len() as u32).map(|index| buf_obj(BufRef { rank: r, index }));
+            std::iter::once(r32 + r).chain(streams).chain(bufs).collect()
+        })
+        .collect();
+    // With allocations, a block may hold several buffers over time (P4): memory is then judged per device.
+    let pooled = sem.program.ranks.iter().flat_map(|r| &r.buffers).any(|b| b.pooled)
+        || sem.program.ranks.iter().flat_map(|r| &r.threads).flat_map(|t| &t.ops).any(|o| {
+            matches!(
+                o.kind,
+                OpKind::Alloc { .. } | OpKind::Free { .. } | OpKind::RecordStream { .. } | OpKind::CudaFree { .. } | OpKind::CudaMalloc { .. }
+                    | OpKind::CudaMallocHost { .. } | OpKind::EmptyCache { .. }
+            )
+        });
+    // One object per P2P connection (communicator, sender, receiver) the program uses: its eager credit (N2).
+    let mut conns: std::collections::BTreeMap<(u32, RankId, RankId), u32> = std::collections::BTreeMap::new();
+    for t in 0..sem.thread_of.len() as ThreadId {
+        for op in 0..sem.ops_len(t) as u32 {
+            let loc = OpLoc { thread: t, op };
+            let (info, me) = (sem.info(loc), sem.acting_rank(loc));
+            let key = match (info.comm, info.nccl) {
+                (Some(c), Some(NcclRole::Send { peer })) => (c.0, me, peer),
+                (Some(c), Some(NcclRole::Recv { peer })) => (c.0, peer, me),
+                _ => continue,
+            };
+            let next = objects as u32 + conns.len() as u32;
+            conns.entry(key).or_insert(next);
+        }
+    }
+    let objects = objects + conns.len();
+    let conn_obj = |st: &State, loc: OpLoc| -> u32 {
+        let (k, idx) = sem.find_comm_op(st, loc);
+        let item = st.item(k);
+        let (ItemKind::Launch { comm, ops, .. }, me) = (&item.kind, item.rank()) else { unreachable!("a delivery's op is in a launch") };
+        let key = match ops[idx as usize].kind {
+            CommOpKind::Send { peer, .. } => (comm.0, me, peer),
+            CommOpKind::Recv { peer, .. } => (comm.0, peer, me),
+            CommOpKind::Collective { .. } => unreachable!("a P2P delivery's op is a send or recv"),
+        };
+        conns[&key]
+    };
+    // What a launch's end changes: its streams and the memory its ops touch.
+    let launch_objects = |item: &Item| -> Vec<u32> {
+        item.streams.iter().map(|s| stream_obj(*s)).chain(item.blocks.iter().map(|(b, _)| buf_obj(*b))).collect()
+    };
     // What a step touches (module docs), from the state before it and the state after it.
     let footprint = |before: &State, after: &State, step: &Step, withheld: bool, mark: &mut Vec<bool>| -> Footprint {
         let mut w = sem.step_ranks(before, step);
@@ -322,17 +415,85 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
         w.dedup();
         let mut r = vec![];
         groups.affected_by_step(&w, sem.rank_local_step(before, step), mark, &mut r);
-        let issued = appends(sem, before, after, step);
-        let (mut writes, mut reads): (Vec<u32>, Vec<u32>) = match (step, issued) {
-            (_, Some(loc)) => (w.iter().map(|q| host_obj(*q)).chain([op_obj(loc)]).collect(), r.iter().map(|q| host_obj(*q)).collect()),
-            (Step::Item(k), None) => (w.iter().map(|q| dev_obj(*q)).collect(), r.iter().map(|q| dev_obj(*q)).chain([op_obj(k.loc())]).collect()),
-            (Step::Transfer { .. } | Step::Eager { .. } | Step::Drain { .. } | Step::Collective { .. } | Step::RootEarly { .. }, None) => {
-                (w.iter().map(|q| dev_obj(*q)).collect(), r.iter().map(|q| dev_obj(*q)).collect())
+        let host = |v: &[RankId]| v.iter().map(|q| host_obj(*q)).collect::<Vec<u32>>();
+        let dev = |v: &[RankId]| v.iter().flat_map(|q| device[*q as usize].iter().copied()).collect::<Vec<u32>>();
+        let both = |v: &[RankId]| host(v).into_iter().chain(dev(v)).collect::<Vec<u32>>();
+        let nccl = |v: &[RankId]| host(v).into_iter().chain(v.iter().map(|q| r32 + *q)).collect::<Vec<u32>>();
+        let mut bumps: Vec<u32> = vec![];
+        let (mut writes, mut reads): (Vec<u32>, Vec<u32>) = match step {
+            Step::Host { thread, .. } => {
+                let th = &before.host.threads[*thread as usize];
+                match &th.wait {
+                    // A call that only issues work (or blocks on what it issued): the host side alone.
+                    None if issues_only(sem, before, after, *thread) => {
+                        let loc = OpLoc { thread: *thread, op: th.pc };
+                        (host(&w).into_iter().chain([op_obj(loc)]).collect(), host(&r))
+                    }
+                    // Returning once items ended or the source is staged reads their progress, writes the thread.
+                    Some(Wait::Items { .. } | Wait::Staged(_)) => (host(&w), both(&r)),
+                    // NCCL calls, group brackets, communicator set-up, barriers, and the returns that launch a group or
+                    // end a rendezvous of hosts: the host side and NCCL's tables (matching, connections, launches
+                    // issued), not the progress of streams or memory.
+                    None if nccl_call(sem, before, *thread) => (nccl(&w), nccl(&r)),
+                    Some(Wait::Connect { .. } | Wait::Init(..) | Wait::Barrier { .. }) => (nccl(&w), nccl(&r)),
+                    _ => (both(&w), both(&r)),
+                }
             }
-            _ => (
-                w.iter().flat_map(|q| [host_obj(*q), dev_obj(*q)]).collect(),
-                r.iter().flat_map(|q| [host_obj(*q), dev_obj(*q)]).collect(),
-            ),
+            Step::Item(k) => {
+                let item = before.item(*k);
+                if pooled || matches!(item.kind, ItemKind::Launch { .. } | ItemKind::StagedCopy) {
+                    (dev(&w), dev(&r).into_iter().chain(host(&r)).chain([op_obj(k.loc())]).collect())
+                } else {
+                    // A kernel, copy, memset or marker: its streams and the buffers it touches; it reads the streams of
+                    // what it waits for, and its issue.
+                    let mut wr: Vec<u32> = item.streams.iter().map(|s| stream_obj(*s)).collect();
+                    wr.extend(item.blocks.iter().map(|(b, _)| buf_obj(*b)));
+                    let waited = item.deps.iter().chain(&item.waits).filter_map(|d| before.streams.items.get(d));
+                    let rd: Vec<u32> = waited.flat_map(|i| i.streams.iter().map(|s| stream_obj(*s))).chain([op_obj(k.loc())]).collect();
+                    (wr, rd)
+                }
+            }
+            // A delivery: the ops it finishes; the eager credit of its connection; what decides whether its ops
+            // may progress (earlier ops of their lanes and plans, N4, N14; the matching, N3); and, commutatively,
+            // the launches it may end (whichever delivery finishes a launch last ends it).
+            Step::Transfer { send, recv } if !pooled => {
+                let mut wr = vec![op_obj(*send), op_obj(*recv)];
+                let mut rd = vec![r32 + sem.acting_rank(*send), r32 + sem.acting_rank(*recv)];
+                for loc in [send, recv] {
+                    let (k, idx) = sem.find_comm_op(before, *loc);
+                    rd.extend(gating_ops(before.item(k), idx).into_iter().map(op_obj));
+                    bumps.extend(launch_objects(before.item(k)));
+                }
+                wr.sort_unstable();
+                (wr, rd)
+            }
+            Step::Eager { send } if !pooled => {
+                let (k, idx) = sem.find_comm_op(before, *send);
+                let item = before.item(k);
+                bumps.extend(launch_objects(item));
+                let conn = conn_obj(before, *send);
+                let rd = gating_ops(item, idx).into_iter().map(op_obj).collect();
+                (vec![op_obj(*send), conn], rd)
+            }
+            Step::Drain { recv } if !pooled => {
+                let (k, idx) = sem.find_comm_op(before, *recv);
+                let item = before.item(k);
+                bumps.extend(launch_objects(item));
+                // The send it drains (N3: the same sequence number on the connection), finished there.
+                let sent = match (&item.kind, &before.comm_op((k, idx)).1.kind) {
+                    (ItemKind::Launch { comm, .. }, CommOpKind::Recv { peer, seq }) => before
+                        .matching(P2pKey { comm: *comm, src: *peer, dst: item.rank(), seq: *seq, recv: false })
+                        .map(|at| before.comm_op(at).1.loc),
+                    _ => None,
+                };
+                let mut wr = vec![op_obj(*recv), conn_obj(before, *recv)];
+                wr.extend(sent.map(op_obj));
+                let rd = gating_ops(item, idx).into_iter().map(op_obj).chain([r32 + sem.acting_rank(*recv)]).collect();
+                (wr, rd)
+            }
+            Step::Transfer { .. } | Step::Eager { .. } | Step::Drain { .. } | Step::Collective { .. } | Step::RootEarly { .. } => (dev(&w), dev(&r)),
+            Step::Connect { .. } => (nccl(&w), nccl(&r)),
+            Step::Watchdog { .. } => (both(&w), both(&r)),
         };
         writes.sort_unstable();
         writes.dedup();
@@ -341,7 +502,10 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
         reads.dedup();
         let global = withheld || matches!(step, Step::Watchdog { .. }) || after.undefined.is_some();
         let local = sem.is_local(before, step);
-        Footprint { step: step.clone(), agent: step_agent(sem, before, step), writes, reads, global, local }
+        bumps.sort_unstable();
+        bumps.dedup();
+        bumps.retain(|b| reads.binary_search(b).is_err());
+        Footprint { step: step.clone(), agent: step_agent(sem, before, step), writes, reads, bumps, global, local }
     };
 
     let mut events = Events::new(agents, objects);
@@ -431,6 +595,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
         // A step that disables another agent's step: that agent is explored here too (as if they raced).
         for (t, a) in &before {
             if *a != ev.agent && !nodes[d].backtrack.contains(a) && front.position(t).is_none() {
+                if std::env::var("DPOR_DEBUG").is_ok() { eprintln!("DISABLE {:?} | {:?}", step, t); }
                 nodes[d].backtrack.push(*a);
             }
         }
@@ -443,6 +608,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
             let initials = events.initials(i, j, |a| bt.contains(&a));
             if !initials.iter().any(|a| bt.contains(a)) {
                 if let Some(a) = initials.first() {
+                    if std::env::var("DPOR_DEBUG").is_ok() { eprintln!("RACE {:?} | {:?} | {a}", events.events[i as usize].step, events.events[j as usize].step); }
                     nodes[i as usize].backtrack.push(*a);
                 }
             }
@@ -460,6 +626,27 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
             held += crate::budget::state_bytes(&st);
             (st.clone(), front.clone())
         });
+        if front.is_empty() && std::env::var("DPOR_DEBUG").is_ok() {
+            let n = events.events.len();
+            let mut placed = vec![false; n];
+            let mut canon = String::new();
+            for _ in 0..n {
+                let mut best: Option<(String, usize)> = None;
+                for k in 0..n {
+                    if placed[k] { continue; }
+                    let ready = (0..n).all(|i| i == k || placed[i] || i > k || !events.before(i as u32, k as u32));
+                    if ready {
+                        let key = format!("{:?}", events.events[k].step);
+                        if best.as_ref().map_or(true, |b| key < b.0) { best = Some((key, k)); }
+                    }
+                }
+                let (key, k) = best.unwrap();
+                placed[k] = true;
+                canon.push_str(&key);
+                canon.push(';');
+            }
+            eprintln!("TRACE {}", canon);
+        }
         let backtrack = arrive(&mut st, &front, &sleep, &path, &mut found);
         nodes.push(Node { saved, sleep, backtrack, done: vec![], todo: vec![] });
         cur = Some((depth, st, front));
@@ -505,23 +692,72 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
     Dpor { exploration, executions, sleep_blocked }
 }
 
-/// The op a host step issues when it only appends device work (a kernel, an event record or wait, an asynchronous
-/// memset) or only sleeps, returning at once, with one outcome, observing no device and with no launch-queue limit
-/// (S6): it then reads and writes the host side of the ranks it names and none of their devices' progress, so it
-/// commutes with every device step but those of what it issues. `None` for every other step.
-fn appends(sem: &Semantics, before: &State, after: &State, step: &Step) -> Option<OpLoc> {
-    let Step::Host { thread, .. } = step else { return None };
-    let th = &before.host.threads[*thread as usize];
-    let loc = OpLoc { thread: *thread, op: th.pc };
-    let simple = th.wait.is_none()
+/// Whether thread `t`'s call (it was not blocked) only issues device work (a kernel, an event record or wait, a
+/// memset, a value assertion on a stream) or sleeps, or blocks on work issued before (stream, event and device
+/// synchronize: the items to wait for are the streams' tails and the events' bindings, fixed at issue), with one
+/// outcome, observing no device and with no launch-queue limit (S6): it then reads and writes the host side of the
+/// ranks it names and none of their devices' progress, so it commutes with every device step but those of what it
+/// issues. (A return from such a block reads the progress.)
+fn issues_only(sem: &Semantics, before: &State, after: &State, t: ThreadId) -> bool {
+    let th = &before.host.threads[t as usize];
+    let loc = OpLoc { thread: t, op: th.pc };
+    th.wait.is_none()
+        && after.undefined.is_none()
         && sem.profile.launch_queue_depth.is_none()
         && sem.info(loc).observes.is_none()
         && sem.info(loc).comm.is_none()
-        && sem.host_choices(before, *thread) == 1
+        && sem.host_choices(before, t) == 1
         && matches!(
             sem.op(loc).kind,
-            OpKind::Kernel { .. } | OpKind::EventRecord { .. } | OpKind::StreamWaitEvent { .. } | OpKind::HostSleep { .. } | OpKind::Memset { stream: Some(_), .. }
-        );
-    let returned = after.host.threads[*thread as usize].wait.is_none() && after.undefined.is_none();
-    (simple && returned).then_some(loc)
+            OpKind::Kernel { .. }
+                | OpKind::EventRecord { .. }
+                | OpKind::StreamWaitEvent { .. }
+                | OpKind::HostSleep { .. }
+                | OpKind::Memset { .. }
+                | OpKind::Expect { stream: Some(_), .. }
+                | OpKind::StreamSynchronize { .. }
+                | OpKind::EventSynchronize { .. }
+                | OpKind::DeviceSynchronize { .. }
+        )
+}
+
+/// The ops of a running launch whose progress decides whether the op at `idx` may progress: earlier ops of its lane
+/// (same peer, same direction; N4) and ops of earlier kernel plans (N14).
+fn gating_ops(item: &Item, idx: u32) -> Vec<OpLoc> {
+    let ItemKind::Launch { ops, .. } = &item.kind else { return vec![] };
+    let me = &ops[idx as usize];
+    let lane = |k: &CommOpKind| match k {
+        CommOpKind::Send { peer, .. } => Some((0u8, *peer)),
+        CommOpKind::Recv { peer, .. } => Some((1u8, *peer)),
+        CommOpKind::Collective { .. } => None,
+    };
+    let mine = lane(&me.kind);
+    ops.iter()
+        .enumerate()
+        .filter(|(j, o)| o.plan < me.plan || (*j < idx as usize && mine.is_some() && lane(&o.kind) == mine))
+        .map(|(_, o)| o.loc)
+        .collect()
+}
+
+/// Whether thread `t`'s call (it was not blocked) is an NCCL call that issues work or sets up a communicator (send,
+/// recv, collective, group brackets, init, split) or a barrier: it reads and writes the host side and NCCL's tables
+/// of the ranks it names (matching, N3; connections, N7; the launches it enqueues), never how far a stream or memory
+/// has got. (Abort, finalize, destroy and poll act on running work, N12, N13: not these.)
+fn nccl_call(sem: &Semantics, before: &State, t: ThreadId) -> bool {
+    let th = &before.host.threads[t as usize];
+    let loc = OpLoc { thread: t, op: th.pc };
+    th.wait.is_none()
+        && sem.profile.launch_queue_depth.is_none()
+        && sem.info(loc).observes.is_none()
+        && matches!(
+            sem.op(loc).kind,
+            OpKind::Send { .. }
+                | OpKind::Recv { .. }
+                | OpKind::Collective { .. }
+                | OpKind::GroupStart
+                | OpKind::GroupEnd
+                | OpKind::CommInit { .. }
+                | OpKind::CommSplit { .. }
+                | OpKind::Barrier { .. }
+        )
 }
