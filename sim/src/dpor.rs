@@ -2,15 +2,37 @@
 //! Aronis, Jonsson, Sagonas, "Optimal dynamic partial order reduction", POPL 2014, Algorithm 1), stateless, over
 //! the same enabled steps as every other strategy, with dependency computed from what steps touch.
 //!
-//! **Dependency.** A step writes the state of the ranks [`Semantics::step_ranks`] names and reads at most the ranks
-//! whose enabled steps a write of those may change ([`cuorder_model::semantics::incremental::RankGroups::affected_by_step`]: the ranks that share an op's
-//! footprint with them, or for a rank-local step the ranks that name its rank outside NCCL); these are the
-//! invariants the incremental engines rely on (`tests/incremental.rs`). Two steps are *dependent* when one writes a
-//! rank the other reads, when they belong to one agent ([`step_agent`]: a host thread, a stream, a communicator), or
-//! when either is *global*: a watchdog (N9, enabled by a global condition), a step the platform may withhold where
-//! it is taken ([`Semantics::starvable`]: then every state in which only such steps are enabled is still reached,
-//! since such a step stays after everything before it in every equivalent execution), or a step that ends the
-//! execution in an undefined state (it disables every other step).
+//! **Dependency.** A step reads and writes *objects*: the host side of a rank (its threads, what they issued: queue
+//! tails, event bindings, allocations), NCCL's tables of a rank (matching, N3; connections, N7; launches issued), each
+//! stream (its items' progress and clocks), each buffer (memory accesses), each op (issued or not; for NCCL ops,
+//! finished or not), each P2P connection's eager credit (N2). Which ranks a step concerns comes from
+//! [`Semantics::step_ranks`] (written) and [`cuorder_model::semantics::incremental::RankGroups::affected_by_step`]
+//! (read: the ranks whose enabled steps a write of those may change), the invariants the incremental engines rely on
+//! (`tests/incremental.rs`); which of their objects, from the step:
+//! - a host call that only issues work or blocks on work issued before (kernel, event record or wait, memset, value
+//!   assertion, stream/event/device synchronize: [`issues_only`]) touches host sides and the op it issues; an NCCL
+//!   call, group bracket, init, split or barrier ([`nccl_call`]) host sides and NCCL tables; the return from a
+//!   synchronize reads streams; every other host step touches everything of its ranks;
+//! - a kernel, copy, memset or marker writes its streams and the buffers it touches, and reads the streams of the
+//!   items it waits for and its op; an NCCL launch touches everything of its rank;
+//! - a delivery (transfer, eager, drain) writes its ops and its connection's credit, reads the ops that gate them
+//!   (earlier ops of the lane, N4; earlier kernel plans, N14) and the matching, and *bumps* the streams and buffers
+//!   of the launches it may end (two bumps commute: whichever delivery finishes a launch last ends it, its end
+//!   joining every op's clock; a bump conflicts with a read or write);
+//! - with allocations (P4: a block holds several buffers over time) items and deliveries touch everything of their
+//!   ranks.
+//!
+//! Two steps are *dependent* when one writes or bumps an object the other reads, writes or (for a write) bumps, when
+//! they belong to one agent ([`step_agent`]: a host thread, a stream, a communicator), or when either is *global*: a
+//! watchdog (N9, enabled by a global condition), a step the platform may withhold where it is taken
+//! ([`Semantics::starvable`]: then every state in which only such steps are enabled is still reached, since such a
+//! step stays after everything before it in every equivalent execution), or a step that ends the execution in an
+//! undefined state (it disables every other step).
+//!
+//! **Persistent sets.** A step that commutes with every step that can ever be enabled beside it
+//! ([`Semantics::is_local`], the exhaustive search's proof) is explored first, and a race with it is not reversed:
+//! `{it}` is a persistent set of the state where it was taken. It still orders what depends on it, and a path through
+//! it does not hide a race between the events before and after it.
 //!
 //! **Nondeterministic agents.** An agent can have several enabled steps (an allocation's block, a send that may
 //! finish eagerly or wait for its recv, a query's answer): backtrack sets hold agents, and exploring an agent at a
@@ -21,14 +43,19 @@
 //! **What it proves.** Every maximal execution has an equivalent one explored (Source-DPOR's theorem), so every final
 //! state (complete, deadlocked, undefined) and every race and stale read is reached, and a problem present in every
 //! final state explored is present in every execution. `tests/reduction.rs` checks that DPOR, the reduced search and
-//! the unreduced search give the same verdicts on the corpus and on generated programs, under every profile.
+//! the unreduced search give the same verdicts on the corpus and on generated programs, under every profile, wherever
+//! DPOR finishes within the test budget. Being stateless it visits again what the exhaustive search merges (a state
+//! reached by executions that differ in the order of steps which reach equal states but do not commute step by step:
+//! a synchronize called before or after the kernel it waits for ends), so it suits small programs.
 
 use std::collections::HashSet;
 use std::hash::Hash;
 use std::time::Instant;
 
 use cuorder_model::program::RankId;
-use cuorder_model::semantics::incremental::Frontier;
+use std::collections::BTreeMap;
+
+use cuorder_model::semantics::incremental::{Frontier, RankGroups};
 use cuorder_model::program::{BufRef, OpKind, StreamRef};
 use cuorder_model::op_info::NcclRole;
 use cuorder_model::semantics::{CommOpKind, Item, P2pKey, ItemKind, OpLoc, Semantics, State, Step, ThreadId, Wait};
@@ -334,7 +361,6 @@ pub struct Dpor {
 /// [`crate::explore::explore`]; `reduce` and `forget` are ignored).
 pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
     let started = Instant::now();
-    let groups = sem.rank_groups();
     let agents = sem.agents + sem.program.comms.len();
     let ranks = sem.program.ranks.len();
     let mut mark = vec![false; ranks];
@@ -345,167 +371,10 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
     let mut held = 0usize;
     let mut limit_hit: Option<String> = None;
 
-    // Objects (module docs): the host side of each rank; its device side (NCCL matching and connections, the
-    // allocator, whether an NCCL kernel spins); each of its streams (queue progress, its items' status and clocks);
-    // each of its buffers (memory accesses); each op (issued or not).
-    let mut op_base = vec![0u32; sem.thread_of.len() + 1];
-    for t in 0..sem.thread_of.len() {
-        op_base[t + 1] = op_base[t] + sem.ops_len(t as ThreadId) as u32;
-    }
-    let nstreams = (sem.agents - sem.thread_of.len()) as u32;
-    let nbuf = sem.program.ranks.iter().map(|r| r.buffers.len()).max().unwrap_or(0) as u32;
-    let r32 = ranks as u32;
-    let host_obj = |r: RankId| r;
-    let stream_obj = |s: StreamRef| 2 * r32 + sem.stream_index(s) as u32;
-    let buf_obj = |b: BufRef| 2 * r32 + nstreams + b.rank * nbuf + b.index;
-    let op_obj = |loc: OpLoc| 2 * r32 + nstreams + r32 * nbuf + op_base[loc.thread as usize] + loc.op;
-    let objects = (2 * r32 + nstreams + r32 * nbuf + op_base[sem.thread_of.len()]) as usize;
-    // Every object of a rank's device side, ascending.
-    let device: Vec<Vec<u32>> = (0..r32)
-        .map(|r| {
-            let streams = (0..sem.program.ranks[r as usize].streams.len() as u32).map(|index| stream_obj(StreamRef { rank: r, index }));
-            let bufs = (0..sem.program.ranks[r as usize].buffers.len() as u32).map(|index| buf_obj(BufRef { rank: r, index }));
-            std::iter::once(r32 + r).chain(streams).chain(bufs).collect()
-        })
-        .collect();
-    // With allocations, a block may hold several buffers over time (P4): memory is then judged per device.
-    let pooled = sem.program.ranks.iter().flat_map(|r| &r.buffers).any(|b| b.pooled)
-        || sem.program.ranks.iter().flat_map(|r| &r.threads).flat_map(|t| &t.ops).any(|o| {
-            matches!(
-                o.kind,
-                OpKind::Alloc { .. } | OpKind::Free { .. } | OpKind::RecordStream { .. } | OpKind::CudaFree { .. } | OpKind::CudaMalloc { .. }
-                    | OpKind::CudaMallocHost { .. } | OpKind::EmptyCache { .. }
-            )
-        });
-    // One object per P2P connection (communicator, sender, receiver) the program uses: its eager credit (N2).
-    let mut conns: std::collections::BTreeMap<(u32, RankId, RankId), u32> = std::collections::BTreeMap::new();
-    for t in 0..sem.thread_of.len() as ThreadId {
-        for op in 0..sem.ops_len(t) as u32 {
-            let loc = OpLoc { thread: t, op };
-            let (info, me) = (sem.info(loc), sem.acting_rank(loc));
-            let key = match (info.comm, info.nccl) {
-                (Some(c), Some(NcclRole::Send { peer })) => (c.0, me, peer),
-                (Some(c), Some(NcclRole::Recv { peer })) => (c.0, peer, me),
-                _ => continue,
-            };
-            let next = objects as u32 + conns.len() as u32;
-            conns.entry(key).or_insert(next);
-        }
-    }
-    let objects = objects + conns.len();
-    let conn_obj = |st: &State, loc: OpLoc| -> u32 {
-        let (k, idx) = sem.find_comm_op(st, loc);
-        let item = st.item(k);
-        let (ItemKind::Launch { comm, ops, .. }, me) = (&item.kind, item.rank()) else { unreachable!("a delivery's op is in a launch") };
-        let key = match ops[idx as usize].kind {
-            CommOpKind::Send { peer, .. } => (comm.0, me, peer),
-            CommOpKind::Recv { peer, .. } => (comm.0, peer, me),
-            CommOpKind::Collective { .. } => unreachable!("a P2P delivery's op is a send or recv"),
-        };
-        conns[&key]
-    };
-    // What a launch's end changes: its streams and the memory its ops touch.
-    let launch_objects = |item: &Item| -> Vec<u32> {
-        item.streams.iter().map(|s| stream_obj(*s)).chain(item.blocks.iter().map(|(b, _)| buf_obj(*b))).collect()
-    };
-    // What a step touches (module docs), from the state before it and the state after it.
+    let deps = Dependency::new(sem);
+    let objects = deps.objects;
     let footprint = |before: &State, after: &State, step: &Step, withheld: bool, mark: &mut Vec<bool>| -> Footprint {
-        let mut w = sem.step_ranks(before, step);
-        w.sort_unstable();
-        w.dedup();
-        let mut r = vec![];
-        groups.affected_by_step(&w, sem.rank_local_step(before, step), mark, &mut r);
-        let host = |v: &[RankId]| v.iter().map(|q| host_obj(*q)).collect::<Vec<u32>>();
-        let dev = |v: &[RankId]| v.iter().flat_map(|q| device[*q as usize].iter().copied()).collect::<Vec<u32>>();
-        let both = |v: &[RankId]| host(v).into_iter().chain(dev(v)).collect::<Vec<u32>>();
-        let nccl = |v: &[RankId]| host(v).into_iter().chain(v.iter().map(|q| r32 + *q)).collect::<Vec<u32>>();
-        let mut bumps: Vec<u32> = vec![];
-        let (mut writes, mut reads): (Vec<u32>, Vec<u32>) = match step {
-            Step::Host { thread, .. } => {
-                let th = &before.host.threads[*thread as usize];
-                match &th.wait {
-                    // A call that only issues work (or blocks on what it issued): the host side alone.
-                    None if issues_only(sem, before, after, *thread) => {
-                        let loc = OpLoc { thread: *thread, op: th.pc };
-                        (host(&w).into_iter().chain([op_obj(loc)]).collect(), host(&r))
-                    }
-                    // Returning once items ended or the source is staged reads their progress, writes the thread.
-                    Some(Wait::Items { .. } | Wait::Staged(_)) => (host(&w), both(&r)),
-                    // NCCL calls, group brackets, communicator set-up, barriers, and the returns that launch a group or
-                    // end a rendezvous of hosts: the host side and NCCL's tables (matching, connections, launches
-                    // issued), not the progress of streams or memory.
-                    None if nccl_call(sem, before, *thread) => (nccl(&w), nccl(&r)),
-                    Some(Wait::Connect { .. } | Wait::Init(..) | Wait::Barrier { .. }) => (nccl(&w), nccl(&r)),
-                    _ => (both(&w), both(&r)),
-                }
-            }
-            Step::Item(k) => {
-                let item = before.item(*k);
-                if pooled || matches!(item.kind, ItemKind::Launch { .. } | ItemKind::StagedCopy) {
-                    (dev(&w), dev(&r).into_iter().chain(host(&r)).chain([op_obj(k.loc())]).collect())
-                } else {
-                    // A kernel, copy, memset or marker: its streams and the buffers it touches; it reads the streams of
-                    // what it waits for, and its issue.
-                    let mut wr: Vec<u32> = item.streams.iter().map(|s| stream_obj(*s)).collect();
-                    wr.extend(item.blocks.iter().map(|(b, _)| buf_obj(*b)));
-                    let waited = item.deps.iter().chain(&item.waits).filter_map(|d| before.streams.items.get(d));
-                    let rd: Vec<u32> = waited.flat_map(|i| i.streams.iter().map(|s| stream_obj(*s))).chain([op_obj(k.loc())]).collect();
-                    (wr, rd)
-                }
-            }
-            // A delivery: the ops it finishes; the eager credit of its connection; what decides whether its ops
-            // may progress (earlier ops of their lanes and plans, N4, N14; the matching, N3); and, commutatively,
-            // the launches it may end (whichever delivery finishes a launch last ends it).
-            Step::Transfer { send, recv } if !pooled => {
-                let mut wr = vec![op_obj(*send), op_obj(*recv)];
-                let mut rd = vec![r32 + sem.acting_rank(*send), r32 + sem.acting_rank(*recv)];
-                for loc in [send, recv] {
-                    let (k, idx) = sem.find_comm_op(before, *loc);
-                    rd.extend(gating_ops(before.item(k), idx).into_iter().map(op_obj));
-                    bumps.extend(launch_objects(before.item(k)));
-                }
-                wr.sort_unstable();
-                (wr, rd)
-            }
-            Step::Eager { send } if !pooled => {
-                let (k, idx) = sem.find_comm_op(before, *send);
-                let item = before.item(k);
-                bumps.extend(launch_objects(item));
-                let conn = conn_obj(before, *send);
-                let rd = gating_ops(item, idx).into_iter().map(op_obj).collect();
-                (vec![op_obj(*send), conn], rd)
-            }
-            Step::Drain { recv } if !pooled => {
-                let (k, idx) = sem.find_comm_op(before, *recv);
-                let item = before.item(k);
-                bumps.extend(launch_objects(item));
-                // The send it drains (N3: the same sequence number on the connection), finished there.
-                let sent = match (&item.kind, &before.comm_op((k, idx)).1.kind) {
-                    (ItemKind::Launch { comm, .. }, CommOpKind::Recv { peer, seq }) => before
-                        .matching(P2pKey { comm: *comm, src: *peer, dst: item.rank(), seq: *seq, recv: false })
-                        .map(|at| before.comm_op(at).1.loc),
-                    _ => None,
-                };
-                let mut wr = vec![op_obj(*recv), conn_obj(before, *recv)];
-                wr.extend(sent.map(op_obj));
-                let rd = gating_ops(item, idx).into_iter().map(op_obj).chain([r32 + sem.acting_rank(*recv)]).collect();
-                (wr, rd)
-            }
-            Step::Transfer { .. } | Step::Eager { .. } | Step::Drain { .. } | Step::Collective { .. } | Step::RootEarly { .. } => (dev(&w), dev(&r)),
-            Step::Connect { .. } => (nccl(&w), nccl(&r)),
-            Step::Watchdog { .. } => (both(&w), both(&r)),
-        };
-        writes.sort_unstable();
-        writes.dedup();
-        reads.extend(writes.iter().copied());
-        reads.sort_unstable();
-        reads.dedup();
-        let global = withheld || matches!(step, Step::Watchdog { .. }) || after.undefined.is_some();
-        let local = sem.is_local(before, step);
-        bumps.sort_unstable();
-        bumps.dedup();
-        bumps.retain(|b| reads.binary_search(b).is_err());
-        Footprint { step: step.clone(), agent: step_agent(sem, before, step), writes, reads, bumps, global, local }
+        deps.footprint(before, after, step, withheld, mark)
     };
 
     let mut events = Events::new(agents, objects);
@@ -760,4 +629,265 @@ fn nccl_call(sem: &Semantics, before: &State, t: ThreadId) -> bool {
                 | OpKind::CommSplit { .. }
                 | OpKind::Barrier { .. }
         )
+}
+
+/// The objects of a program and what each step touches (module docs, "Dependency").
+pub struct Dependency<'a, 'p> {
+    sem: &'a Semantics<'p>,
+    groups: RankGroups,
+    r32: u32,
+    nstreams: u32,
+    nbuf: u32,
+    /// Per thread: the index of its first op among all ops (and the total at the end).
+    op_base: Vec<u32>,
+    /// Per rank: every object of its device side, ascending.
+    device: Vec<Vec<u32>>,
+    /// Whether the program allocates (P4): memory is then judged per device.
+    pooled: bool,
+    /// P2P connection (communicator, sender, receiver) -> its object.
+    conns: BTreeMap<(u32, RankId, RankId), u32>,
+    /// Number of objects.
+    objects: usize,
+}
+
+impl<'a, 'p> Dependency<'a, 'p> {
+    /// The objects of `sem`'s program: the host side of each rank; its device side (NCCL matching and connections,
+    /// the allocator, whether an NCCL kernel spins); each of its streams (queue progress, its items' status and
+    /// clocks); each of its buffers (memory accesses); each op (issued or not); each P2P connection's eager credit.
+    pub fn new(sem: &'a Semantics<'p>) -> Self {
+        let mut op_base = vec![0u32; sem.thread_of.len() + 1];
+        for t in 0..sem.thread_of.len() {
+            op_base[t + 1] = op_base[t] + sem.ops_len(t as ThreadId) as u32;
+        }
+        let ranks = sem.program.ranks.len() as u32;
+        let nstreams = (sem.agents - sem.thread_of.len()) as u32;
+        let nbuf = sem.program.ranks.iter().map(|r| r.buffers.len()).max().unwrap_or(0) as u32;
+        let mut d = Dependency {
+            sem,
+            groups: sem.rank_groups(),
+            r32: ranks,
+            nstreams,
+            nbuf,
+            op_base,
+            device: vec![],
+            pooled: false,
+            conns: BTreeMap::new(),
+            objects: 0,
+        };
+        d.device = (0..ranks)
+            .map(|r| {
+                let streams = (0..sem.program.ranks[r as usize].streams.len() as u32).map(|index| d.stream_obj(StreamRef { rank: r, index }));
+                let bufs = (0..sem.program.ranks[r as usize].buffers.len() as u32).map(|index| d.buf_obj(BufRef { rank: r, index }));
+                std::iter::once(ranks + r).chain(streams).chain(bufs).collect()
+            })
+            .collect();
+        d.pooled = sem.program.ranks.iter().flat_map(|r| &r.buffers).any(|b| b.pooled)
+            || sem.program.ranks.iter().flat_map(|r| &r.threads).flat_map(|t| &t.ops).any(|o| {
+                matches!(
+                    o.kind,
+                    OpKind::Alloc { .. } | OpKind::Free { .. } | OpKind::RecordStream { .. } | OpKind::CudaFree { .. } | OpKind::CudaMalloc { .. }
+                        | OpKind::CudaMallocHost { .. } | OpKind::EmptyCache { .. }
+                )
+            });
+        let first_conn = 2 * ranks + nstreams + ranks * nbuf + d.op_base[sem.thread_of.len()];
+        for t in 0..sem.thread_of.len() as ThreadId {
+            for op in 0..sem.ops_len(t) as u32 {
+                let loc = OpLoc { thread: t, op };
+                let (info, me) = (sem.info(loc), sem.acting_rank(loc));
+                let key = match (info.comm, info.nccl) {
+                    (Some(c), Some(NcclRole::Send { peer })) => (c.0, me, peer),
+                    (Some(c), Some(NcclRole::Recv { peer })) => (c.0, peer, me),
+                    _ => continue,
+                };
+                let next = first_conn + d.conns.len() as u32;
+                d.conns.entry(key).or_insert(next);
+            }
+        }
+        d.objects = (first_conn as usize) + d.conns.len();
+        d
+    }
+
+    fn host_obj(&self, r: RankId) -> u32 {
+        r
+    }
+
+    fn stream_obj(&self, s: StreamRef) -> u32 {
+        2 * self.r32 + self.sem.stream_index(s) as u32
+    }
+
+    fn buf_obj(&self, b: BufRef) -> u32 {
+        2 * self.r32 + self.nstreams + b.rank * self.nbuf + b.index
+    }
+
+    fn op_obj(&self, loc: OpLoc) -> u32 {
+        2 * self.r32 + self.nstreams + self.r32 * self.nbuf + self.op_base[loc.thread as usize] + loc.op
+    }
+
+    /// The eager credit of the connection of the P2P op at `loc` (running in a launch of `st`).
+    fn conn_obj(&self, st: &State, loc: OpLoc) -> u32 {
+        let (k, idx) = self.sem.find_comm_op(st, loc);
+        let item = st.item(k);
+        let (ItemKind::Launch { comm, ops, .. }, me) = (&item.kind, item.rank()) else { unreachable!("a delivery's op is in a launch") };
+        let key = match ops[idx as usize].kind {
+            CommOpKind::Send { peer, .. } => (comm.0, me, peer),
+            CommOpKind::Recv { peer, .. } => (comm.0, peer, me),
+            CommOpKind::Collective { .. } => unreachable!("a P2P delivery's op is a send or recv"),
+        };
+        self.conns[&key]
+    }
+
+    /// What a launch's end changes: its streams and the memory its ops touch.
+    fn launch_objects(&self, item: &Item) -> Vec<u32> {
+        item.streams.iter().map(|s| self.stream_obj(*s)).chain(item.blocks.iter().map(|(b, _)| self.buf_obj(*b))).collect()
+    }
+
+    /// What `step` touches, from the state `before` it and the state `after` it; `withheld`: whether the platform
+    /// may withhold it in `before` ([`Semantics::starvable`]). `mark`: one flag per rank, all `false`.
+    fn footprint(&self, before: &State, after: &State, step: &Step, withheld: bool, mark: &mut [bool]) -> Footprint {
+        let (sem, r32, pooled) = (self.sem, self.r32, self.pooled);
+        let mut w = sem.step_ranks(before, step);
+        w.sort_unstable();
+        w.dedup();
+        let mut r = vec![];
+        self.groups.affected_by_step(&w, sem.rank_local_step(before, step), mark, &mut r);
+        let host = |v: &[RankId]| v.iter().map(|q| self.host_obj(*q)).collect::<Vec<u32>>();
+        let dev = |v: &[RankId]| v.iter().flat_map(|q| self.device[*q as usize].iter().copied()).collect::<Vec<u32>>();
+        let both = |v: &[RankId]| host(v).into_iter().chain(dev(v)).collect::<Vec<u32>>();
+        let nccl = |v: &[RankId]| host(v).into_iter().chain(v.iter().map(|q| r32 + *q)).collect::<Vec<u32>>();
+        let mut bumps: Vec<u32> = vec![];
+        let (mut writes, mut reads): (Vec<u32>, Vec<u32>) = match step {
+            Step::Host { thread, .. } => {
+                let th = &before.host.threads[*thread as usize];
+                match &th.wait {
+                    // A call that only issues work (or blocks on what it issued): the host side alone.
+                    None if issues_only(sem, before, after, *thread) => {
+                        let loc = OpLoc { thread: *thread, op: th.pc };
+                        (host(&w).into_iter().chain([self.op_obj(loc)]).collect(), host(&r))
+                    }
+                    // Returning once items ended or the source is staged reads their progress, writes the thread.
+                    Some(Wait::Items { .. } | Wait::Staged(_)) => (host(&w), both(&r)),
+                    // NCCL calls, group brackets, communicator set-up, barriers, and the returns that launch a group or
+                    // end a rendezvous of hosts: the host side and NCCL's tables (matching, connections, launches
+                    // issued), not the progress of streams or memory.
+                    None if nccl_call(sem, before, *thread) => (nccl(&w), nccl(&r)),
+                    Some(Wait::Connect { .. } | Wait::Init(..) | Wait::Barrier { .. }) => (nccl(&w), nccl(&r)),
+                    _ => (both(&w), both(&r)),
+                }
+            }
+            Step::Item(k) => {
+                let item = before.item(*k);
+                if pooled || matches!(item.kind, ItemKind::Launch { .. } | ItemKind::StagedCopy) {
+                    (dev(&w), dev(&r).into_iter().chain(host(&r)).chain([self.op_obj(k.loc())]).collect())
+                } else {
+                    // A kernel, copy, memset or marker: its streams and the buffers it touches; it reads the streams of
+                    // what it waits for, and its issue.
+                    let mut wr: Vec<u32> = item.streams.iter().map(|s| self.stream_obj(*s)).collect();
+                    wr.extend(item.blocks.iter().map(|(b, _)| self.buf_obj(*b)));
+                    let waited = item.deps.iter().chain(&item.waits).filter_map(|d| before.streams.items.get(d));
+                    let rd: Vec<u32> = waited.flat_map(|i| i.streams.iter().map(|s| self.stream_obj(*s))).chain([self.op_obj(k.loc())]).collect();
+                    (wr, rd)
+                }
+            }
+            // A delivery: the ops it finishes; the eager credit of its connection; what decides whether its ops
+            // may progress (earlier ops of their lanes and plans, N4, N14; the matching, N3); and, commutatively,
+            // the launches it may end (whichever delivery finishes a launch last ends it).
+            Step::Transfer { send, recv } if !pooled => {
+                let mut wr = vec![self.op_obj(*send), self.op_obj(*recv)];
+                let mut rd = vec![r32 + sem.acting_rank(*send), r32 + sem.acting_rank(*recv)];
+                for loc in [send, recv] {
+                    let (k, idx) = sem.find_comm_op(before, *loc);
+                    rd.extend(gating_ops(before.item(k), idx).into_iter().map(|l| self.op_obj(l)));
+                    bumps.extend(self.launch_objects(before.item(k)));
+                }
+                wr.sort_unstable();
+                (wr, rd)
+            }
+            Step::Eager { send } if !pooled => {
+                let (k, idx) = sem.find_comm_op(before, *send);
+                let item = before.item(k);
+                bumps.extend(self.launch_objects(item));
+                let conn = self.conn_obj(before, *send);
+                let rd = gating_ops(item, idx).into_iter().map(|l| self.op_obj(l)).collect();
+                (vec![self.op_obj(*send), conn], rd)
+            }
+            Step::Drain { recv } if !pooled => {
+                let (k, idx) = sem.find_comm_op(before, *recv);
+                let item = before.item(k);
+                bumps.extend(self.launch_objects(item));
+                // The send it drains (N3: the same sequence number on the connection), finished there.
+                let sent = match (&item.kind, &before.comm_op((k, idx)).1.kind) {
+                    (ItemKind::Launch { comm, .. }, CommOpKind::Recv { peer, seq }) => before
+                        .matching(P2pKey { comm: *comm, src: *peer, dst: item.rank(), seq: *seq, recv: false })
+                        .map(|at| before.comm_op(at).1.loc),
+                    _ => None,
+                };
+                let mut wr = vec![self.op_obj(*recv), self.conn_obj(before, *recv)];
+                wr.extend(sent.map(|l| self.op_obj(l)));
+                let rd = gating_ops(item, idx).into_iter().map(|l| self.op_obj(l)).chain([r32 + sem.acting_rank(*recv)]).collect();
+                (wr, rd)
+            }
+            Step::Transfer { .. } | Step::Eager { .. } | Step::Drain { .. } | Step::Collective { .. } | Step::RootEarly { .. } => (dev(&w), dev(&r)),
+            Step::Connect { .. } => (nccl(&w), nccl(&r)),
+            Step::Watchdog { .. } => (both(&w), both(&r)),
+        };
+        writes.sort_unstable();
+        writes.dedup();
+        reads.extend(writes.iter().copied());
+        reads.sort_unstable();
+        reads.dedup();
+        let global = withheld || matches!(step, Step::Watchdog { .. }) || after.undefined.is_some();
+        let local = sem.is_local(before, step);
+        bumps.sort_unstable();
+        bumps.dedup();
+        bumps.retain(|b| reads.binary_search(b).is_err());
+        Footprint { step: step.clone(), agent: step_agent(sem, before, step), writes, reads, bumps, global, local }
+    }
+}
+
+/// Another order of the execution `schedule` (a replayable list of steps from the initial state) with the same
+/// happens-before relation DPOR computes for it: a random linearization (seeded) of its dependency order. The
+/// relation is sound when every such order can be replayed and reaches a state with the same problems
+/// (`tests/dpor.rs`). Errors: the step of `schedule` that is not enabled where it comes.
+pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64) -> Result<Vec<Step>, crate::run::Diverged> {
+    let deps = Dependency::new(sem);
+    let agents = sem.agents + sem.program.comms.len();
+    let mut events = Events::new(agents, deps.objects);
+    let mut mark = vec![false; sem.program.ranks.len()];
+    let mut st = sem.initial();
+    let mut front = Frontier::new(sem, &st);
+    for (i, step) in schedule.iter().enumerate() {
+        let Some(withheld) = front.iter().find(|(s, _)| *s == step).map(|(_, w)| w) else {
+            return Err(crate::run::Diverged { at: i, step: step.clone() });
+        };
+        let before = st.clone();
+        front.apply(sem, &mut st, step);
+        let mut ev = deps.footprint(&before, &st, step, withheld, &mut mark);
+        // Races are not asked for here: a local event orders like any other.
+        ev.local = false;
+        events.push(ev);
+    }
+    // Kahn's algorithm over the immediate predecessors, picking uniformly among the events whose predecessors are all
+    // placed.
+    let n = schedule.len();
+    let mut rng = crate::rng::Rng::new(seed);
+    let mut placed = vec![false; n];
+    let mut out = Vec::with_capacity(n);
+    let mut ready: Vec<usize> = vec![];
+    let preds_placed = |k: usize, placed: &[bool]| (0..k).all(|i| placed[i] || !events.before(i as u32, k as u32));
+    for k in 0..n {
+        if preds_placed(k, &placed) {
+            ready.push(k);
+        }
+    }
+    while !ready.is_empty() {
+        let k = ready.swap_remove(rng.below(ready.len() as u64) as usize);
+        placed[k] = true;
+        out.push(schedule[k].clone());
+        for j in k + 1..n {
+            if !placed[j] && !ready.contains(&j) && events.before(k as u32, j as u32) && preds_placed(j, &placed) {
+                ready.push(j);
+            }
+        }
+    }
+    Ok(out)
 }
