@@ -362,8 +362,10 @@ enum Command {
     /// (seeded: execution i uses seed SEED+i, and the output is the same whatever --jobs), or `bounded`: every
     /// execution with at most --bound preemptions (a step of another host thread, stream or communicator while the
     /// one that ran last could still go on), searched for bounds 0, 1, ... up to --bound; each finding says the
-    /// bound at which it first appeared. Exit codes as `check`; sampling and bounded search never prove the absence
-    /// of a problem (a bounded search says nothing of executions with more preemptions), so a clean run exits 3.
+    /// bound at which it first appeared, or `dpor`: every execution up to equivalence (dynamic partial-order
+    /// reduction, stateless; a proof like `exhaustive`, by another algorithm). Exit codes as `check`; sampling and
+    /// bounded search never prove the absence of a problem (a bounded search says nothing of executions with more
+    /// preemptions), so a clean run exits 3.
     Explore {
         program: PathBuf,
         #[arg(long, value_enum, default_value = "random")]

@@ -464,7 +464,6 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
         // A step that disables another agent's step: that agent is explored here too (as if they raced).
         for (t, a) in &before {
             if *a != ev.agent && !nodes[d].backtrack.contains(a) && front.position(t).is_none() {
-                if std::env::var("DPOR_DEBUG").is_ok() { eprintln!("DISABLE {:?} | {:?}", step, t); }
                 nodes[d].backtrack.push(*a);
             }
         }
@@ -477,7 +476,6 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
             let initials = events.initials(i, j, |a| bt.contains(&a));
             if !initials.iter().any(|a| bt.contains(a)) {
                 if let Some(a) = initials.first() {
-                    if std::env::var("DPOR_DEBUG").is_ok() { eprintln!("RACE {:?} | {:?} | {a}", events.events[i as usize].step, events.events[j as usize].step); }
                     nodes[i as usize].backtrack.push(*a);
                 }
             }
@@ -495,27 +493,6 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
             held += crate::budget::state_bytes(&st);
             (st.clone(), front.clone())
         });
-        if front.is_empty() && std::env::var("DPOR_DEBUG").is_ok() {
-            let n = events.events.len();
-            let mut placed = vec![false; n];
-            let mut canon = String::new();
-            for _ in 0..n {
-                let mut best: Option<(String, usize)> = None;
-                for k in 0..n {
-                    if placed[k] { continue; }
-                    let ready = (0..n).all(|i| i == k || placed[i] || i > k || !events.before(i as u32, k as u32));
-                    if ready {
-                        let key = format!("{:?}", events.events[k].step);
-                        if best.as_ref().map_or(true, |b| key < b.0) { best = Some((key, k)); }
-                    }
-                }
-                let (key, k) = best.unwrap();
-                placed[k] = true;
-                canon.push_str(&key);
-                canon.push(';');
-            }
-            eprintln!("TRACE {}", canon);
-        }
         let backtrack = arrive(&mut st, &front, &sleep, &path, &mut found);
         nodes.push(Node { saved, sleep, backtrack, done: vec![], todo: vec![] });
         cur = Some((depth, st, front));
