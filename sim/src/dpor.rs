@@ -373,9 +373,6 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
 
     let deps = Dependency::new(sem);
     let objects = deps.objects;
-    let footprint = |before: &State, after: &State, step: &Step, withheld: bool, mark: &mut Vec<bool>| -> Footprint {
-        deps.footprint(before, after, step, withheld, mark)
-    };
 
     let mut events = Events::new(agents, objects);
 
@@ -413,7 +410,20 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
     let mut nodes = vec![Node { saved: Some((init, init_front)), sleep: vec![], backtrack, done: vec![], todo: vec![] }];
 
     'search: while let Some(d) = nodes.len().checked_sub(1) {
-        // The next step to take from the deepest state, if any is left.
+        let node = &nodes[d];
+        if node.todo.is_empty() && node.backtrack.iter().all(|p| node.done.contains(p)) {
+            // Done here: back to the state before.
+            if let Some((st, _)) = nodes[d].saved.take() {
+                held -= crate::budget::state_bytes(&st).min(held);
+            }
+            nodes.pop();
+            if d > 0 {
+                events.pop();
+                path.pop();
+            }
+            continue;
+        }
+        // The state at depth `d`: the current one, or rebuilt from the checkpoint before it.
         let (st, front) = match cur.take() {
             Some((depth, st, front)) if depth == d => (st, front),
             _ => {
@@ -442,14 +452,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
             }
         }
         if node.todo.is_empty() {
-            if let Some((st, _)) = node.saved.take() {
-                held -= crate::budget::state_bytes(&st).min(held);
-            }
-            nodes.pop();
-            if d > 0 {
-                events.pop();
-                path.pop();
-            }
+            // No agent left to explore has a step here: the next turn goes back.
             continue;
         }
         let step = node.todo.remove(0);
@@ -457,10 +460,11 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
         // The other agents' enabled steps here, to see which the step disables.
         let before: Vec<(Step, usize)> =
             front.iter().filter(|(s, _)| **s != step).map(|(s, _)| (s.clone(), step_agent(sem, &st, s))).collect();
-        let parent = st.clone();
+        let mut ev = deps.footprint(&st, &step, withheld, &mut mark);
         let (mut st, mut front) = (st, front);
         front.apply(sem, &mut st, &step);
-        let ev = footprint(&parent, &st, &step, withheld, &mut mark);
+        // An undefined use ends the execution: it disables every other step.
+        ev.global |= st.undefined.is_some();
         // A step that disables another agent's step: that agent is explored here too (as if they raced).
         for (t, a) in &before {
             if *a != ev.agent && !nodes[d].backtrack.contains(a) && front.position(t).is_none() {
@@ -544,11 +548,10 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
 /// outcome, observing no device and with no launch-queue limit (S6): it then reads and writes the host side of the
 /// ranks it names and none of their devices' progress, so it commutes with every device step but those of what it
 /// issues. (A return from such a block reads the progress.)
-fn issues_only(sem: &Semantics, before: &State, after: &State, t: ThreadId) -> bool {
+fn issues_only(sem: &Semantics, before: &State, t: ThreadId) -> bool {
     let th = &before.host.threads[t as usize];
     let loc = OpLoc { thread: t, op: th.pc };
     th.wait.is_none()
-        && after.undefined.is_none()
         && sem.profile.launch_queue_depth.is_none()
         && sem.info(loc).observes.is_none()
         && sem.info(loc).comm.is_none()
@@ -718,9 +721,10 @@ impl<'a, 'p> Dependency<'a, 'p> {
         item.streams.iter().map(|s| self.stream_obj(*s)).chain(item.blocks.iter().map(|(b, _)| self.buf_obj(*b))).collect()
     }
 
-    /// What `step` touches, from the state `before` it and the state `after` it; `withheld`: whether the platform
-    /// may withhold it in `before` ([`Semantics::starvable`]). `mark`: one flag per rank, all `false`.
-    fn footprint(&self, before: &State, after: &State, step: &Step, withheld: bool, mark: &mut [bool]) -> Footprint {
+    /// What `step` touches, from the state `before` it; `withheld`: whether the platform may withhold it there
+    /// ([`Semantics::starvable`]). Not known before the step is taken, and left to the caller: whether it ends the
+    /// execution in an undefined state (then it is global). `mark`: one flag per rank, all `false`.
+    fn footprint(&self, before: &State, step: &Step, withheld: bool, mark: &mut [bool]) -> Footprint {
         let (sem, r32, pooled) = (self.sem, self.r32, self.pooled);
         let mut w = sem.step_ranks(before, step);
         w.sort_unstable();
@@ -737,7 +741,7 @@ impl<'a, 'p> Dependency<'a, 'p> {
                 let th = &before.host.threads[*thread as usize];
                 match &th.wait {
                     // A call that only issues work (or blocks on what it issued): the host side alone.
-                    None if issues_only(sem, before, after, *thread) => {
+                    None if issues_only(sem, before, *thread) => {
                         let loc = OpLoc { thread: *thread, op: th.pc };
                         (host(&w).into_iter().chain([self.op_obj(loc)]).collect(), host(&r))
                     }
@@ -812,7 +816,7 @@ impl<'a, 'p> Dependency<'a, 'p> {
         reads.extend(writes.iter().copied());
         reads.sort_unstable();
         reads.dedup();
-        let global = withheld || matches!(step, Step::Watchdog { .. }) || after.undefined.is_some();
+        let global = withheld || matches!(step, Step::Watchdog { .. });
         let local = sem.is_local(before, step);
         bumps.sort_unstable();
         bumps.dedup();
@@ -836,9 +840,9 @@ pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64) -> Result<Vec<Step
         let Some(withheld) = front.iter().find(|(s, _)| *s == step).map(|(_, w)| w) else {
             return Err(crate::run::Diverged { at: i, step: step.clone() });
         };
-        let before = st.clone();
+        let mut ev = deps.footprint(&st, step, withheld, &mut mark);
         front.apply(sem, &mut st, step);
-        let mut ev = deps.footprint(&before, &st, step, withheld, &mut mark);
+        ev.global |= st.undefined.is_some();
         // Races are not asked for here: a local event orders like any other.
         ev.local = false;
         events.push(ev);
