@@ -104,7 +104,7 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
             let at = diagnostic::offset_of_line_byte_col(&desugared.text, e.position.line, e.position.col);
             vec![ron_error::diagnostic(text, &SpanIndex::build(text), desugared.original_offset(at), &e.code)]
         })?;
-    index.alias_positional_lazily(surface::POSITIONAL);
+    index.alias_positional(surface::POSITIONAL);
     let mut issues = Issues::default();
     let mut decls = decls::check(&surface, &mut issues);
     let torch_decls = torch::declare(&surface, torch, &mut decls, &mut issues);

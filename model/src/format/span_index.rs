@@ -51,9 +51,6 @@ pub struct SpanIndex {
     /// Byte ranges of the expressions written unquoted in an expression parameter (`Rank(stage + 1)`,
     /// `For(i, 0..M, ..)`; see `surface::EXPR_SLOTS`), in text order: what desugaring puts in double quotes.
     quoted: Vec<(usize, usize)>,
-    /// Set by [`SpanIndex::alias_positional_lazily`]: the groups' parameter names by which a positional path that is
-    /// not recorded is looked up by name.
-    lazy: Option<&'static [(&'static str, &'static [&'static str])]>,
 }
 
 impl SpanIndex {
@@ -75,7 +72,7 @@ impl SpanIndex {
         let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional, quoted, light };
         s.skip_trivia();
         s.value(Some(""), 0);
-        SpanIndex { nodes: s.nodes, positional: s.positional, quoted: s.quoted, lazy: None }
+        SpanIndex { nodes: s.nodes, positional: s.positional, quoted: s.quoted }
     }
 
     /// Byte ranges of the unquoted expressions of expression parameters, in text order.
@@ -114,53 +111,16 @@ impl SpanIndex {
         }
     }
 
-    /// What [`SpanIndex::alias_positional`] makes findable, found when looked up instead: a positional path that is
-    /// not recorded is tried with each positional field `.i` of a group in `params` written by its name, from the
-    /// outside in. Loading takes this way (on a generated 64-stage pipeline, aliasing every node up front was a
-    /// fifth of the load; issue 9); error reports build the full index and alias it.
-    pub fn alias_positional_lazily(&mut self, params: &'static [(&'static str, &'static [&'static str])]) {
-        self.lazy = Some(params);
-    }
-
-    /// `path` with positional fields that are not recorded replaced by the names they were written with, if any was
-    /// ([`SpanIndex::alias_positional_lazily`]).
-    fn by_name(&self, path: &str, params: &[(&str, &[&str])]) -> Option<String> {
-        let mut out = String::with_capacity(path.len() + 8);
-        let mut changed = false;
-        let mut rest = path;
-        while !rest.is_empty() {
-            let end = rest[1..].find(['.', '[']).map_or(rest.len(), |i| i + 1);
-            let (tok, tail) = rest.split_at(end);
-            rest = tail;
-            let digits = if out.is_empty() { tok } else { tok.strip_prefix('.').unwrap_or("") };
-            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && !self.nodes.contains_key(&format!("{out}{tok}")) {
-                let group = self.nodes.get(&out).and_then(|n| n.name.as_deref());
-                let name = group.and_then(|g| params.iter().find(|(p, _)| *p == g)).and_then(|(_, names)| names.get(digits.parse::<usize>().ok()?));
-                if let Some(name) = name {
-                    let named = field(&out, name);
-                    if self.nodes.contains_key(&named) {
-                        out = named;
-                        changed = true;
-                        continue;
-                    }
-                }
-            }
-            out.push_str(tok);
-        }
-        changed.then_some(out)
-    }
-
-    /// The node recorded for exactly `path` (or, after [`SpanIndex::alias_positional_lazily`], for the path it was
-    /// written as).
+    /// The node recorded for exactly `path`.
     pub fn get(&self, path: &str) -> Option<&Node> {
-        self.nodes.get(path).or_else(|| self.lazy.and_then(|p| self.by_name(path, p)).and_then(|named| self.nodes.get(&named)))
+        self.nodes.get(path)
     }
 
     /// The node of `path`, or of its nearest enclosing path that was recorded; with the path actually found.
     pub fn resolve<'a>(&'a self, path: &'a str) -> Option<(&'a str, &'a Node)> {
         let mut p = Some(path);
         while let Some(q) = p {
-            if let Some(n) = self.get(q) {
+            if let Some(n) = self.nodes.get(q) {
                 return Some((q, n));
             }
             p = parent(q);
@@ -824,38 +784,5 @@ Program(
             assert_eq!(light.positional, full.positional);
             assert_eq!(light.quoted, full.quoted);
         }
-    }
-
-    /// Looking a positional path up by name when asked ([`SpanIndex::alias_positional_lazily`], what loading does)
-    /// finds every node aliasing them all up front finds, with the same span and name, on the sample and every example
-    /// program (cases included: named `Thread(name: .., ops: ..)`, `Kernel(name: ..)`).
-    #[test]
-    fn lazy_aliases_find_what_eager_aliases_record() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let mut texts = vec![SAMPLE.to_string()];
-        for sub in ["examples", "examples/streams", "examples/torch", "tests/cases"] {
-            for e in std::fs::read_dir(root.join(sub)).unwrap() {
-                let p = e.unwrap().path();
-                if p.extension().is_some_and(|x| x == "ron") {
-                    texts.push(std::fs::read_to_string(p).unwrap());
-                }
-            }
-        }
-        let mut aliased = 0;
-        for t in &texts {
-            for build in [SpanIndex::build, SpanIndex::build_light] {
-                let mut eager = build(t);
-                let recorded: std::collections::BTreeSet<String> = eager.nodes.keys().cloned().collect();
-                eager.alias_positional(crate::format::surface::POSITIONAL);
-                let mut lazy = build(t);
-                lazy.alias_positional_lazily(crate::format::surface::POSITIONAL);
-                for (p, n) in &eager.nodes {
-                    let l = lazy.get(p).unwrap_or_else(|| panic!("lazy lookup misses {p}"));
-                    assert_eq!((l.span.start, l.span.end, &l.name), (n.span.start, n.span.end, &n.name), "{p}");
-                    aliased += usize::from(!recorded.contains(p));
-                }
-            }
-        }
-        assert!(aliased > 20, "only {aliased} aliased paths checked");
     }
 }
