@@ -48,20 +48,16 @@
 //! reached by executions that differ in the order of steps which reach equal states but do not commute step by step:
 //! a synchronize called before or after the kernel it waits for ends), so it suits small programs.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
 use std::time::Instant;
 
-use cuorder_model::program::RankId;
-use std::collections::BTreeMap;
-
-use cuorder_model::semantics::incremental::{Frontier, RankGroups};
-use cuorder_model::program::{BufRef, OpKind, StreamRef};
 use cuorder_model::op_info::NcclRole;
-use cuorder_model::semantics::{CommOpKind, Item, P2pKey, ItemKind, OpLoc, Semantics, State, Step, ThreadId, Wait};
+use cuorder_model::program::{BufRef, OpKind, RankId, StreamRef};
+use cuorder_model::semantics::incremental::{Frontier, RankGroups};
+use cuorder_model::semantics::{CommOpKind, Item, ItemKind, OpLoc, P2pKey, Semantics, State, Step, ThreadId, Wait};
 
 use crate::explore::{Collector, Exploration, Limits};
-use crate::progress::{stopped, INTERRUPTED};
 use crate::strategy::step_agent;
 
 /// A state is kept at every `CHECKPOINT`-th depth of the current execution; a state between is rebuilt by replaying
@@ -510,26 +506,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
                 limits.max_states
             ))
         } else if states % 256 == 0 {
-            let bytes = held.saturating_add(events.events.len() * (agents * 4 + 64));
-            let ms = started.elapsed().as_millis();
-            if stopped(&limits.progress) {
-                Some(format!("{INTERRUPTED} after {states} states; the verdict covers only the executions explored"))
-            } else if bytes > limits.max_memory_bytes {
-                Some(format!(
-                    "stopped after {states} states: the search would hold about {} MiB (limit max_memory = {} MiB); \
-                     the verdict covers only the executions explored",
-                    bytes >> 20,
-                    limits.max_memory_bytes >> 20
-                ))
-            } else if ms > u128::from(limits.max_time_ms) {
-                Some(format!(
-                    "stopped after {states} states and {ms} ms (limit max_time = {} ms); the verdict covers only the \
-                     executions explored",
-                    limits.max_time_ms
-                ))
-            } else {
-                None
-            }
+            crate::explore::over_limits(limits, started, states, held.saturating_add(events.events.len() * (agents * 4 + 64)))
         } else {
             None
         };

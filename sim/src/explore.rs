@@ -394,6 +394,30 @@ impl Search<'_, '_> {
     }
 }
 
+/// Why a search that has visited `states` states, holds about `bytes` bytes and started at `started` must stop (Ctrl-C,
+/// memory, time), if it must: the limit line of its report.
+pub(crate) fn over_limits(limits: &Limits, started: Instant, states: usize, bytes: usize) -> Option<String> {
+    if stopped(&limits.progress) {
+        return Some(format!("{INTERRUPTED} after {states} states; the verdict covers only the executions explored"));
+    }
+    if bytes > limits.max_memory_bytes {
+        return Some(format!(
+            "stopped after {states} states: the search would hold about {} MiB (limit max_memory = {} MiB); \
+             the verdict covers only the executions explored",
+            bytes >> 20,
+            limits.max_memory_bytes >> 20
+        ));
+    }
+    let ms = started.elapsed().as_millis();
+    (ms > u128::from(limits.max_time_ms)).then(|| {
+        format!(
+            "stopped after {states} states and {ms} ms (limit max_time = {} ms); the verdict covers only the \
+             executions explored",
+            limits.max_time_ms
+        )
+    })
+}
+
 /// Explores every execution of the program under the profile, up to `limits`.
 pub fn explore(sem: &Semantics, limits: &Limits) -> Exploration {
     explore_complete(sem, limits, None)
@@ -663,26 +687,7 @@ fn explore_inner<'a>(
         if let Some(p) = &limits.progress {
             p.set_states(states as u64);
         }
-        if stopped(&limits.progress) {
-            return Some(format!("{INTERRUPTED} after {states} states; the verdict covers only the executions explored"));
-        }
-        let bytes = held.saturating_add(states.saturating_mul(VISITED_BYTES));
-        if bytes > limits.max_memory_bytes {
-            return Some(format!(
-                "stopped after {states} states: the search would hold about {} MiB (limit max_memory = {} MiB); \
-                 the verdict covers only the executions explored",
-                bytes >> 20,
-                limits.max_memory_bytes >> 20
-            ));
-        }
-        let ms = started.elapsed().as_millis();
-        (ms > u128::from(limits.max_time_ms)).then(|| {
-            format!(
-                "stopped after {states} states and {ms} ms (limit max_time = {} ms); the verdict covers only the \
-                 executions explored",
-                limits.max_time_ms
-            )
-        })
+        over_limits(limits, started, states, held.saturating_add(states.saturating_mul(VISITED_BYTES)))
     };
     let mut limit_hit = over_budget(held, 1);
     let init_front = Frontier::new(sem, &init);
