@@ -387,17 +387,17 @@ enum Command {
         #[arg(long, default_value_t = cuorder_sim::explore::DEFAULT_BOUND, value_parser = clap::value_parser!(u32).range(0..=64))]
         bound: u32,
         /// Stop at the first finding (sampling: the lowest-numbered execution with a finding, ended at that finding;
-        /// exhaustive and bounded: the first finding of the search).
+        /// exhaustive, bounded and dpor: the first finding of the search).
         #[arg(long)]
         first: bool,
-        /// Stop starting executions (exhaustive, bounded: stop the search) after this many seconds (the result then
+        /// Stop starting executions (exhaustive, bounded, dpor: stop the search) after this many seconds (the result then
         /// depends on the machine's speed). Also `--max-time-s`, as `check` calls it.
         #[arg(long, visible_alias = "max-time-s", value_parser = parse_seconds)]
         time_limit: Option<f64>,
         /// Worker threads for sampling strategies (default: all cores). The output does not depend on it.
         #[arg(long)]
         jobs: Option<usize>,
-        /// Stop after this many distinct states (exhaustive, bounded).
+        /// Stop after this many distinct states (exhaustive, bounded; dpor: states along its executions, each time).
         #[arg(long, default_value_t = 2_000_000)]
         max_states: usize,
         /// Steps per execution before it is cut off (sampling strategies).
