@@ -5,7 +5,9 @@
 //! **Dependency.** A step reads and writes *objects*: the host side of a rank (its threads, what they issued: queue
 //! tails, event bindings, allocations), NCCL's tables of a rank (matching, N3; connections, N7; launches issued), each
 //! stream (its items' progress and clocks), each buffer (memory accesses), each op (issued or not; for NCCL ops,
-//! finished or not), each P2P connection's eager credit (N2). Which ranks a step concerns comes from
+//! finished or not), each P2P connection's eager credit (N2), and whether an NCCL kernel spins on a device (S1:
+//! without independent progress an item start reads it, since it decides whether the platform may withhold the
+//! start; launch starts and ends change it). Which ranks a step concerns comes from
 //! [`Semantics::step_ranks`] (written) and [`cuorder_model::semantics::incremental::RankGroups::affected_by_step`]
 //! (read: the ranks whose enabled steps a write of those may change), the invariants the incremental engines rely on
 //! (`tests/incremental.rs`); which of their objects, from the step:
@@ -603,6 +605,8 @@ pub struct Dependency<'a, 'p> {
     pooled: bool,
     /// P2P connection (communicator, sender, receiver) -> its object.
     conns: BTreeMap<(u32, RankId, RankId), u32>,
+    /// The first of the objects, one per rank, saying whether an NCCL kernel spins on the device (S1).
+    spin_base: u32,
     /// Number of objects.
     objects: usize,
 }
@@ -629,15 +633,9 @@ impl<'a, 'p> Dependency<'a, 'p> {
             device: vec![],
             pooled: false,
             conns: BTreeMap::new(),
+            spin_base: 0,
             objects: 0,
         };
-        d.device = (0..ranks)
-            .map(|r| {
-                let streams = (0..sem.program.ranks[r as usize].streams.len() as u32).map(|index| d.stream_obj(StreamRef { rank: r, index }));
-                let bufs = (0..sem.program.ranks[r as usize].buffers.len() as u32).map(|index| d.buf_obj(BufRef { rank: r, index }));
-                std::iter::once(ranks + r).chain(streams).chain(bufs).collect()
-            })
-            .collect();
         d.pooled = sem.program.ranks.iter().flat_map(|r| &r.buffers).any(|b| b.pooled)
             || sem.program.ranks.iter().flat_map(|r| &r.threads).flat_map(|t| &t.ops).any(|o| {
                 matches!(
@@ -660,7 +658,17 @@ impl<'a, 'p> Dependency<'a, 'p> {
                 d.conns.entry(key).or_insert(next);
             }
         }
-        d.objects = (first_conn as usize) + d.conns.len();
+        d.spin_base = first_conn + d.conns.len() as u32;
+        d.objects = (d.spin_base + ranks) as usize;
+        d.device = (0..ranks)
+            .map(|r| {
+                let streams = (0..sem.program.ranks[r as usize].streams.len() as u32).map(|index| d.stream_obj(StreamRef { rank: r, index }));
+                let bufs = (0..sem.program.ranks[r as usize].buffers.len() as u32).map(|index| d.buf_obj(BufRef { rank: r, index }));
+                let mut v: Vec<u32> = [ranks + r, d.spin_base + r].into_iter().chain(streams).chain(bufs).collect();
+                v.sort_unstable();
+                v
+            })
+            .collect();
         d
     }
 
@@ -693,9 +701,11 @@ impl<'a, 'p> Dependency<'a, 'p> {
         self.conns[&key]
     }
 
-    /// What a launch's end changes: its streams and the memory its ops touch.
+    /// What a launch's end changes: its streams, the memory its ops touch, and (without independent progress, S1)
+    /// whether an NCCL kernel spins on its device, which decides what the platform may withhold there.
     fn launch_objects(&self, item: &Item) -> Vec<u32> {
-        item.streams.iter().map(|s| self.stream_obj(*s)).chain(item.blocks.iter().map(|(b, _)| self.buf_obj(*b))).collect()
+        let spin = (!self.sem.profile.independent_progress).then_some(self.spin_base + item.rank());
+        item.streams.iter().map(|s| self.stream_obj(*s)).chain(item.blocks.iter().map(|(b, _)| self.buf_obj(*b))).chain(spin).collect()
     }
 
     /// What `step` touches, from the state `before` it; `withheld`: whether the platform may withhold it there
@@ -742,7 +752,13 @@ impl<'a, 'p> Dependency<'a, 'p> {
                     let mut wr: Vec<u32> = item.streams.iter().map(|s| self.stream_obj(*s)).collect();
                     wr.extend(item.blocks.iter().map(|(b, _)| self.buf_obj(*b)));
                     let waited = item.deps.iter().chain(&item.waits).filter_map(|d| before.streams.items.get(d));
-                    let rd: Vec<u32> = waited.flat_map(|i| i.streams.iter().map(|s| self.stream_obj(*s))).chain([self.op_obj(k.loc())]).collect();
+                    let mut rd: Vec<u32> = waited.flat_map(|i| i.streams.iter().map(|s| self.stream_obj(*s))).chain([self.op_obj(k.loc())]).collect();
+                    // S1: whether the platform may withhold its start depends on whether an NCCL kernel spins on the
+                    // device, which a launch's end changes ([`Self::launch_objects`]): read, so that the start is
+                    // withholdable in every order of an execution with the same happens-before.
+                    if !sem.profile.independent_progress {
+                        rd.push(self.spin_base + item.rank());
+                    }
                     (wr, rd)
                 }
             }
@@ -803,10 +819,11 @@ impl<'a, 'p> Dependency<'a, 'p> {
 }
 
 /// Another order of the execution `schedule` (a replayable list of steps from the initial state) with the same
-/// happens-before relation DPOR computes for it: a random linearization (seeded) of its dependency order. The
-/// relation is sound when every such order can be replayed and reaches a state with the same problems
-/// (`tests/dpor.rs`). Errors: the step of `schedule` that is not enabled where it comes.
-pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64) -> Result<Vec<Step>, crate::run::Diverged> {
+/// happens-before relation DPOR computes for it: a random linearization (seeded) of its dependency order, as indices
+/// into `schedule`. The relation is sound when every such order can be replayed, takes each step where the platform
+/// may withhold it exactly when the original did, and reaches a state with the same problems (`tests/dpor.rs`).
+/// Errors: the step of `schedule` that is not enabled where it comes.
+pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64) -> Result<Vec<usize>, crate::run::Diverged> {
     let deps = Dependency::new(sem);
     let agents = sem.agents + sem.program.comms.len();
     let mut events = Events::new(agents, deps.objects);
@@ -840,7 +857,7 @@ pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64) -> Result<Vec<Step
     while !ready.is_empty() {
         let k = ready.swap_remove(rng.below(ready.len() as u64) as usize);
         placed[k] = true;
-        out.push(schedule[k].clone());
+        out.push(k);
         for j in k + 1..n {
             if !placed[j] && !ready.contains(&j) && events.before(k as u32, j as u32) && preds_placed(j, &placed) {
                 ready.push(j);
