@@ -3,7 +3,9 @@
 //! order of an execution that keeps its happens-before replays and ends with the same problems), and the command's
 //! output is checked for determinism and for how much DPOR saves.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
 use cuorder_model::profile::Profile;
@@ -11,25 +13,7 @@ use cuorder_model::semantics::{Semantics, Step};
 use cuorder_sim::explore::{problems_at, Limits};
 
 fn programs() -> Vec<(String, cuorder_model::program::Program)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files: Vec<PathBuf> = vec![];
-    for dir in ["examples", "examples/torch", "examples/streams", "tests/cases"] {
-        for e in std::fs::read_dir(root.join(dir)).into_iter().flatten() {
-            let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "ron") {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
-    let mut out: Vec<_> = files
-        .iter()
-        .map(|f| {
-            let text = std::fs::read_to_string(f).unwrap();
-            let p = cuorder_model::format::load("p", &text).unwrap_or_else(|_| panic!("{} loads", f.display()));
-            (f.display().to_string(), p)
-        })
-        .collect();
+    let mut out = common::programs_in(&["examples", "examples/torch", "examples/streams", "tests/cases"]);
     let opt = cuorder_sim::gen::GenOptions::default();
     out.extend((0..40).map(|seed| (format!("gen-{seed}"), cuorder_sim::gen::program(seed, &opt))));
     out

@@ -57,7 +57,7 @@ fn reduction_changes_no_verdict_on_generated_programs() {
         }
     }
     eprintln!("compared {compared} (program, profile) pairs; DPOR finished on {dpor}");
-    // DPOR, stateless, revisits what the search merges: on the default 12 seeds it finished 12 of the 48 (program,
+    // DPOR, stateless, revisits what the search merges: on the default 12 seeds it finished 15 of the 48 (program,
     // profile) pairs within its budget when this was written; fewer means it stopped comparing.
     assert!(dpor >= 8, "DPOR finished on only {dpor} (program, profile) pairs");
 }

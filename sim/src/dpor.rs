@@ -51,7 +51,6 @@
 //! a synchronize called before or after the kernel it waits for ends), so it suits small programs.
 
 use std::collections::{BTreeMap, HashSet};
-use std::hash::Hash;
 use std::time::Instant;
 
 use cuorder_model::op_info::NcclRole;
@@ -121,11 +120,12 @@ struct Undo {
     global: Option<(Vec<Option<u32>>, Vec<Vec<u32>>, Vec<Vec<u32>>, Option<u32>)>,
 }
 
-/// Per rank, the last event that wrote it and the events that read it since; per agent, its events. From these, the
-/// events a new event depends on that can happen before it directly: every other event it depends on happens before
-/// one of them (a rank's writers and readers before its last writer, an agent's earlier events, everything before a
-/// global event).
+/// Per object ([`Footprint`]), the last event that wrote it and the events that read or bumped it since; per agent,
+/// its events. From these, the events a new event depends on that can happen before it directly: every other event it
+/// depends on happens before one of them (an object's writers, readers and bumpers before its last writer, an agent's
+/// earlier events, everything before a global event).
 struct Tracker {
+    /// Per object: the last event that wrote it.
     last_write: Vec<Option<u32>>,
     /// Per object: the events that read it (and did not write it) since its last write.
     readers: Vec<Vec<u32>>,
@@ -137,11 +137,11 @@ struct Tracker {
 }
 
 impl Tracker {
-    fn new(agents: usize, ranks: usize) -> Tracker {
+    fn new(agents: usize, objects: usize) -> Tracker {
         Tracker {
-            last_write: vec![None; ranks],
-            readers: vec![vec![]; ranks],
-            bumpers: vec![vec![]; ranks],
+            last_write: vec![None; objects],
+            readers: vec![vec![]; objects],
+            bumpers: vec![vec![]; objects],
             last_global: None,
             by_agent: vec![vec![]; agents],
         }
@@ -241,13 +241,13 @@ struct Events {
 }
 
 impl Events {
-    fn new(agents: usize, ranks: usize) -> Events {
+    fn new(agents: usize, objects: usize) -> Events {
         Events {
             agents,
             events: vec![],
             clocks: vec![],
-            all: Tracker::new(agents, ranks),
-            nonlocal: Tracker::new(agents, ranks),
+            all: Tracker::new(agents, objects),
+            nonlocal: Tracker::new(agents, objects),
             undo: vec![],
         }
     }
@@ -332,8 +332,8 @@ impl Events {
 
 /// One state of the current execution.
 struct Node {
-    /// The state and its enabled steps, kept at every [`CHECKPOINT`]-th depth.
-    saved: Option<(State, Frontier)>,
+    /// The state and its enabled steps, kept at every [`CHECKPOINT`]-th depth, with its estimated bytes.
+    saved: Option<(State, Frontier, usize)>,
     /// Steps not to take from here: asleep on arrival, and those explored from here since.
     sleep: Vec<Footprint>,
     /// Agents to explore from here.
@@ -380,9 +380,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
             executions += 1;
             // Final states are counted once each, as the exhaustive search counts them.
             sem.forget(st);
-            let mut h = xxhash_rust::xxh3::Xxh3::new();
-            st.hash(&mut h);
-            if finals.insert(h.digest128()) {
+            if finals.insert(crate::explore::state_hash(st)) {
                 found.observe_with(sem, st, true, false, path);
             }
             return vec![];
@@ -405,14 +403,14 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
     let mut cur = Some((0usize, init.clone(), init_front.clone()));
     let mut init_st = init.clone();
     let backtrack = arrive(&mut init_st, &init_front, &[], &path, &mut found);
-    let mut nodes = vec![Node { saved: Some((init, init_front)), sleep: vec![], backtrack, done: vec![], todo: vec![] }];
+    let mut nodes = vec![Node { saved: Some((init, init_front, 0)), sleep: vec![], backtrack, done: vec![], todo: vec![] }];
 
     'search: while let Some(d) = nodes.len().checked_sub(1) {
         let node = &nodes[d];
         if node.todo.is_empty() && node.backtrack.iter().all(|p| node.done.contains(p)) {
             // Done here: back to the state before.
-            if let Some((st, _)) = nodes[d].saved.take() {
-                held -= crate::budget::state_bytes(&st).min(held);
+            if let Some((_, _, bytes)) = nodes[d].saved.take() {
+                held -= bytes;
             }
             nodes.pop();
             if d > 0 {
@@ -426,7 +424,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
             Some((depth, st, front)) if depth == d => (st, front),
             _ => {
                 let c = d - d % CHECKPOINT;
-                let (st, front) = nodes[c].saved.as_ref().expect("a checkpoint at every CHECKPOINT-th depth");
+                let (st, front, _) = nodes[c].saved.as_ref().expect("a checkpoint at every CHECKPOINT-th depth");
                 let (mut st, mut front) = (st.clone(), front.clone());
                 for s in &path[c..d] {
                     front.apply(sem, &mut st, s);
@@ -492,8 +490,9 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
         let depth = d + 1;
         let saved = (depth % CHECKPOINT == 0).then(|| {
             sem.forget(&mut st);
-            held += crate::budget::state_bytes(&st);
-            (st.clone(), front.clone())
+            let bytes = crate::budget::state_bytes(&st);
+            held += bytes;
+            (st.clone(), front.clone(), bytes)
         });
         let backtrack = arrive(&mut st, &front, &sleep, &path, &mut found);
         nodes.push(Node { saved, sleep, backtrack, done: vec![], todo: vec![] });
@@ -528,25 +527,30 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
 /// ranks it names and none of their devices' progress, so it commutes with every device step but those of what it
 /// issues. (A return from such a block reads the progress.)
 fn issues_only(sem: &Semantics, before: &State, t: ThreadId) -> bool {
+    plain_call(sem, before, t).is_some_and(|loc| {
+        sem.info(loc).comm.is_none()
+            && sem.host_choices(before, t) == 1
+            && matches!(
+                sem.op(loc).kind,
+                OpKind::Kernel { .. }
+                    | OpKind::EventRecord { .. }
+                    | OpKind::StreamWaitEvent { .. }
+                    | OpKind::HostSleep { .. }
+                    | OpKind::Memset { .. }
+                    | OpKind::Expect { stream: Some(_), .. }
+                    | OpKind::StreamSynchronize { .. }
+                    | OpKind::EventSynchronize { .. }
+                    | OpKind::DeviceSynchronize { .. }
+            )
+    })
+}
+
+/// The op of thread `t`'s next call when the thread is not blocked, the call cannot block for a launch-queue slot
+/// (S6) and its outcome observes no device (a query, an allocation); `None` otherwise.
+fn plain_call(sem: &Semantics, before: &State, t: ThreadId) -> Option<OpLoc> {
     let th = &before.host.threads[t as usize];
     let loc = OpLoc { thread: t, op: th.pc };
-    th.wait.is_none()
-        && sem.profile.launch_queue_depth.is_none()
-        && sem.info(loc).observes.is_none()
-        && sem.info(loc).comm.is_none()
-        && sem.host_choices(before, t) == 1
-        && matches!(
-            sem.op(loc).kind,
-            OpKind::Kernel { .. }
-                | OpKind::EventRecord { .. }
-                | OpKind::StreamWaitEvent { .. }
-                | OpKind::HostSleep { .. }
-                | OpKind::Memset { .. }
-                | OpKind::Expect { stream: Some(_), .. }
-                | OpKind::StreamSynchronize { .. }
-                | OpKind::EventSynchronize { .. }
-                | OpKind::DeviceSynchronize { .. }
-        )
+    (th.wait.is_none() && sem.profile.launch_queue_depth.is_none() && sem.info(loc).observes.is_none()).then_some(loc)
 }
 
 /// The ops of a running launch whose progress decides whether the op at `idx` may progress: earlier ops of its lane
@@ -554,15 +558,10 @@ fn issues_only(sem: &Semantics, before: &State, t: ThreadId) -> bool {
 fn gating_ops(item: &Item, idx: u32) -> Vec<OpLoc> {
     let ItemKind::Launch { ops, .. } = &item.kind else { return vec![] };
     let me = &ops[idx as usize];
-    let lane = |k: &CommOpKind| match k {
-        CommOpKind::Send { peer, .. } => Some((0u8, *peer)),
-        CommOpKind::Recv { peer, .. } => Some((1u8, *peer)),
-        CommOpKind::Collective { .. } => None,
-    };
-    let mine = lane(&me.kind);
+    let mine = me.kind.lane();
     ops.iter()
         .enumerate()
-        .filter(|(j, o)| o.plan < me.plan || (*j < idx as usize && mine.is_some() && lane(&o.kind) == mine))
+        .filter(|(j, o)| o.plan < me.plan || (*j < idx as usize && mine.is_some() && o.kind.lane() == mine))
         .map(|(_, o)| o.loc)
         .collect()
 }
@@ -572,12 +571,8 @@ fn gating_ops(item: &Item, idx: u32) -> Vec<OpLoc> {
 /// of the ranks it names (matching, N3; connections, N7; the launches it enqueues), never how far a stream or memory
 /// has got. (Abort, finalize, destroy and poll act on running work, N12, N13: not these.)
 fn nccl_call(sem: &Semantics, before: &State, t: ThreadId) -> bool {
-    let th = &before.host.threads[t as usize];
-    let loc = OpLoc { thread: t, op: th.pc };
-    th.wait.is_none()
-        && sem.profile.launch_queue_depth.is_none()
-        && sem.info(loc).observes.is_none()
-        && matches!(
+    plain_call(sem, before, t).is_some_and(|loc| {
+        matches!(
             sem.op(loc).kind,
             OpKind::Send { .. }
                 | OpKind::Recv { .. }
@@ -588,6 +583,7 @@ fn nccl_call(sem: &Semantics, before: &State, t: ThreadId) -> bool {
                 | OpKind::CommSplit { .. }
                 | OpKind::Barrier { .. }
         )
+    })
 }
 
 /// The objects of a program and what each step touches (module docs, "Dependency").
@@ -688,10 +684,8 @@ impl<'a, 'p> Dependency<'a, 'p> {
         2 * self.r32 + self.nstreams + self.r32 * self.nbuf + self.op_base[loc.thread as usize] + loc.op
     }
 
-    /// The eager credit of the connection of the P2P op at `loc` (running in a launch of `st`).
-    fn conn_obj(&self, st: &State, loc: OpLoc) -> u32 {
-        let (k, idx) = self.sem.find_comm_op(st, loc);
-        let item = st.item(k);
+    /// The eager credit of the connection of the P2P op at `idx` of launch `item`.
+    fn conn_obj(&self, item: &Item, idx: u32) -> u32 {
         let (ItemKind::Launch { comm, ops, .. }, me) = (&item.kind, item.rank()) else { unreachable!("a delivery's op is in a launch") };
         let key = match ops[idx as usize].kind {
             CommOpKind::Send { peer, .. } => (comm.0, me, peer),
@@ -780,7 +774,7 @@ impl<'a, 'p> Dependency<'a, 'p> {
                 let (k, idx) = sem.find_comm_op(before, *send);
                 let item = before.item(k);
                 bumps.extend(self.launch_objects(item));
-                let conn = self.conn_obj(before, *send);
+                let conn = self.conn_obj(item, idx);
                 let rd = gating_ops(item, idx).into_iter().map(|l| self.op_obj(l)).collect();
                 (vec![self.op_obj(*send), conn], rd)
             }
@@ -795,7 +789,7 @@ impl<'a, 'p> Dependency<'a, 'p> {
                         .map(|at| before.comm_op(at).1.loc),
                     _ => None,
                 };
-                let mut wr = vec![self.op_obj(*recv), self.conn_obj(before, *recv)];
+                let mut wr = vec![self.op_obj(*recv), self.conn_obj(item, idx)];
                 wr.extend(sent.map(|l| self.op_obj(l)));
                 let rd = gating_ops(item, idx).into_iter().map(|l| self.op_obj(l)).chain([r32 + sem.acting_rank(*recv)]).collect();
                 (wr, rd)

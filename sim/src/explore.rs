@@ -92,7 +92,7 @@ impl Exploration {
 /// A 128-bit hash of a state (XXH3-128 of its `Hash` encoding; deterministic across machines and runs). Two
 /// distinct states collide with probability about n^2 / 2^129 for n states: about 10^-26 for a billion states. A
 /// collision would merge two states and could hide executions; that is a documented limit, not a silent one.
-fn state_hash(st: &State) -> u128 {
+pub(crate) fn state_hash(st: &State) -> u128 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     st.hash(&mut h);
     h.digest128()

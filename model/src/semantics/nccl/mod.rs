@@ -17,12 +17,15 @@ use crate::clock::Epoch;
 use crate::op_info::NcclRole;
 use crate::profile::PlanBudget;
 
-/// The P2P lane of a launch's op: its direction and peer (N4: one lane runs in call order); `None` for a collective.
-fn lane(k: &CommOpKind) -> Option<(u8, RankId)> {
-    match k {
-        CommOpKind::Send { peer, .. } => Some((0, *peer)),
-        CommOpKind::Recv { peer, .. } => Some((1, *peer)),
-        CommOpKind::Collective { .. } => None,
+impl CommOpKind {
+    /// The P2P lane of a launch's op: its direction (0 send, 1 recv) and peer (N4: one lane runs in call order);
+    /// `None` for a collective.
+    pub fn lane(&self) -> Option<(u8, RankId)> {
+        match self {
+            CommOpKind::Send { peer, .. } => Some((0, *peer)),
+            CommOpKind::Recv { peer, .. } => Some((1, *peer)),
+            CommOpKind::Collective { .. } => None,
+        }
     }
 }
 
@@ -309,8 +312,8 @@ impl<'p> Semantics<'p> {
         if front_plan(ops).is_some_and(|f| f < me.plan) {
             return false;
         }
-        let Some(mine) = lane(&me.kind) else { return true };
-        ops[..idx].iter().all(|o| lane(&o.kind) != Some(mine) || o.status != CommOpStatus::Pending)
+        let Some(mine) = me.kind.lane() else { return true };
+        ops[..idx].iter().all(|o| o.kind.lane() != Some(mine) || o.status != CommOpStatus::Pending)
     }
 
     /// The indices of a running launch's ops that may make progress ([`Self::op_eligible`] for each, in one pass:
@@ -329,7 +332,7 @@ impl<'p> Semantics<'p> {
             if o.status != CommOpStatus::Pending {
                 continue;
             }
-            let first_of_lane = lane(&o.kind).is_none_or(|l| lanes.insert(l));
+            let first_of_lane = o.kind.lane().is_none_or(|l| lanes.insert(l));
             if first_of_lane && o.plan == front {
                 out.push(i);
             }
