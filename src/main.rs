@@ -694,13 +694,6 @@ fn load_both_with(
 }
 
 fn main() -> ExitCode {
-    // A reader that closes the pipe early (`cuorder run P | head`) ends the process quietly, as it does other Unix
-    // tools; Rust ignores SIGPIPE, so every `println!` after that panicked ("failed printing to stdout: Broken pipe").
-    #[cfg(unix)]
-    // SAFETY: restoring a signal's default disposition before any thread is started has no preconditions.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let cli = Cli::parse();
     let color = cli.color.enabled();
     match cli.command {
