@@ -860,7 +860,7 @@ fn main() -> ExitCode {
         }
         Command::Conform { dir: Some(dir), stats: true, .. } => match cuorder::traces::stats::batch_stats(&dir) {
             Ok(s) => {
-                print!("{}", s.to_text());
+                say(&s.to_text());
                 ExitCode::SUCCESS
             }
             Err(e) => fail(e),
@@ -1020,17 +1020,20 @@ fn main() -> ExitCode {
             }
             match format {
                 Format::Text => {
-                    println!("{header}");
-                    print!("{}", torch.note());
+                    let mut out = format!("{header}\n{}", torch.note());
                     for note in &notes {
-                        println!("{note}");
+                        out.push_str(&format!("{note}\n"));
                     }
                     if let Some(dir) = &save {
-                        println!("  saved {} to {} (`cuorder replay FILE`)", cuorder_model::describe::count(rep.findings.len() as u64, "finding"), dir.display());
+                        let n = cuorder_model::describe::count(rep.findings.len() as u64, "finding");
+                        out.push_str(&format!("  saved {n} to {} (`cuorder replay FILE`)\n", dir.display()));
                     }
-                    print!("{}", replay_hints(&rep.to_text(), &saved));
+                    out.push_str(&replay_hints(&rep.to_text(), &saved));
+                    say(&out);
                 }
-                Format::Json => println!("{}", serde_json::to_string_pretty(&rep).expect("report serializes")),
+                Format::Json => {
+                    say(&format!("{}\n", serde_json::to_string_pretty(&rep).expect("report serializes")));
+                }
             }
             // A clean sampled run proves nothing; a clean bounded one only when a pass cut no execution.
             let sampled_clean = rep.findings.is_empty()
@@ -1053,22 +1056,22 @@ fn main() -> ExitCode {
             let sem = Semantics::new(&prog, &a.profile);
             match cuorder::artifact::replay_artifact(&sem, &a) {
                 cuorder::artifact::Replayed::Reproduced(t) => {
-                    print!("{}", timeline::render(&sem, &t));
                     // The summary is the finding's first line, which may end by introducing the next ("on r0 g:").
-                    println!("reproduced: {}: {}", a.kind, a.summary.trim_end_matches(':'));
+                    let kind = &a.kind;
+                    say(&format!("{}reproduced: {kind}: {}\n", timeline::render(&sem, &t), a.summary.trim_end_matches(':')));
                     ExitCode::SUCCESS
                 }
                 cuorder::artifact::Replayed::Vanished(t) => {
-                    print!("{}", timeline::render(&sem, &t));
-                    println!("not reproduced: the schedule replays, but the {} is not there at its end", a.kind);
+                    let kind = &a.kind;
+                    say(&format!("{}not reproduced: the schedule replays, but the {kind} is not there at its end\n", timeline::render(&sem, &t)));
                     ExitCode::from(1)
                 }
                 cuorder::artifact::Replayed::Diverged(d) => {
-                    println!(
-                        "diverged at step {}: {} is not enabled there (the program or the model changed)",
+                    say(&format!(
+                        "diverged at step {}: {} is not enabled there (the program or the model changed)\n",
                         d.at,
                         step_words(&sem, &d.step)
-                    );
+                    ));
                     ExitCode::from(1)
                 }
             }
