@@ -516,6 +516,11 @@ enum GenWhat {
         /// `ron`: the program (docs/program-format.md). `promela`: the same pipeline at stage granularity for Spin.
         #[arg(long, value_enum, default_value = "ron")]
         emit: EmitArg,
+        /// One thread per rank with every op written out, instead of one thread on every rank with loops over
+        /// microbatches and conditions on `stage` (the SPMD form). Both load to the same program; interleaved is
+        /// always unrolled.
+        #[arg(long)]
+        unroll: bool,
         /// Write here instead of standard output.
         #[arg(short = 'o', long = "output")]
         output: Option<PathBuf>,
@@ -1201,7 +1206,7 @@ fn main() -> ExitCode {
             say(&String::from_utf8_lossy(&buf));
             ExitCode::SUCCESS
         }
-        Command::Gen { what: Some(GenWhat::Pipeline { schedule, stages, microbatches, chunks, bytes, bug, race, emit, output }), .. } => {
+        Command::Gen { what: Some(GenWhat::Pipeline { schedule, stages, microbatches, chunks, bytes, bug, race, emit, unroll, output }), .. } => {
             use cuorder_sim::pipeline::{PipelineOptions, Schedule, Variant};
             let schedule = match schedule {
                 ScheduleArg::Gpipe => Schedule::Gpipe,
@@ -1216,7 +1221,7 @@ fn main() -> ExitCode {
             } else {
                 Variant::Correct
             };
-            let opt = PipelineOptions { schedule, stages, microbatches, chunks, bytes, variant };
+            let opt = PipelineOptions { schedule, stages, microbatches, chunks, bytes, variant, unroll };
             let text = match emit {
                 EmitArg::Ron => cuorder_sim::pipeline::pipeline(&opt),
                 EmitArg::Promela => cuorder_sim::pipeline::promela(&opt),

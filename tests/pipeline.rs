@@ -175,10 +175,13 @@ fn same_options_same_bytes() {
 #[test]
 fn small_program_snapshot() {
     insta::assert_snapshot!("pipeline-1f1b-2x2", pipeline(&opts(Schedule::OneFOneB, 2, 2, Variant::Correct)).unwrap());
+    let unrolled = PipelineOptions { unroll: true, ..opts(Schedule::OneFOneB, 2, 2, Variant::Correct) };
+    insta::assert_snapshot!("pipeline-1f1b-2x2-unrolled", pipeline(&unrolled).unwrap());
     insta::assert_snapshot!("pipeline-1f1b-2x2-promela", promela(&opts(Schedule::OneFOneB, 2, 2, Variant::Correct)).unwrap());
 }
 
-/// Every schedule and variant loads at many sizes, up to 64 stages × 64 microbatches, with one thread per rank.
+/// Every schedule and variant loads at many sizes, up to 64 stages × 64 microbatches, with one thread per rank
+/// (after expansion, in both forms).
 #[test]
 fn generated_programs_load() {
     let mut cases = vec![];
@@ -193,12 +196,48 @@ fn generated_programs_load() {
         }
     }
     cases.push(opts(Schedule::OneFOneB, 64, 64, Variant::Correct));
+    cases.push(PipelineOptions { unroll: true, ..opts(Schedule::OneFOneB, 64, 64, Variant::Correct) });
     cases.push(opts(Schedule::Interleaved, 64, 64, Variant::Correct));
     for o in cases {
         let p = load(&o);
         assert_eq!(p.ranks.len(), o.stages as usize);
         assert!(p.ranks.iter().all(|r| r.threads.len() == 1), "{o:?}");
     }
+}
+
+/// The program without where its ops were written (the two forms place them differently).
+fn without_origins(mut p: Program) -> Program {
+    for t in p.ranks.iter_mut().flat_map(|r| &mut r.threads) {
+        for op in &mut t.ops {
+            op.origin = Default::default();
+        }
+    }
+    p
+}
+
+/// The SPMD form (one thread on every rank, loops and conditions on `stage`, the default for GPipe and 1F1B) loads
+/// to exactly the ops of the unrolled form (one thread per rank, every op written out, built from `plan`'s
+/// counters), for every variant, with fewer, as many and more microbatches than stages.
+#[test]
+fn spmd_and_unrolled_forms_load_to_the_same_program() {
+    for sched in [Schedule::Gpipe, Schedule::OneFOneB] {
+        for v in [Variant::Correct, Variant::Bug, Variant::Race] {
+            for (s, m) in [(2, 1), (2, 2), (3, 1), (3, 2), (3, 5), (4, 4), (5, 3), (6, 9), (8, 8), (16, 3), (64, 64)] {
+                let spmd = opts(sched, s, m, v);
+                if cuorder_sim::pipeline::validate(&spmd).is_err() {
+                    continue; // GPipe has no --bug
+                }
+                let unrolled = PipelineOptions { unroll: true, ..spmd.clone() };
+                let text = pipeline(&spmd).unwrap();
+                assert!(pipeline(&unrolled).unwrap().contains("Thread(\"main\", ranks: [0], ops: ["));
+                assert!(text.contains("Thread(\"main\", ops: [") && !text.contains("ranks: [0]"), "{spmd:?} is not in SPMD form");
+                assert_eq!(without_origins(load(&spmd)), without_origins(load(&unrolled)), "{spmd:?}");
+            }
+        }
+    }
+    // Interleaved is always unrolled.
+    let o = opts(Schedule::Interleaved, 4, 8, Variant::Correct);
+    assert_eq!(pipeline(&o).unwrap(), pipeline(&PipelineOptions { unroll: true, ..o.clone() }).unwrap().replace(" --unroll", ""));
 }
 
 #[test]

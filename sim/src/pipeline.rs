@@ -85,6 +85,11 @@ pub struct PipelineOptions {
     /// Bytes of every activation and gradient message.
     pub bytes: u64,
     pub variant: Variant,
+    /// Write one `main` thread per rank with every op spelled out, instead of one thread that runs on every rank
+    /// with loops and conditions on `stage` (the SPMD form, as Megatron's code is written). The interleaved schedule
+    /// is always written unrolled: its per-chunk microbatch counters are state a loop of the format cannot carry.
+    /// Both forms load to the same program (tests/pipeline.rs).
+    pub unroll: bool,
 }
 
 impl Default for PipelineOptions {
@@ -96,6 +101,7 @@ impl Default for PipelineOptions {
             chunks: 1,
             bytes: 16 << 20,
             variant: Variant::Correct,
+            unroll: false,
         }
     }
 }
@@ -557,7 +563,15 @@ pub fn command_line(o: &PipelineOptions) -> String {
         Variant::Bug => s.push_str(" --bug"),
         Variant::Race => s.push_str(" --race"),
     }
+    if o.unroll {
+        s.push_str(" --unroll");
+    }
     s
+}
+
+/// Whether [`pipeline`] writes `o` unrolled (one thread per rank): asked for, or the interleaved schedule.
+pub fn is_unrolled(o: &PipelineOptions) -> bool {
+    o.unroll || o.schedule == Schedule::Interleaved
 }
 
 fn size_text(bytes: u64) -> String {
@@ -570,9 +584,12 @@ fn size_text(bytes: u64) -> String {
 }
 
 /// The program of `o` in the surface format (docs/program-format.md): a header comment saying the schedule, stages,
-/// microbatches, chunks, message size and variant, then one `main` thread per rank (`ranks: [stage]`) with explicit
-/// `Rank(k)` peers, so that the first stage has no previous and the last no next stage (`Next`/`Prev` would wrap).
-/// The same options give the same bytes.
+/// microbatches, chunks, message size and variant, then either one `main` thread that runs on every rank, with loops
+/// over microbatches and conditions on `stage` (GPipe and 1F1B unless `o.unroll`; [`spmd_thread`]), or one `main`
+/// thread per rank (`ranks: [stage]`) with every op spelled out. Peers are explicit (`Rank(stage + 1)`,
+/// `Rank(k)`), so that the first stage has no previous and the last no next stage (`Next`/`Prev` would wrap). The
+/// SPMD text of 1F1B 1024 × 64 is a few kilobytes where the unrolled one is 82 MB; both load to the same ops. The
+/// same options give the same bytes.
 ///
 /// Errors: the options break a rule of [`validate`].
 pub fn pipeline(o: &PipelineOptions) -> Result<String, OptionsError> {
@@ -598,6 +615,11 @@ pub fn pipeline(o: &PipelineOptions) -> Result<String, OptionsError> {
     writeln!(out, "// Stages: {s} (one rank each). Microbatches: {}. Chunks per stage: {v}.", o.microbatches).unwrap();
     writeln!(out, "// Bytes per activation/gradient message: {} ({}).", o.bytes, size_text(o.bytes)).unwrap();
     writeln!(out, "// Variant: {variant}.").unwrap();
+    if is_unrolled(o) {
+        writeln!(out, "// Form: unrolled, one thread per rank with every op written out.").unwrap();
+    } else {
+        writeln!(out, "// Form: SPMD, one thread that every rank runs, as Megatron's code is written (`--unroll` writes each rank's ops).").unwrap();
+    }
     writeln!(out, "//").unwrap();
     writeln!(out, "// Each `_communicate` call of Megatron's p2p_communication.py is one batch_isend_irecv (one NCCL group: send to").unwrap();
     writeln!(out, "// prev, recv from prev, send to next, recv from next) on the NCCL stream. Before it the NCCL stream waits for the").unwrap();
@@ -627,6 +649,11 @@ pub fn pipeline(o: &PipelineOptions) -> Result<String, OptionsError> {
     out.push_str("    ],\n");
     out.push_str("    comms: [Comm(\"pp\")],\n");
     out.push_str("    threads: [\n");
+    if !is_unrolled(o) {
+        spmd_thread(&mut out, o);
+        out.push_str("    ],\n)\n");
+        return Ok(out);
+    }
     for (st, steps) in plan.iter().enumerate() {
         let st = st as u32;
         let (nf, nb) = steps.iter().fold((0, 0), |(f, b), x| match x {
@@ -645,6 +672,128 @@ pub fn pipeline(o: &PipelineOptions) -> Result<String, OptionsError> {
     }
     out.push_str("    ],\n)\n");
     Ok(out)
+}
+
+/// The ops of one `_communicate` call as the variant writes them, around `ops` (sends and recvs in
+/// `_batched_p2p_ops` order, already rendered), at `indent`.
+fn comm_ops(o: &PipelineOptions, indent: &str, ops: &[String]) -> String {
+    let mut out = String::new();
+    writeln!(out, "{indent}Record(\"c\", stream: \"compute\"), Wait(\"c\", stream: \"nccl\"),").unwrap();
+    match o.variant {
+        Variant::Correct => {
+            writeln!(out, "{indent}Group([{}]),", ops.join(", ")).unwrap();
+            writeln!(out, "{indent}Record(\"n\", stream: \"nccl\"), Wait(\"n\", stream: \"compute\"),").unwrap();
+        }
+        Variant::Bug => {
+            writeln!(out, "{indent}{},", ops.join(", ")).unwrap();
+            writeln!(out, "{indent}Record(\"n\", stream: \"nccl\"), Wait(\"n\", stream: \"compute\"),").unwrap();
+        }
+        Variant::Race => {
+            writeln!(out, "{indent}GroupStart, {}, Record(\"n\", stream: \"nccl\"), GroupEnd,", ops.join(", ")).unwrap();
+            writeln!(out, "{indent}Wait(\"n\", stream: \"compute\"),").unwrap();
+        }
+    }
+    out
+}
+
+/// The SPMD form of GPipe and 1F1B: one `main` thread on every rank, `forward_backward_pipelining_without_interleaving`
+/// with `stage` the rank. With `W = min(stages - stage - 1, M)` warm-up forward passes (`M` for GPipe): warm-up
+/// microbatches `0..W` (recv_forward, forward, send_forward), the first steady activation, steady iterations
+/// `i in 0..M - W` (forward `W + i`, send_forward_recv_backward, backward `i`, send_backward_recv_forward or, last,
+/// send_backward), cool-down backward passes `M - W..M` (recv_backward, backward, send_backward). The first stage
+/// receives nothing from before it and the last sends nothing after it (`If(stage > 0, ..)`, `If(stage < stages -
+/// 1, ..)`), as Megatron's wrappers make no call there; the Bug variant writes each call's sends before its recvs,
+/// which for these calls (one direction each) is the grouped order. Every microbatch index matches [`plan`]'s
+/// counters (tests/pipeline.rs compares the loaded programs).
+fn spmd_thread(out: &mut String, o: &PipelineOptions) {
+    let m = o.microbatches;
+    let gpipe = o.schedule == Schedule::Gpipe;
+    // Megatron: num_warmup_microbatches = min(pipeline_parallel_size - rank - 1, num_microbatches).
+    let w = if gpipe { m.to_string() } else { format!("min(stages - stage - 1, {m})") };
+    let send = |to: &str, buf: &str| format!("Send(to: Rank({to}), buf: \"{buf}\", stream: \"nccl\")");
+    let recv = |from: &str, buf: &str| format!("Recv(from: Rank({from}), buf: \"{buf}\", stream: \"nccl\")");
+    let call = |indent: &str, comment: &str, ops: &[String]| format!("{indent}// {comment}\n{}", comm_ops(o, indent, ops));
+    let fwd = |indent: &str, k: &str| {
+        format!(
+            "{indent}If(stage > 0, then: [Kernel(\"fwd m{{{k}}}\", stream: \"compute\", reads: [\"x{{{k}}}\"], writes: [\"y{{{k}}}\"], duration: \"1 ms\")],\n\
+             {indent}    else: [Kernel(\"fwd m{{{k}}}\", stream: \"compute\", writes: [\"y{{{k}}}\"], duration: \"1 ms\")]),\n"
+        )
+    };
+    // The first stage reads no input activation and writes no input gradient; the last reads no output gradient.
+    let bwd = |indent: &str, k: &str| {
+        let kernel = |reads: &str, writes: &str| {
+            format!("Kernel(\"bwd m{{{k}}}\", stream: \"compute\", reads: [{reads}], writes: [{writes}], duration: \"2 ms\")")
+        };
+        let (dy, x, dx) = (format!("\"dy{{{k}}}\""), format!("\"x{{{k}}}\""), format!("\"dx{{{k}}}\""));
+        format!(
+            "{indent}If(stage == 0, then: [{}],\n\
+             {indent}    else: [If(stage == stages - 1, then: [{}],\n\
+             {indent}        else: [{}])]),\n",
+            kernel(&dy, "\"dw\""),
+            kernel(&x, &format!("\"dw\", {dx}")),
+            kernel(&format!("{dy}, {x}"), &format!("\"dw\", {dx}")),
+        )
+    };
+    let (i1, i2, i3) = ("            ", "                ", "                    ");
+    out.push_str("        // Every rank runs this thread; `stage` is its rank. ");
+    if gpipe {
+        writeln!(out, "GPipe: {m} forward passes, then {m} backward passes.").unwrap();
+    } else {
+        writeln!(out, "Warm-up: W = min(stages - stage - 1, {m}) forward passes;").unwrap();
+        writeln!(out, "        // steady 1F1B: {m} - W forward/backward pairs; cool-down: W backward passes.").unwrap();
+    }
+    out.push_str("        Thread(\"main\", ops: [\n");
+    // Warm-up forward passes.
+    writeln!(out, "{i1}For(i, \"0..{w}\", [").unwrap();
+    writeln!(out, "{i2}If(stage > 0, [").unwrap();
+    out.push_str(&call(i3, "recv_forward: x{i} ← stage - 1", &[recv("stage - 1", "x{i}")]));
+    writeln!(out, "{i2}]),").unwrap();
+    out.push_str(&fwd(i2, "i"));
+    writeln!(out, "{i2}If(stage < stages - 1, [").unwrap();
+    out.push_str(&call(i3, "send_forward: y{i} → stage + 1", &[send("stage + 1", "y{i}")]));
+    writeln!(out, "{i2}]),").unwrap();
+    writeln!(out, "{i1}]),").unwrap();
+    if !gpipe {
+        // The first activation of the steady state, then steady 1F1B.
+        writeln!(out, "{i1}If(\"{w} < {m} && stage > 0\", [").unwrap();
+        out.push_str(&call(i2, &format!("recv_forward: x{{{w}}} ← stage - 1"), &[recv("stage - 1", &format!("x{{{w}}}"))]));
+        writeln!(out, "{i1}]),").unwrap();
+        writeln!(out, "{i1}For(i, \"0..{m} - {w}\", [").unwrap();
+        let f = format!("{w} + i");
+        out.push_str(&fwd(i2, &f));
+        writeln!(out, "{i2}If(stage < stages - 1, [").unwrap();
+        out.push_str(&call(
+            i3,
+            &format!("send_forward_recv_backward: y{{{f}}} → stage + 1, dy{{i}} ← stage + 1"),
+            &[send("stage + 1", &format!("y{{{f}}}")), recv("stage + 1", "dy{i}")],
+        ));
+        writeln!(out, "{i2}]),").unwrap();
+        out.push_str(&bwd(i2, "i"));
+        writeln!(out, "{i2}If(stage > 0, then: [If(\"i == {m} - {w} - 1\", then: [").unwrap();
+        let i4 = "                        ";
+        out.push_str(&call(i4, "send_backward: dx{i} → stage - 1", &[send("stage - 1", "dx{i}")]));
+        writeln!(out, "{i3}], else: [").unwrap();
+        out.push_str(&call(
+            i4,
+            &format!("send_backward_recv_forward: dx{{i}} → stage - 1, x{{{f} + 1}} ← stage - 1"),
+            &[send("stage - 1", "dx{i}"), recv("stage - 1", &format!("x{{{f} + 1}}"))],
+        ));
+        writeln!(out, "{i3}])]),").unwrap();
+        writeln!(out, "{i1}]),").unwrap();
+    }
+    // Cool-down backward passes.
+    let from = if gpipe { "0".to_string() } else { format!("{m} - {w}") };
+    writeln!(out, "{i1}For(i, \"{from}..{m}\", [").unwrap();
+    writeln!(out, "{i2}If(stage < stages - 1, [").unwrap();
+    out.push_str(&call(i3, "recv_backward: dy{i} ← stage + 1", &[recv("stage + 1", "dy{i}")]));
+    writeln!(out, "{i2}]),").unwrap();
+    out.push_str(&bwd(i2, "i"));
+    writeln!(out, "{i2}If(stage > 0, [").unwrap();
+    out.push_str(&call(i3, "send_backward: dx{i} → stage - 1", &[send("stage - 1", "dx{i}")]));
+    writeln!(out, "{i2}]),").unwrap();
+    writeln!(out, "{i1}]),").unwrap();
+    writeln!(out, "{i1}DeviceSync,").unwrap();
+    out.push_str("        ]),\n");
 }
 
 fn render_step(out: &mut String, o: &PipelineOptions, st: u32, step: &Step) {
@@ -705,9 +854,9 @@ fn render_step(out: &mut String, o: &PipelineOptions, st: u32, step: &Step) {
                 what.push(format!("{} ← stage {next}", tensor_buf(t, v, false)));
             }
             writeln!(out, "            // {call}: {}", what.join(", ")).unwrap();
-            out.push_str("            Record(\"c\", stream: \"compute\"), Wait(\"c\", stream: \"nccl\"),\n");
+            // _batched_p2p_ops order: send_prev, recv_prev, send_next, recv_next; the Bug variant: every send, then
+            // every recv.
             let ops: Vec<String> = match o.variant {
-                // _batched_p2p_ops order: send_prev, recv_prev, send_next, recv_next.
                 Variant::Correct | Variant::Race => [
                     send_prev.map(|t| send(t, prev)),
                     recv_prev.map(|t| recv(t, prev)),
@@ -717,7 +866,6 @@ fn render_step(out: &mut String, o: &PipelineOptions, st: u32, step: &Step) {
                 .into_iter()
                 .flatten()
                 .collect(),
-                // Every send first, then every recv, none grouped.
                 Variant::Bug => [
                     send_prev.map(|t| send(t, prev)),
                     send_next.map(|t| send(t, next)),
@@ -728,20 +876,7 @@ fn render_step(out: &mut String, o: &PipelineOptions, st: u32, step: &Step) {
                 .flatten()
                 .collect(),
             };
-            match o.variant {
-                Variant::Correct => {
-                    writeln!(out, "            Group([{}]),", ops.join(", ")).unwrap();
-                    out.push_str("            Record(\"n\", stream: \"nccl\"), Wait(\"n\", stream: \"compute\"),\n");
-                }
-                Variant::Bug => {
-                    writeln!(out, "            {},", ops.join(", ")).unwrap();
-                    out.push_str("            Record(\"n\", stream: \"nccl\"), Wait(\"n\", stream: \"compute\"),\n");
-                }
-                Variant::Race => {
-                    writeln!(out, "            GroupStart, {}, Record(\"n\", stream: \"nccl\"), GroupEnd,", ops.join(", ")).unwrap();
-                    out.push_str("            Wait(\"n\", stream: \"compute\"),\n");
-                }
-            }
+            out.push_str(&comm_ops(o, "            ", &ops));
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Integer and condition expressions of the surface format: loop ranges (`For(i, 0..M, [..])`), conditions
 //! (`If(stage > 0, [..])`), rank arithmetic (`Rank(stage + 1)`) and interpolated names (`"act{i}"`). Expressions
-//! are parsed when the program is deserialized and evaluated during SPMD expansion, per rank and per iteration.
+//! are parsed when the program is deserialized and evaluated during SPMD expansion, per rank and per iteration;
+//! `min(a, b)` and `max(a, b)` are the only functions.
 //!
 //! A hand-written recursive-descent parser: the grammar is a dozen lines, and an expression crate would bring
 //! floating point and functions the format must not have (choices stay integer, output stays deterministic).
@@ -19,6 +20,25 @@ pub enum Expr {
     Neg(Box<Expr>),
     Not(Box<Expr>),
     Bin(BinOp, Box<Expr>, Box<Expr>),
+    /// `min(a, b)` / `max(a, b)`: the smaller / larger of two numbers (Megatron's warm-up count is
+    /// `min(stages - stage - 1, microbatches)`).
+    Call(Func, Box<Expr>, Box<Expr>),
+}
+
+/// A function of two numbers: the only functions the format has (integer in, integer out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Func {
+    Min,
+    Max,
+}
+
+impl Func {
+    fn name(self) -> &'static str {
+        match self {
+            Func::Min => "min",
+            Func::Max => "max",
+        }
+    }
 }
 
 /// A binary operator.
@@ -86,6 +106,7 @@ enum Tok {
     Op(&'static str),
     Open,
     Close,
+    Comma,
 }
 
 const OPS: &[&str] = &["<=", ">=", "==", "!=", "&&", "||", "+", "-", "*", "/", "%", "<", ">", "!"];
@@ -117,6 +138,9 @@ fn tokens(text: &str) -> Result<Vec<Tok>, String> {
             i += 1;
         } else if c == b')' {
             out.push(Tok::Close);
+            i += 1;
+        } else if c == b',' {
+            out.push(Tok::Comma);
             i += 1;
         } else if let Some(op) = OPS.iter().find(|op| b[i..].starts_with(op.as_bytes())) {
             out.push(Tok::Op(op));
@@ -193,6 +217,25 @@ impl Parser<'_> {
                 self.pos += 1;
                 Ok(Expr::Int(v))
             }
+            Some(Tok::Ident(name)) if self.toks.get(self.pos + 1) == Some(&Tok::Open) => {
+                let func = match name.as_str() {
+                    "min" => Func::Min,
+                    "max" => Func::Max,
+                    _ => return Err(format!("unknown function `{name}` in expression `{}` (there are `min(a, b)` and `max(a, b)`)", self.text)),
+                };
+                self.pos += 2;
+                let a = self.binary(0, depth)?;
+                if self.toks.get(self.pos) != Some(&Tok::Comma) {
+                    return Err(format!("`{name}` takes two numbers, `{name}(a, b)`, in expression `{}`", self.text));
+                }
+                self.pos += 1;
+                let b = self.binary(0, depth)?;
+                if self.toks.get(self.pos) != Some(&Tok::Close) {
+                    return Err(format!("`{name}` takes two numbers, `{name}(a, b)`, in expression `{}`", self.text));
+                }
+                self.pos += 1;
+                Ok(Expr::Call(func, Box::new(a), Box::new(b)))
+            }
             Some(Tok::Ident(name)) => {
                 self.pos += 1;
                 Ok(match name.as_str() {
@@ -211,6 +254,7 @@ impl Parser<'_> {
                 Ok(e)
             }
             Some(Tok::Close) => Err(format!("unexpected `)` in expression `{}`", self.text)),
+            Some(Tok::Comma) => Err(format!("unexpected `,` in expression `{}`", self.text)),
             Some(Tok::Op(op)) => Err(format!("unexpected `{op}` in expression `{}`", self.text)),
             None => Err(format!("expression `{}` ends too early", self.text)),
         }
@@ -218,7 +262,7 @@ impl Parser<'_> {
 }
 
 /// Parses an expression: integers, variables, `true`/`false`, `+ - * / %`, comparisons `< <= > >= == !=`,
-/// `&& || !`, parentheses.
+/// `&& || !`, parentheses, `min(a, b)` and `max(a, b)`.
 pub fn parse(text: &str) -> Result<Expr, String> {
     if text.trim().is_empty() {
         return Err("empty expression".to_string());
@@ -271,6 +315,8 @@ impl Expr {
             Expr::Bool(b) => Value::Bool(*b),
             Expr::Var(name) => Value::Int(lookup(name).ok_or_else(|| format!("unknown variable `{name}`"))?),
             Expr::Neg(e) => Value::Int(int(e)?.checked_neg().ok_or_else(overflow)?),
+            Expr::Call(Func::Min, a, b) => Value::Int(int(a)?.min(int(b)?)),
+            Expr::Call(Func::Max, a, b) => Value::Int(int(a)?.max(int(b)?)),
             Expr::Not(e) => Value::Bool(!cond(e)?),
             Expr::Bin(op, a, b) => match op {
                 BinOp::And => Value::Bool(cond(a)? && cond(b)?),
@@ -307,6 +353,7 @@ impl fmt::Display for Expr {
             Expr::Neg(e) => write!(f, "-{}", Paren(e)),
             Expr::Not(e) => write!(f, "!{}", Paren(e)),
             Expr::Bin(op, a, b) => write!(f, "{} {} {}", Paren(a), op.symbol(), Paren(b)),
+            Expr::Call(func, a, b) => write!(f, "{}({a}, {b})", func.name()),
         }
     }
 }
@@ -384,6 +431,19 @@ mod tests {
     }
 
     #[test]
+    fn min_and_max() {
+        assert_eq!(eval("min(stages - stage - 1, 8)"), Ok(Value::Int(0)));
+        assert_eq!(eval("max(stage, i) * 2"), Ok(Value::Int(6)));
+        assert_eq!(eval("min(max(i, 1), min(stage, 10)) + 1"), Ok(Value::Int(3)));
+        assert!(eval("min(i)").unwrap_err().contains("takes two numbers"));
+        assert!(eval("min(i, 1, 2)").unwrap_err().contains("takes two numbers"));
+        assert!(eval("abs(i)").unwrap_err().contains("unknown function `abs`"));
+        assert!(eval("min(i > 1, 2)").unwrap_err().contains("where a number is needed"));
+        assert!(eval("i, 2").unwrap_err().contains("after the expression"));
+        assert!(eval("min").unwrap_err().contains("unknown variable `min`"), "a name without `(` is a variable");
+    }
+
+    #[test]
     fn conditions() {
         assert_eq!(eval("stage > 0"), Ok(Value::Bool(true)));
         assert_eq!(eval("stage > 0 && stage + 1 < stages"), Ok(Value::Bool(false)));
@@ -434,7 +494,7 @@ mod tests {
 
     #[test]
     fn display_round_trips() {
-        for t in ["stage + 1", "(stage + 1) % stages", "!(i == 2) || (stage > 0)", "-(i * 2)"] {
+        for t in ["stage + 1", "(stage + 1) % stages", "!(i == 2) || (stage > 0)", "-(i * 2)", "min(stage - 1, max(i, 2)) + 1"] {
             let e = parse(t).unwrap();
             assert_eq!(parse(&e.to_string()).unwrap(), e, "{t} -> {e}");
         }
