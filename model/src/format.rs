@@ -127,11 +127,12 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
     let mut pairs = std::collections::BTreeSet::new();
     let mut groups = BTreeMap::new();
     let mut flats: BTreeMap<String, u64> = BTreeMap::new();
+    let mut paths = expand::PathCache::default();
     for r in 0..ranks {
         for (ti, &t) in decls.rank_threads[r as usize].iter().enumerate() {
             let decl = &decls.threads[t];
             let mut tcx = torch::TorchCx::new(&torch_decls, &decls);
-            let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut tcx, &mut issues);
+            let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut tcx, &mut issues, &mut paths);
             pairs.append(&mut tcx.pairs);
             groups.append(&mut tcx.lazy_groups);
             for (name, bytes) in std::mem::take(&mut tcx.flats) {

@@ -134,7 +134,23 @@ impl Budget {
     }
 }
 
-/// Expands `ops` (whose list has path `base`) for `rank` of a program of `ranks` ranks.
+/// The paths of the ops written in the program text, and of the op lists inside them, made once and shared by every
+/// rank and loop iteration that expands them (an SPMD program expands each written op thousands of times).
+#[derive(Default)]
+pub struct PathCache {
+    /// (address of the written op, slot): `u8::MAX` for the op's own path, else the field holding an op list.
+    paths: std::collections::HashMap<(usize, u8), Rc<str>>,
+}
+
+impl PathCache {
+    fn get(&mut self, op: &SOp, slot: u8, make: impl FnOnce() -> String) -> Rc<str> {
+        self.paths.entry((op as *const SOp as usize, slot)).or_insert_with(|| Rc::from(make())).clone()
+    }
+}
+
+/// Expands `ops` (whose list has path `base`) for `rank` of a program of `ranks` ranks; `paths` is shared by every
+/// call for one program text.
+#[allow(clippy::too_many_arguments)]
 pub fn expand<'a>(
     ops: &'a [SOp],
     base: &str,
@@ -143,9 +159,10 @@ pub fn expand<'a>(
     budget: &mut Budget,
     torch: &mut TorchCx,
     issues: &mut Issues,
+    paths: &mut PathCache,
 ) -> Vec<Item<'a>> {
     let mut out = Vec::new();
-    expand_into(ops, base, rank, ranks, &None, budget, torch, issues, &mut out);
+    expand_into(ops, base, rank, ranks, &None, budget, torch, issues, paths, &mut out);
     out
 }
 
@@ -159,6 +176,7 @@ fn expand_into<'a>(
     budget: &mut Budget,
     torch: &mut TorchCx,
     issues: &mut Issues,
+    paths: &mut PathCache,
     out: &mut Vec<Item<'a>>,
 ) {
     let scope = Scope { rank, ranks, env: env.as_deref() };
@@ -166,16 +184,19 @@ fn expand_into<'a>(
         if budget.exhausted {
             return;
         }
-        let path = index(base, i);
+        let rc_path = paths.get(op, u8::MAX, || index(base, i));
+        let path: &str = &rc_path;
+        // The path of the op list in field `slot` of this op.
+        let sub = |paths: &mut PathCache, slot: u8, name: &'static str| paths.get(op, slot, || field(path, name));
         match op {
             SOp::Group { ops: inner } => {
-                let p: Rc<str> = Rc::from(path.as_str());
-                if !budget.take(1, &path, issues) {
+                let p = rc_path.clone();
+                if !budget.take(1, path, issues) {
                     return;
                 }
                 out.push(Item { leaf: Leaf::GroupStart, path: p.clone(), env: env.clone() });
-                expand_into(inner, &field(&path, 0), rank, ranks, env, budget, torch, issues, out);
-                if !budget.take(1, &path, issues) {
+                expand_into(inner, &sub(paths, 0, "0"), rank, ranks, env, budget, torch, issues, paths, out);
+                if !budget.take(1, path, issues) {
                     return;
                 }
                 out.push(Item { leaf: Leaf::GroupEnd, path: p, env: env.clone() });
@@ -187,12 +208,12 @@ fn expand_into<'a>(
                     }
                 }
                 if on.contains(&rank) {
-                    expand_into(inner, &field(&path, 1), rank, ranks, env, budget, torch, issues, out);
+                    expand_into(inner, &sub(paths, 1, "1"), rank, ranks, env, budget, torch, issues, paths, out);
                 }
             }
             SOp::Parity { even, odd } => {
                 let (branch, name) = if rank % 2 == 0 { (even, "even") } else { (odd, "odd") };
-                expand_into(branch, &field(&path, name), rank, ranks, env, budget, torch, issues, out);
+                expand_into(branch, &sub(paths, if rank % 2 == 0 { 3 } else { 4 }, name), rank, ranks, env, budget, torch, issues, paths, out);
             }
             SOp::Repeat { count: n, ops: inner } => {
                 if *n > MAX_REPEAT_COUNT {
@@ -204,7 +225,7 @@ fn expand_into<'a>(
                     return;
                 }
                 let start = out.len();
-                expand_into(inner, &field(&path, 1), rank, ranks, env, budget, torch, issues, out);
+                expand_into(inner, &sub(paths, 1, "1"), rank, ranks, env, budget, torch, issues, paths, out);
                 let once = out.len() - start;
                 if *n == 0 {
                     out.truncate(start);
@@ -235,15 +256,15 @@ fn expand_into<'a>(
                 budget.iterations_left -= count as usize;
                 for value in start..end {
                     let bound = Some(Rc::new(Env { name: var, value, parent: env.clone() }));
-                    expand_into(inner, &field(&path, 2), rank, ranks, &bound, budget, torch, issues, out);
+                    expand_into(inner, &sub(paths, 2, "2"), rank, ranks, &bound, budget, torch, issues, paths, out);
                     if budget.exhausted {
                         return;
                     }
                 }
             }
             SOp::If { cond, then, otherwise } => match scope.eval(cond) {
-                Ok(Value::Bool(true)) => expand_into(then, &field(&path, 1), rank, ranks, env, budget, torch, issues, out),
-                Ok(Value::Bool(false)) => expand_into(otherwise, &field(&path, 2), rank, ranks, env, budget, torch, issues, out),
+                Ok(Value::Bool(true)) => expand_into(then, &sub(paths, 1, "1"), rank, ranks, env, budget, torch, issues, paths, out),
+                Ok(Value::Bool(false)) => expand_into(otherwise, &sub(paths, 2, "2"), rank, ranks, env, budget, torch, issues, paths, out),
                 Ok(Value::Int(_)) => issues.push(
                     Issue::new(field(&path, 0), format!("`{}` is a number, where If needs a condition", cond.text))
                         .help(format!("compare it, e.g. `If({} > 0, [..])`", cond.text))
@@ -253,7 +274,7 @@ fn expand_into<'a>(
             },
             SOp::WithStream { stream, ops: inner } => {
                 torch.current.push(stream.clone());
-                expand_into(inner, &field(&path, 1), rank, ranks, env, budget, torch, issues, out);
+                expand_into(inner, &sub(paths, 1, "1"), rank, ranks, env, budget, torch, issues, paths, out);
                 torch.current.pop();
             }
             _ => {
@@ -266,7 +287,7 @@ fn expand_into<'a>(
                 if !budget.take(1, &path, issues) {
                     return;
                 }
-                out.push(Item { leaf: Leaf::Op(op), path: Rc::from(path.as_str()), env: env.clone() });
+                out.push(Item { leaf: Leaf::Op(op), path: rc_path.clone(), env: env.clone() });
             }
         }
     }

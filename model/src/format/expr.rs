@@ -392,8 +392,14 @@ pub fn interpolate<'t>(text: &'t str, lookup: &dyn Fn(&str) -> Option<i64>) -> R
         let Some(end) = after.find('}') else {
             return Err(format!("unclosed `{{` in `{text}` (write `{{{{` for a literal brace)"));
         };
-        let expr = parse(&after[..end])?;
-        match expr.eval(lookup)? {
+        let inside = &after[..end];
+        // `{i}`: a variable alone needs no parse (most names of a loop are written so).
+        let simple = inside.bytes().next().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+            && inside.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_')
+            && inside != "true"
+            && inside != "false";
+        let value = if simple { lookup(inside).map(Value::Int).ok_or_else(|| format!("unknown variable `{inside}`"))? } else { parse(inside)?.eval(lookup)? };
+        match value {
             Value::Int(v) => out.push_str(&v.to_string()),
             Value::Bool(_) => return Err(format!("`{{{}}}` in `{text}` is a condition; a name needs a number", &after[..end])),
         }

@@ -154,17 +154,73 @@ pub fn parent(path: &str) -> Option<&str> {
 }
 
 /// Appends a named or positional field to a path.
-pub fn field(path: &str, name: impl std::fmt::Display) -> String {
-    if path.is_empty() {
-        name.to_string()
-    } else {
-        format!("{path}.{name}")
+///
+/// Built with `push_str` rather than `format!`: resolution builds a dozen of these per op whether or not it reports
+/// anything, and `format!` was a fifth of loading a million-op program.
+pub fn field(path: &str, name: impl PathPart) -> String {
+    let mut out = String::with_capacity(path.len() + 12);
+    out.push_str(path);
+    if !path.is_empty() {
+        out.push('.');
     }
+    name.push_to(&mut out);
+    out
 }
 
 /// Appends a list index to a path.
 pub fn index(path: &str, i: usize) -> String {
-    format!("{path}[{i}]")
+    let mut out = String::with_capacity(path.len() + 8);
+    out.push_str(path);
+    out.push('[');
+    i.push_to(&mut out);
+    out.push(']');
+    out
+}
+
+/// A field name or position of a path ([`field`]).
+pub trait PathPart {
+    fn push_to(&self, out: &mut String);
+}
+
+impl PathPart for &str {
+    fn push_to(&self, out: &mut String) {
+        out.push_str(self);
+    }
+}
+
+impl PathPart for &&str {
+    fn push_to(&self, out: &mut String) {
+        out.push_str(self);
+    }
+}
+
+impl PathPart for String {
+    fn push_to(&self, out: &mut String) {
+        out.push_str(self);
+    }
+}
+
+impl PathPart for &String {
+    fn push_to(&self, out: &mut String) {
+        out.push_str(self);
+    }
+}
+
+impl PathPart for usize {
+    fn push_to(&self, out: &mut String) {
+        // Decimal digits without the formatting machinery.
+        let mut digits = [0u8; 20];
+        let (mut v, mut n) = (*self, 0);
+        loop {
+            digits[n] = b'0' + (v % 10) as u8;
+            n += 1;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        out.extend(digits[..n].iter().rev().map(|&d| d as char));
+    }
 }
 
 /// The opening delimiters `(`, `[`, `{` that are still open at the end of `text` (strings and comments skipped),

@@ -72,7 +72,10 @@ impl<'p> Semantics<'p> {
         for (t, &(home, _)) in self.thread_of.iter().enumerate() {
             for (i, _) in self.ops_of(t as ThreadId).iter().enumerate() {
                 let g = self.op_ranks(OpLoc { thread: t as ThreadId, op: i as u32 }, home);
-                set.insert(g);
+                // Most ops touch their own rank only: that group is already in.
+                if g.len() > 1 {
+                    set.insert(g);
+                }
             }
         }
         for b in &self.program.barriers {
@@ -96,8 +99,10 @@ impl<'p> Semantics<'p> {
                     continue;
                 }
                 let g = self.op_ranks(loc, home);
-                for &r in &g {
-                    local[r as usize].extend(g.iter().copied());
+                if g.len() > 1 {
+                    for &r in &g {
+                        local[r as usize].extend(g.iter().copied());
+                    }
                 }
             }
         }
