@@ -1170,6 +1170,9 @@ fn main() -> ExitCode {
                 art_path.display(),
                 art_path.display()
             ));
+            if cuorder::shrink::has_loops(&shrunk.text) {
+                say("note: the shrunk program still has loops (For/Repeat): shrink removes ops as written, so an op inside a loop stays in every iteration; an unrolled program (one thread per rank, e.g. `cuorder gen pipeline ... --unroll`) shrinks further\n");
+            }
             ExitCode::SUCCESS
         }
         Command::Conform { dir: Some(dir), junit, budgets, .. } => conform_dir(&dir, junit.as_deref(), &budgets.limits()),

@@ -281,6 +281,107 @@ fn ranks_field(text: &str) -> Option<(usize, usize, u32)> {
     Some((digits_start, digits_start + n.len(), n.parse().ok()?))
 }
 
+/// The standalone integer literals of `text` outside comments, strings included (loop bounds are often quoted,
+/// `For(i, "0..min(stages - stage - 1, 8)", ..)`), as (byte start, byte end, value): not part of a name (`x1`) or of a
+/// decimal (`1.5 ms`), and not the `ranks:` field's value (fewer ranks is its own candidate).
+fn numbers(text: &str) -> Vec<(usize, usize, u64)> {
+    let b = text.as_bytes();
+    let skip = ranks_field(text).map(|(a, _, _)| a);
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let (mut out, mut i, mut in_str) = (Vec::new(), 0usize, false);
+    while i < b.len() {
+        let c = b[i];
+        if !in_str && c == b'/' && b.get(i + 1) == Some(&b'/') {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if c == b'"' {
+            in_str = !in_str;
+        } else if in_str && c == b'\\' {
+            i += 2;
+            continue;
+        }
+        if c.is_ascii_digit() {
+            let start = i;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            let before = start.checked_sub(1).map(|j| b[j]);
+            // `0..8`: a `.` before the number is a range's, not a decimal point, when it is doubled.
+            let after_dot = before == Some(b'.') && (start < 2 || b[start - 2] != b'.');
+            let glued = before.is_some_and(word) || after_dot || b.get(i).is_some_and(|&c| word(c) || c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit));
+            if !glued && Some(start) != skip {
+                if let Ok(v) = text[start..i].parse::<u64>() {
+                    out.push((start, i, v));
+                }
+            }
+            continue;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Candidates that lower one number everywhere it is written (halved, then minus one): a loop's count in an SPMD
+/// program (`For(i, "0..8", ..)` with `8` also in `min(stages - stage - 1, 8)`) shrinks only when every place that
+/// says it changes at once. Largest values first.
+fn lowered_numbers(text: &str) -> Vec<String> {
+    let nums = numbers(text);
+    let mut values: Vec<u64> = nums.iter().map(|n| n.2).filter(|&v| v > 0).collect();
+    values.sort_unstable_by(|a, b| b.cmp(a));
+    values.dedup();
+    let mut out = Vec::new();
+    for v in values {
+        let mut targets = vec![v / 2];
+        if v - 1 != v / 2 {
+            targets.push(v - 1);
+        }
+        for to in targets {
+            let mut cand = String::with_capacity(text.len());
+            let mut at = 0;
+            for &(a, e, n) in &nums {
+                if n == v {
+                    cand.push_str(&text[at..a]);
+                    cand.push_str(&to.to_string());
+                    at = e;
+                }
+            }
+            cand.push_str(&text[at..]);
+            out.push(cand);
+        }
+    }
+    out
+}
+
+/// Whether program `text` has a loop (`For(` or `Repeat(` outside comments and strings): shrinking removes ops as
+/// written, so what a loop repeats is kept or removed in every iteration at once.
+pub fn has_loops(text: &str) -> bool {
+    let (b, mut i, mut in_str) = (text.as_bytes(), 0usize, false);
+    while i < b.len() {
+        let c = b[i];
+        if in_str {
+            if c == b'\\' {
+                i += 1;
+            } else if c == b'"' {
+                in_str = false;
+            }
+        } else if c == b'"' {
+            in_str = true;
+        } else if c == b'/' && b.get(i + 1) == Some(&b'/') {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+            continue;
+        } else if (text[i..].starts_with("For(") || text[i..].starts_with("Repeat(")) && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
 /// Shrinks `text` (the program `name`) while a problem of `kind` persists under `profile`.
 ///
 /// Errors: the program does not load, or the problem is not found in it to begin with (within the budgets).
@@ -297,7 +398,7 @@ pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &Shrin
     let mut best = (text.to_string(), found);
     let mut tried = 0usize;
     let fewer_ranks = |t: &str| ranks_field(t).filter(|f| f.2 > 1).map(|(a, b, n)| format!("{}{}{}", &t[..a], n - 1, &t[b..]));
-    // Fewer ranks, then ddmin over the ops and threads as written, until neither helps.
+    // Fewer ranks, then ddmin over the ops and threads as written, then smaller numbers, until none helps.
     loop {
         let before = best.0.len();
         while let Some(cand) = fewer_ranks(&best.0) {
@@ -322,7 +423,9 @@ pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &Shrin
                 chunks = (chunks * 2).min(spans.len());
             }
         }
-        if best.0.len() == before || tried >= opt.max_candidates {
+        let text = best.0.clone();
+        let lowered = try_candidates(name, profile, &want, opt, &mut tried, &mut best, lowered_numbers(&text).into_iter());
+        if (best.0.len() == before && !lowered) || tried >= opt.max_candidates {
             break;
         }
     }
@@ -343,6 +446,24 @@ mod tests {
         let s = t.find("Send").unwrap();
         let (a, b) = value_extent(t, s);
         assert_eq!(&t[a..b], r#"Send(to: Next, buf: "y")"#);
+    }
+
+    #[test]
+    fn loops_are_found_outside_comments_and_strings() {
+        assert!(has_loops("Program(threads: [Thread(\"t\", [For(i, 0..2, [])])])"));
+        assert!(has_loops("[Repeat(3, [DeviceSync])]"));
+        assert!(!has_loops("// For(i, 0..2)\n[Kernel(\"For(\", stream: \"s\"), NoFor(1)]"));
+    }
+
+    #[test]
+    fn numbers_are_standalone_literals_outside_comments_and_the_ranks_field() {
+        let t = "// 7 comment\nProgram(ranks: 4, x: \"x1\", r: \"0..min(stages - stage - 1, 8)\", d: \"1.5 ms\", n: 12, b: \"8 MiB\")";
+        let got: Vec<u64> = numbers(t).iter().map(|n| n.2).collect();
+        assert_eq!(got, [0, 1, 8, 12, 8]);
+        let lowered = lowered_numbers(t);
+        assert!(lowered[0].contains("n: 6,"), "{}", lowered[0]);
+        assert!(lowered.iter().any(|c| c.contains("0..min(stages - stage - 1, 4)") && c.contains("\"4 MiB\"")), "every 8 at once");
+        assert!(lowered.iter().all(|c| c.contains("ranks: 4") && c.contains("// 7 comment") && c.contains("x1")));
     }
 
     #[test]

@@ -440,6 +440,11 @@ impl Scanner<'_> {
         while let Some(c) = self.peek() {
             let prev = self.b[self.pos - 1];
             let exponent_sign = matches!(c, b'+' | b'-') && matches!(prev, b'e' | b'E') && !hex;
+            // `0..end` is a range: the number ends before `..` (else `0..(n)` or `0..min(a, b)` was scanned as the
+            // number `0..min` followed by a group, and the expression was cut there).
+            if c == b'.' && self.peek_at(1) == Some(b'.') {
+                break;
+            }
             if is_ident_char(c) || c == b'.' || exponent_sign {
                 self.pos += 1;
             } else {

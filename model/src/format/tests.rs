@@ -625,6 +625,29 @@ fn for_if_and_rank_arithmetic_expand_per_rank_and_iteration() {
     assert_eq!((k.origin.line, k.origin.column), (Some(4), Some(13)), "{k:?}");
 }
 
+/// Bare expressions with parentheses and `min`/`max` (regression: a range `0..(n)` or `0..min(a, b)` was scanned as
+/// the number `0..min` followed by a group, so only `0..min` was quoted and RON said "expected `,`").
+#[test]
+fn bare_expressions_with_parentheses_and_min_max() {
+    let p = ok(&pipeline(
+        2,
+        r#"For(i, 0..min(stages - stage, 3), [Kernel("a{i}", stream: "s0")]),
+           For(i, 0..(stages - stage), [Kernel("b{i}", stream: "s0")]),
+           If(max(stage, 1) == 1, [Kernel("c{max(stage, 0)}", stream: "s0")])"#,
+    ));
+    let names = |r: usize| -> Vec<String> {
+        ops_of(&p, r, 0)
+            .iter()
+            .filter_map(|k| match k {
+                OpKind::Kernel { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(names(0), ["a0", "a1", "b0", "b1", "c0"]);
+    assert_eq!(names(1), ["a0", "b0", "c1"]);
+}
+
 #[test]
 fn loops_nest_shadowing_is_refused_and_else_branches_run() {
     let p = ok(&pipeline(
