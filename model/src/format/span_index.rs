@@ -397,7 +397,10 @@ impl Scanner<'_> {
                 let id = self.ident();
                 let after_name = self.pos;
                 self.skip_trivia();
-                if self.peek() == Some(b'(') && nested {
+                if self.peek() == Some(b'(') && matches!(id.as_str(), "min" | "max") {
+                    // `min(a, b)` in a bare expression is a call, not a group: its arguments get no field names.
+                    self.balanced();
+                } else if self.peek() == Some(b'(') && nested {
                     self.fields(path, depth, (id != "Some").then_some(id.as_str()));
                     name = Some(id);
                 } else {
@@ -408,6 +411,29 @@ impl Scanner<'_> {
             _ => self.skip_char(),
         }
         self.record(path, start, name);
+    }
+
+    /// A parenthesized part of an expression, `(` to its matching `)` (strings skipped), or to the end of the text.
+    fn balanced(&mut self) {
+        let mut open = 0usize;
+        while let Some(c) = self.peek() {
+            match c {
+                b'(' => open += 1,
+                b')' => {
+                    open = open.saturating_sub(1);
+                    if open == 0 {
+                        self.pos += 1;
+                        return;
+                    }
+                }
+                b'"' => {
+                    self.string();
+                    continue;
+                }
+                _ => {}
+            }
+            self.skip_char();
+        }
     }
 
     fn skip_char(&mut self) {
