@@ -134,11 +134,10 @@ impl<'p> Semantics<'p> {
         if th.wait.is_some() || th.pc != pc + 1 || st.undefined.is_some() {
             return;
         }
-        let range = ItemKey { thread: t, op: pc, sub: 0 }..=ItemKey { thread: t, op: pc, sub: u16::MAX };
         let items: Vec<ItemKey> = st
             .streams
             .items
-            .range(range)
+            .subs(t, pc)
             .filter(|(_, i)| !matches!(i.kind, ItemKind::Record | ItemKind::WaitMarker))
             .map(|(k, _)| *k)
             .collect();

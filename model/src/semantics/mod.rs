@@ -19,6 +19,7 @@ mod forget;
 mod host;
 pub mod ids;
 pub mod incremental;
+pub mod item_map;
 mod memory;
 mod nccl;
 pub mod reduction;

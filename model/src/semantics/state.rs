@@ -339,7 +339,7 @@ pub struct StreamState {
     pub queues: Vec<(Vec<ItemKey>, u32)>,
     /// Per global stream: clock of its last ended item.
     pub stream_clock: Vec<VClock>,
-    pub items: BTreeMap<ItemKey, Item>,
+    pub items: super::item_map::ItemMap,
     /// The record each event currently names (S3).
     pub event_binding: BTreeMap<EventRef, ItemKey>,
 }

@@ -391,10 +391,7 @@ impl<'p> Semantics<'p> {
         // A launch is keyed by the host op that enqueued it (the op itself, or the group end after it; N4), never by
         // an earlier one: start there, not at the thread's first item, which made every delivery cost as many steps
         // as the thread had items queued (issue 9, "scale").
-        for (k, item) in st.streams.items.range(ItemKey { thread: loc.thread, op: loc.op, sub: 0 }..) {
-            if k.thread != loc.thread {
-                break;
-            }
+        for (k, item) in st.streams.items.range_from(ItemKey { thread: loc.thread, op: loc.op, sub: 0 }) {
             if let ItemKind::Launch { ops, .. } = &item.kind {
                 if let Some(i) = ops.iter().position(|o| o.loc == loc) {
                     return (*k, i as u32);
