@@ -60,44 +60,62 @@ fn op_count(p: &Program) -> usize {
     p.ranks.iter().flat_map(|r| &r.threads).map(|t| t.ops.len()).sum()
 }
 
+/// The bytes of `text` outside `//` comments, as (offset, byte, inside a string literal): the one scanner of the
+/// text-level shrink (its quotes count as inside; an escaped character is skipped with its backslash).
+fn code(text: &str) -> impl Iterator<Item = (usize, u8, bool)> + '_ {
+    let b = text.as_bytes();
+    let (mut i, mut in_str) = (0usize, false);
+    std::iter::from_fn(move || {
+        while i < b.len() {
+            let (at, c) = (i, b[i]);
+            if in_str {
+                i += if c == b'\\' { 2 } else { 1 };
+                in_str = c != b'"';
+                if c == b'\\' {
+                    continue;
+                }
+                return Some((at, c, true));
+            }
+            if c == b'/' && b.get(i + 1) == Some(&b'/') {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            i += 1;
+            in_str = c == b'"';
+            return Some((at, c, in_str));
+        }
+        None
+    })
+}
+
 /// The byte range of the RON value starting at `start` in `text`, with the comma and blanks after it: up to the
 /// first `,`, `]` or `)` at depth 0 outside strings and comments.
 fn value_extent(text: &str, start: usize) -> (usize, usize) {
     let b = text.as_bytes();
-    let (mut i, mut depth, mut in_str) = (start, 0i32, false);
-    while i < b.len() {
-        let c = b[i];
+    let mut depth = 0i32;
+    for (i, c, in_str) in code(&text[start..]).map(|(i, c, s)| (start + i, c, s)) {
         if in_str {
-            if c == b'\\' {
-                i += 1;
-            } else if c == b'"' {
-                in_str = false;
-            }
-        } else if c == b'"' {
-            in_str = true;
-        } else if c == b'/' && b.get(i + 1) == Some(&b'/') {
-            while i < b.len() && b[i] != b'\n' {
-                i += 1;
-            }
             continue;
-        } else if matches!(c, b'(' | b'[' | b'{') {
+        }
+        if matches!(c, b'(' | b'[' | b'{') {
             depth += 1;
         } else if matches!(c, b')' | b']' | b'}') {
             if depth == 0 {
-                break;
+                return (start, i);
             }
             depth -= 1;
         } else if c == b',' && depth == 0 {
             // Take the comma and the blanks after it.
-            i += 1;
-            while i < b.len() && (b[i] == b' ' || b[i] == b'\t') {
-                i += 1;
+            let mut end = i + 1;
+            while end < b.len() && (b[end] == b' ' || b[end] == b'\t') {
+                end += 1;
             }
-            break;
+            return (start, end);
         }
-        i += 1;
     }
-    (start, i)
+    (start, text.len())
 }
 
 /// The ops as written: the byte ranges of every op's text, outermost first where they nest.
@@ -288,38 +306,19 @@ fn numbers(text: &str) -> Vec<(usize, usize, u64)> {
     let b = text.as_bytes();
     let skip = ranks_field(text).map(|(a, _, _)| a);
     let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
-    let (mut out, mut i, mut in_str) = (Vec::new(), 0usize, false);
-    while i < b.len() {
-        let c = b[i];
-        if !in_str && c == b'/' && b.get(i + 1) == Some(&b'/') {
-            while i < b.len() && b[i] != b'\n' {
-                i += 1;
+    let mut out = Vec::new();
+    // The first digit of every run of digits outside comments.
+    for (start, _, _) in code(text).filter(|&(i, c, _)| c.is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_digit())) {
+        let end = start + b[start..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let before = start.checked_sub(1).map(|j| b[j]);
+        // `0..8`: a `.` before the number is a range's, not a decimal point, when it is doubled.
+        let after_dot = before == Some(b'.') && (start < 2 || b[start - 2] != b'.');
+        let glued = before.is_some_and(word) || after_dot || b.get(end).is_some_and(|&c| word(c) || c == b'.' && b.get(end + 1).is_some_and(u8::is_ascii_digit));
+        if !glued && Some(start) != skip {
+            if let Ok(v) = text[start..end].parse::<u64>() {
+                out.push((start, end, v));
             }
-            continue;
         }
-        if c == b'"' {
-            in_str = !in_str;
-        } else if in_str && c == b'\\' {
-            i += 2;
-            continue;
-        }
-        if c.is_ascii_digit() {
-            let start = i;
-            while i < b.len() && b[i].is_ascii_digit() {
-                i += 1;
-            }
-            let before = start.checked_sub(1).map(|j| b[j]);
-            // `0..8`: a `.` before the number is a range's, not a decimal point, when it is doubled.
-            let after_dot = before == Some(b'.') && (start < 2 || b[start - 2] != b'.');
-            let glued = before.is_some_and(word) || after_dot || b.get(i).is_some_and(|&c| word(c) || c == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit));
-            if !glued && Some(start) != skip {
-                if let Ok(v) = text[start..i].parse::<u64>() {
-                    out.push((start, i, v));
-                }
-            }
-            continue;
-        }
-        i += 1;
     }
     out
 }
@@ -358,28 +357,12 @@ fn lowered_numbers(text: &str) -> Vec<String> {
 /// Whether program `text` has a loop (`For(` or `Repeat(` outside comments and strings): shrinking removes ops as
 /// written, so what a loop repeats is kept or removed in every iteration at once.
 pub fn has_loops(text: &str) -> bool {
-    let (b, mut i, mut in_str) = (text.as_bytes(), 0usize, false);
-    while i < b.len() {
-        let c = b[i];
-        if in_str {
-            if c == b'\\' {
-                i += 1;
-            } else if c == b'"' {
-                in_str = false;
-            }
-        } else if c == b'"' {
-            in_str = true;
-        } else if c == b'/' && b.get(i + 1) == Some(&b'/') {
-            while i < b.len() && b[i] != b'\n' {
-                i += 1;
-            }
-            continue;
-        } else if (text[i..].starts_with("For(") || text[i..].starts_with("Repeat(")) && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) {
-            return true;
-        }
-        i += 1;
-    }
-    false
+    let b = text.as_bytes();
+    code(text).any(|(i, _, in_str)| {
+        !in_str
+            && (text[i..].starts_with("For(") || text[i..].starts_with("Repeat("))
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'))
+    })
 }
 
 /// Shrinks `text` (the program `name`) while a problem of `kind` persists under `profile`.
