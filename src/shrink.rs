@@ -360,7 +360,7 @@ pub fn has_loops(text: &str) -> bool {
     let b = text.as_bytes();
     code(text).any(|(i, _, in_str)| {
         !in_str
-            && (text[i..].starts_with("For(") || text[i..].starts_with("Repeat("))
+            && (b[i..].starts_with(b"For(") || b[i..].starts_with(b"Repeat("))
             && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'))
     })
 }
@@ -436,6 +436,10 @@ mod tests {
         assert!(has_loops("Program(threads: [Thread(\"t\", [For(i, 0..2, [])])])"));
         assert!(has_loops("[Repeat(3, [DeviceSync])]"));
         assert!(!has_loops("// For(i, 0..2)\n[Kernel(\"For(\", stream: \"s\"), NoFor(1)]"));
+        // Regression: a multi-byte character outside `//` comments and strings (a block comment) panicked slicing
+        // the text inside it.
+        assert!(has_loops("/* café → */ [For(i, 0..2, [])]"));
+        assert_eq!(numbers("/* é 3 */ n: 4").iter().map(|n| n.2).collect::<Vec<_>>(), [3, 4]);
     }
 
     #[test]
