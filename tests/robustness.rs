@@ -17,6 +17,7 @@ use cuorder_model::profile::Profile;
 use cuorder_model::program::Program;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::explore::Limits;
+use cuorder_sim::pipeline::{pipeline, PipelineOptions, Variant};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -207,6 +208,11 @@ fn surface_seeds() -> Vec<Vec<u8>> {
         .map(|p| read(p).into_bytes())
         .collect();
     v.retain(|s| s.len() < 20_000);
+    // The SPMD form `gen pipeline` writes: loops, conditions on `stage`, `min(..)` in bare and quoted expressions.
+    for variant in [Variant::Correct, Variant::Bug, Variant::Race] {
+        let o = PipelineOptions { stages: 3, microbatches: 4, variant, ..PipelineOptions::default() };
+        v.push(pipeline(&o).unwrap().replace("\"0..min(stages - stage - 1, 4)\"", "0..min(stages - stage - 1, 4)").into_bytes());
+    }
     v
 }
 
