@@ -301,7 +301,8 @@ fn ranks_field(text: &str) -> Option<(usize, usize, u32)> {
 
 /// The standalone integer literals of `text` outside comments, strings included (loop bounds are often quoted,
 /// `For(i, "0..min(stages - stage - 1, 8)", ..)`), as (byte start, byte end, value): not part of a name (`x1`) or of a
-/// decimal (`1.5 ms`), and not the `ranks:` field's value (fewer ranks is its own candidate).
+/// decimal (`1.5 ms`), not a size or duration (`16 MiB`, `1 ms`), and not the `ranks:` field's value (fewer ranks is
+/// its own candidate).
 fn numbers(text: &str) -> Vec<(usize, usize, u64)> {
     let b = text.as_bytes();
     let skip = ranks_field(text).map(|(a, _, _)| a);
@@ -314,7 +315,10 @@ fn numbers(text: &str) -> Vec<(usize, usize, u64)> {
         // `0..8`: a `.` before the number is a range's, not a decimal point, when it is doubled.
         let after_dot = before == Some(b'.') && (start < 2 || b[start - 2] != b'.');
         let glued = before.is_some_and(word) || after_dot || b.get(end).is_some_and(|&c| word(c) || c == b'.' && b.get(end + 1).is_some_and(u8::is_ascii_digit));
-        if !glued && Some(start) != skip {
+        // A size or duration (`16 MiB`, `1 ms`): its value decides eager or rendezvous (N2) and timing, so lowering
+        // it would change the program under other profiles than the one the finding was saved with.
+        let unit = b[end..].iter().skip_while(|&&c| c == b' ').next().is_some_and(|c| c.is_ascii_alphabetic());
+        if !glued && !unit && Some(start) != skip {
             if let Ok(v) = text[start..end].parse::<u64>() {
                 out.push((start, end, v));
             }
@@ -446,11 +450,11 @@ mod tests {
     fn numbers_are_standalone_literals_outside_comments_and_the_ranks_field() {
         let t = "// 7 comment\nProgram(ranks: 4, x: \"x1\", r: \"0..min(stages - stage - 1, 8)\", d: \"1.5 ms\", n: 12, b: \"8 MiB\")";
         let got: Vec<u64> = numbers(t).iter().map(|n| n.2).collect();
-        assert_eq!(got, [0, 1, 8, 12, 8]);
+        assert_eq!(got, [0, 1, 8, 12], "sizes and durations (`8 MiB`, `1.5 ms`) are not lowered");
         let lowered = lowered_numbers(t);
         assert!(lowered[0].contains("n: 6,"), "{}", lowered[0]);
-        assert!(lowered.iter().any(|c| c.contains("0..min(stages - stage - 1, 4)") && c.contains("\"4 MiB\"")), "every 8 at once");
-        assert!(lowered.iter().all(|c| c.contains("ranks: 4") && c.contains("// 7 comment") && c.contains("x1")));
+        assert!(lowered.iter().any(|c| c.contains("0..min(stages - stage - 1, 4)")), "every 8 at once");
+        assert!(lowered.iter().all(|c| c.contains("ranks: 4") && c.contains("// 7 comment") && c.contains("x1") && c.contains("\"8 MiB\"")));
     }
 
     #[test]

@@ -196,7 +196,41 @@ pub fn validate(o: &PipelineOptions) -> Result<(), OptionsError> {
     if o.variant == Variant::Bug && o.schedule == Schedule::Gpipe {
         return err("GPipe never sends and receives in one call (each call is a lone send or a lone recv), so it has no send-before-recv to get wrong: use --bug with 1f1b or interleaved".into());
     }
+    // With one microbatch every 1F1B call is a lone send or recv too (regression: `--bug --microbatches 1` wrote a
+    // program without the bug, which `check` found clean).
+    if o.variant == Variant::Bug && o.schedule == Schedule::OneFOneB && o.microbatches < 2 {
+        return err("with 1 microbatch, 1F1B never sends and receives in one call (each call is a lone send or a lone recv), so it has no send-before-recv to get wrong: use --bug with at least 2 microbatches".into());
+    }
+    // Every stage runs a forward and a backward kernel per microbatch and chunk: a cheap lower bound on the ops,
+    // checked before planning (regression: 2 stages x 2,000,000 microbatches wrote 240 MB that `check` could not
+    // load); `pipeline` checks the exact count after planning.
+    let at_least = 2 * u64::from(o.stages) * u64::from(o.microbatches) * u64::from(o.chunks);
+    if at_least > MAX_EXPANDED_OPS as u64 {
+        return err(too_many_ops(at_least, true));
+    }
     Ok(())
+}
+
+use cuorder_model::format::MAX_EXPANDED_OPS;
+
+fn too_many_ops(n: u64, at_least: bool) -> String {
+    format!(
+        "the program would expand to {}{n} operations, over the loader's limit MAX_EXPANDED_OPS = {MAX_EXPANDED_OPS}: use fewer stages, microbatches or chunks",
+        if at_least { "at least " } else { "" }
+    )
+}
+
+/// The ops the program of `plan` expands to: per stage its kernels, each call's sends and recvs with the events
+/// around them (and the group's start and end unless `Bug`), and the final synchronize.
+fn expanded_ops(o: &PipelineOptions, plan: &[Vec<Step>]) -> u64 {
+    let per_call = if o.variant == Variant::Bug { 4 } else { 6 };
+    let step_ops = |st: &Step| match st {
+        Step::Forward { .. } | Step::Backward { .. } => 1,
+        Step::Comm { send_prev, recv_prev, send_next, recv_next, .. } => {
+            per_call + [send_prev, recv_prev, send_next, recv_next].iter().filter(|t| t.is_some()).count() as u64
+        }
+    };
+    plan.iter().map(|steps| 1 + steps.iter().map(step_ops).sum::<u64>()).sum()
 }
 
 fn fwd(chunk: u32, microbatch: u32) -> Tensor {
@@ -596,6 +630,10 @@ pub fn pipeline(o: &PipelineOptions) -> Result<String, OptionsError> {
     let plan = plan(o)?;
     if let Err(e) = verify(o, &plan) {
         panic!("internal error: the {} plan is inconsistent: {e}", o.schedule.name());
+    }
+    let ops = expanded_ops(o, &plan);
+    if ops > MAX_EXPANDED_OPS as u64 {
+        return Err(OptionsError(too_many_ops(ops, false)));
     }
     let (s, v) = (o.stages, o.chunks);
     let mut out = String::with_capacity(plan.iter().map(|p| p.len()).sum::<usize>() * 160 + 4096);

@@ -305,6 +305,13 @@ fn loop_range(var: &str, range: &super::surface::RangeArg, scope: &Scope, path: 
         );
         return None;
     }
+    if var == "min" || var == "max" {
+        issues.push(
+            Issue::new(field(path, 0), format!("`{var}` is a function (`{var}(a, b)`) and cannot be a loop variable"))
+                .help("give the loop another name, e.g. `For(i, 0..4, [..])`"),
+        );
+        return None;
+    }
     if BUILTIN_VARS.contains(&var) {
         issues.push(
             Issue::new(field(path, 0), format!("`{var}` is a built-in name and cannot be a loop variable"))

@@ -224,6 +224,9 @@ impl Parser<'_> {
                     _ => return Err(format!("unknown function `{name}` in expression `{}` (there are `min(a, b)` and `max(a, b)`)", self.text)),
                 };
                 self.pos += 2;
+                if self.toks.get(self.pos) == Some(&Tok::Close) {
+                    return Err(format!("`{name}` takes two numbers, `{name}(a, b)`, in expression `{}`", self.text));
+                }
                 let a = self.binary(0, depth)?;
                 if self.toks.get(self.pos) != Some(&Tok::Comma) {
                     return Err(format!("`{name}` takes two numbers, `{name}(a, b)`, in expression `{}`", self.text));
@@ -442,6 +445,7 @@ mod tests {
         assert_eq!(eval("max(stage, i) * 2"), Ok(Value::Int(6)));
         assert_eq!(eval("min(max(i, 1), min(stage, 10)) + 1"), Ok(Value::Int(3)));
         assert!(eval("min(i)").unwrap_err().contains("takes two numbers"));
+        assert!(eval("max()").unwrap_err().contains("takes two numbers"));
         assert!(eval("min(i, 1, 2)").unwrap_err().contains("takes two numbers"));
         assert!(eval("abs(i)").unwrap_err().contains("unknown function `abs`"));
         assert!(eval("min(i > 1, 2)").unwrap_err().contains("where a number is needed"));

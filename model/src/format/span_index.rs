@@ -51,6 +51,10 @@ pub struct SpanIndex {
     /// Byte ranges of the expressions written unquoted in an expression parameter (`Rank(stage + 1)`,
     /// `For(i, 0..M, ..)`; see `surface::EXPR_SLOTS`), in text order: what desugaring puts in double quotes.
     quoted: Vec<(usize, usize)>,
+    /// The positional parameters of each group (`surface::POSITIONAL`) once [`Self::alias_positional`] ran: what
+    /// [`Self::resolve`] uses to match a path whose fields are written one way at one level and the other way at
+    /// another.
+    params: &'static [(&'static str, &'static [&'static str])],
 }
 
 impl SpanIndex {
@@ -72,7 +76,7 @@ impl SpanIndex {
         let mut s = Scanner { b: text.as_bytes(), pos: 0, nodes: BTreeMap::new(), positional, quoted, light };
         s.skip_trivia();
         s.value(Some(""), 0);
-        SpanIndex { nodes: s.nodes, positional: s.positional, quoted: s.quoted }
+        SpanIndex { nodes: s.nodes, positional: s.positional, quoted: s.quoted, params: &[] }
     }
 
     /// Byte ranges of the unquoted expressions of expression parameters, in text order.
@@ -88,7 +92,8 @@ impl SpanIndex {
     /// Makes positional paths findable when a parameter was given by name: for every group named in `params`
     /// (group name, parameter names by position), a field written `name: value` is also recorded as `.i` (with
     /// everything below it), unless `.i` is recorded already.
-    pub fn alias_positional(&mut self, params: &[(&str, &[&str])]) {
+    pub fn alias_positional(&mut self, params: &'static [(&'static str, &'static [&'static str])]) {
+        self.params = params;
         let mut added = Vec::new();
         for (path, node) in &self.nodes {
             let Some(group) = node.name.as_deref() else { continue };
@@ -123,9 +128,44 @@ impl SpanIndex {
             if let Some(n) = self.nodes.get(q) {
                 return Some((q, n));
             }
+            if let Some((k, n)) = self.lookup_aliased(q) {
+                return Some((k.as_str(), n));
+            }
             p = parent(q);
         }
         None
+    }
+
+    /// The node of `path` where its fields are written by name at some levels and by position at others
+    /// (`Thread("t", ops: [If(c, then: [..])])` reached as `threads[0].1[0].1[0]`): walks the path from the root and
+    /// at each level takes the field as recorded, positional or named. [`Self::alias_positional`] aliases one level
+    /// only (regression: every op in an `If` branch of a generated SPMD pipeline was placed at the `If`).
+    fn lookup_aliased(&self, path: &str) -> Option<(&String, &Node)> {
+        if self.params.is_empty() {
+            return None;
+        }
+        let mut cur = String::new();
+        for seg in path.split('.') {
+            let (name, rest) = seg.find('[').map_or((seg, ""), |i| seg.split_at(i));
+            let group = self.nodes.get(&cur).and_then(|n| n.name.as_deref());
+            let names = group.and_then(|g| self.params.iter().find(|(f, _)| *f == g)).map_or(&[][..], |(_, n)| *n);
+            let other = match name.parse::<usize>() {
+                Ok(i) => names.get(i).map(|n| n.to_string()),
+                Err(_) => names.iter().position(|n| *n == name).map(|i| i.to_string()),
+            };
+            let join = |field: &str| if cur.is_empty() { format!("{field}{rest}") } else { format!("{cur}.{field}{rest}") };
+            let direct = join(name);
+            cur = if self.nodes.contains_key(&direct) {
+                direct
+            } else {
+                let alt = join(other.as_deref()?);
+                if !self.nodes.contains_key(&alt) {
+                    return None;
+                }
+                alt
+            };
+        }
+        self.nodes.get_key_value(&cur)
     }
 
     /// The innermost (shortest) node whose span ends exactly at `offset`, if any: the value a deserializer had just

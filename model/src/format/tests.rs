@@ -625,6 +625,25 @@ fn for_if_and_rank_arithmetic_expand_per_rank_and_iteration() {
     assert_eq!((k.origin.line, k.origin.column), (Some(4), Some(13)), "{k:?}");
 }
 
+/// Regression: with `Thread(.., ops: [..])` (a named field) an op inside `If(.., then: [..], else: [..])` or
+/// `For(.., ops: [..])` was placed at the `If`/`For` (the span index aliased named and positional fields one level
+/// deep); every kernel of a generated SPMD pipeline pointed at the wrong line.
+#[test]
+fn ops_in_named_branches_of_a_named_thread_keep_their_own_position() {
+    let text = "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking)], threads: [Thread(\"main\", ops: [\n\
+                \x20   If(stage == 0, then: [Kernel(\"a\", stream: \"s0\")], else: [Kernel(\"b\", stream: \"s0\")]),\n\
+                \x20   For(i, 0..1, ops: [Kernel(\"c\", stream: \"s0\")]),\n\
+                ])])";
+    let p = ok(text);
+    let at = |r: usize, i: usize| {
+        let o = &p.ranks[r].threads[0].ops[i].origin;
+        (o.line.unwrap(), o.column.unwrap())
+    };
+    assert_eq!(at(0, 0), (2, 27), "Kernel a in then:");
+    assert_eq!(at(1, 0), (2, 62), "Kernel b in else:");
+    assert_eq!(at(0, 1), (3, 24), "Kernel c in For(ops:)");
+}
+
 /// Bare expressions with parentheses and `min`/`max` (regression: a range `0..(n)` or `0..min(a, b)` was scanned as
 /// the number `0..min` followed by a group, so only `0..min` was quoted and RON said "expected `,`").
 #[test]
@@ -950,7 +969,7 @@ fn lifecycle_and_watchdog_errors() {
     let e = errors(&prog("Comm(\"w\", config: Nonblocking)", ""));
     assert!(e.len() == 1 && e[0].contains("NonBlocking"), "{e:?}");
     let e = errors(&prog("Comm(\"w\")", "Poll(\"v\")"));
-    assert!(e.len() == 1 && e[0].starts_with("3:1: unknown communicator `v`"), "{e:?}");
+    assert!(e.len() == 1 && e[0].starts_with("3:6: unknown communicator `v`"), "{e:?}");
     let e = errors(&prog("Comm(\"w\"), Comm(\"one\", members: [1])", "CommAbort(\"one\")"));
     assert!(e.len() == 1 && e[0].contains("not a member") && e[0].contains("rank 0"), "{e:?}");
     // Poll, finalize and destroy of an Explicit communicator need this thread's CommInit first; an abort does not.
