@@ -84,7 +84,18 @@ pub fn save_all(dir: &Path, artifacts: &[Artifact]) -> Result<Vec<PathBuf>, Stri
 /// Errors: the file cannot be read, or is not an artifact of this format (the message gives line and column).
 pub fn load(path: &Path) -> Result<Artifact, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let a: Artifact = ron::from_str(&text).map_err(|e| format!("{}:{}:{}: not a finding artifact: {}", path.display(), e.position.line, e.position.col, e.code))?;
+    let a: Artifact = ron::from_str(&text).map_err(|e| {
+        let mut m = format!("{}:{}:{}: not a finding artifact: {}", path.display(), e.position.line, e.position.col, e.code);
+        // A program given where its finding was expected (the likeliest mix-up): say where findings come from.
+        if cuorder_model::format::load(&path.display().to_string(), &text).is_ok() {
+            m.push_str(&format!(
+                "\n  help: {} is a program; save its findings with `cuorder explore {} --first --save DIR`, then give DIR/finding-1-*.ron",
+                path.display(),
+                path.display()
+            ));
+        }
+        m
+    })?;
     if a.format_version != ARTIFACT_FORMAT_VERSION {
         return Err(format!(
             "{}: artifact format {} (this cuorder reads format {ARTIFACT_FORMAT_VERSION})",

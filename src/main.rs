@@ -1156,13 +1156,21 @@ fn main() -> ExitCode {
                 err(&format!("error: cannot write {}: {e}\n", art_path.display()));
                 return ExitCode::from(2);
             }
+            // Nothing removed: say so instead of "shrunk .. to 15 ops (from 15 ops)".
+            let what = if (shrunk.ops_after, shrunk.ranks_after) == (shrunk.ops_before, shrunk.ranks_before) {
+                format!("found no smaller program than {} ({} ops on {} ranks", path.display(), shrunk.ops_after, shrunk.ranks_after)
+            } else {
+                format!(
+                    "shrunk {} to {} ops on {} ranks (from {} ops on {} ranks",
+                    path.display(),
+                    shrunk.ops_after,
+                    shrunk.ranks_after,
+                    shrunk.ops_before,
+                    shrunk.ranks_before
+                )
+            };
             say(&format!(
-                "shrunk {} to {} ops on {} ranks (from {} ops on {} ranks; {} candidates checked)\n{}: {}\nwrote {} and {} (cuorder replay {})\n",
-                path.display(),
-                shrunk.ops_after,
-                shrunk.ranks_after,
-                shrunk.ops_before,
-                shrunk.ranks_before,
+                "{what}; {} candidates checked)\n{}: {}\nwrote {} and {} (cuorder replay {})\n",
                 shrunk.candidates,
                 shrunk.finding.kind,
                 headline,

@@ -184,6 +184,11 @@ fn explore_saves_findings_that_replay_byte_for_byte() {
     let (code, _, err) = cuorder(&["replay", "examples/nccl-1456-grouped.ron"]);
     assert_eq!(code, 2);
     assert!(err.contains("not a finding artifact"), "{err}");
+    // A program where a finding was expected says where findings come from (it printed serde's words alone).
+    assert!(err.contains("is a program; save its findings with `cuorder explore examples/nccl-1456-grouped.ron"), "{err}");
+    let (code, _, err) = cuorder(&["shrink", "examples/nccl-1456-grouped.ron"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("is a program; save its findings"), "{err}");
 }
 
 /// Regression (issue 10 review): a race every sampled execution showed was reported "in some executions". Sampling

@@ -153,5 +153,9 @@ fn an_spmd_pipeline_shrinks_and_shrink_says_loops_remain() {
     assert!(min.contains("Buffer(\"x0\", \"16 MiB\")"), "sizes are kept (regression: they were lowered, and the shrunk program was clean under `eager`):\n{min}");
     let rep = cuorder::report::check(&prog, &Profile::builtin("portable").unwrap(), &Default::default());
     assert!(rep.findings.iter().any(|f| f.kind == "data race"), "{}", rep.to_text());
+    // Shrinking the result again finds nothing smaller, and says so (it said "shrunk .. to 15 ops (from 15 ops)").
+    let (code, out, err) = cli(&["shrink", dir.join("p-min.finding.ron").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("found no smaller program than "), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
