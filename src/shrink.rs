@@ -299,6 +299,102 @@ fn ranks_field(text: &str) -> Option<(usize, usize, u32)> {
     Some((digits_start, digits_start + n.len(), n.parse().ok()?))
 }
 
+/// A candidate without rank `r` (not only the last, which [`ranks_field`] lowers): the threads that run on `r` alone
+/// (`Thread(.., ranks: [r], ..)`) removed, every literal rank above `r` one lower (`Rank(k)`, the lists of `ranks:`
+/// and `members:`, `"name@k"`), and the program's `ranks:` one less. `None` when a literal elsewhere still names `r`
+/// (a peer, a member, a qualified name, a thread shared with other ranks), or there is no `ranks:` field. Ranks
+/// written as expressions (`Rank(stage + 1)`) are left as they are: the oracle rejects a candidate they break.
+fn without_rank(text: &str, r: u32) -> Option<String> {
+    let (fa, fb, n) = ranks_field(text)?;
+    if n < 2 || r + 1 >= n {
+        return None;
+    }
+    let b = text.as_bytes();
+    // The literal integers of a `[..]` list starting at `open` (the `[`), with their byte ranges; `None` unless the
+    // list holds integers only.
+    let int_list = |open: usize| -> Option<(Vec<(usize, usize, u32)>, usize)> {
+        let close = open + text[open..].find(']')?;
+        let mut out = Vec::new();
+        let mut i = open + 1;
+        while i < close {
+            if b[i].is_ascii_digit() {
+                let e = i + b[i..close].iter().take_while(|c| c.is_ascii_digit()).count();
+                out.push((i, e, text[i..e].parse().ok()?));
+                i = e;
+            } else if b[i] == b',' || b[i].is_ascii_whitespace() {
+                i += 1;
+            } else {
+                return None;
+            }
+        }
+        Some((out, close))
+    };
+    // Threads on `r` alone go; a thread on `r` and other ranks keeps `r` named (no candidate).
+    let mut remove = Vec::new();
+    for (start, _) in text.match_indices("Thread(") {
+        let (a, e) = value_extent(text, start);
+        let Some(k) = text[a..e].find("ranks: [") else { continue };
+        let Some((list, _)) = int_list(a + k + 7) else { continue };
+        match list.iter().map(|x| x.2).collect::<Vec<_>>().as_slice() {
+            [only] if *only == r => remove.push((a, e)),
+            many if many.contains(&r) => return None,
+            _ => {}
+        }
+    }
+    // Every literal rank reference outside the removed threads, comments and other strings.
+    let mut edits: Vec<(usize, usize, u32)> = vec![(fa, fb, n - 1)];
+    let inside_removed = |i: usize| remove.iter().any(|&(a, e)| a <= i && i < e);
+    let mut lists_end = 0usize;
+    for (i, c, in_str) in code(text) {
+        if inside_removed(i) || i < lists_end {
+            continue;
+        }
+        let refs: Vec<(usize, usize, u32)> = if !in_str && c == b'[' && (text[..i + 1].ends_with("ranks: [") || text[..i + 1].ends_with("members: [")) {
+            let Some((list, close)) = int_list(i) else { continue };
+            lists_end = close;
+            list
+        } else if !in_str && c == b'(' && text[..i].ends_with("Rank") && !text[..i].ends_with("_Rank") {
+            let e = i + 1 + b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+            match (e > i + 1, b.get(e)) {
+                (true, Some(b')')) => vec![(i + 1, e, text[i + 1..e].parse().ok()?)],
+                _ => continue,
+            }
+        } else if in_str && c == b'@' {
+            let e = i + 1 + b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+            match (e > i + 1, b.get(e)) {
+                (true, Some(b'"')) => vec![(i + 1, e, text[i + 1..e].parse().ok()?)],
+                _ => continue,
+            }
+        } else {
+            continue;
+        };
+        for (a, e, k) in refs {
+            if k == r {
+                return None;
+            }
+            if k > r {
+                edits.push((a, e, k - 1));
+            }
+        }
+    }
+    // Apply the renumbering, then drop the threads (offsets of the original text throughout).
+    edits.sort_unstable();
+    let mut renumbered = String::with_capacity(text.len());
+    let mut at = 0;
+    let mut shifted = Vec::new();
+    for (a, e, k) in edits {
+        renumbered.push_str(&text[at..a]);
+        let new = k.to_string();
+        shifted.push((a, new.len() as isize - (e - a) as isize));
+        renumbered.push_str(&new);
+        at = e;
+    }
+    renumbered.push_str(&text[at..]);
+    let moved = |i: usize| (i as isize + shifted.iter().filter(|(a, _)| *a < i).map(|(_, d)| d).sum::<isize>()) as usize;
+    let remove: Vec<(usize, usize)> = remove.iter().map(|&(a, e)| (moved(a), moved(e))).collect();
+    Some(without(&renumbered, &remove))
+}
+
 /// The standalone integer literals of `text` outside comments, strings included (loop bounds are often quoted,
 /// `For(i, "0..min(stages - stage - 1, 8)", ..)`), as (byte start, byte end, value): not part of a name (`x1`) or of a
 /// decimal (`1.5 ms`), not a size or duration (`16 MiB`, `1 ms`), and not the `ranks:` field's value (fewer ranks is
@@ -393,6 +489,13 @@ pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &Shrin
                 break;
             }
         }
+        // Then any other rank whose threads are gone or hold it alone, the others renumbered.
+        let n = ranks_field(&best.0).map_or(0, |f| f.2);
+        for r in (0..n).rev() {
+            if let Some(cand) = without_rank(&best.0, r) {
+                try_candidates(name, profile, &want, opt, &mut tried, &mut best, std::iter::once(cand));
+            }
+        }
         let mut chunks = 2usize;
         loop {
             let spans = op_spans(&best.0, &best.1 .0);
@@ -433,6 +536,21 @@ mod tests {
         let s = t.find("Send").unwrap();
         let (a, b) = value_extent(t, s);
         assert_eq!(&t[a..b], r#"Send(to: Next, buf: "y")"#);
+    }
+
+    #[test]
+    fn a_middle_rank_goes_and_the_ranks_above_it_are_renumbered() {
+        let t = "Program(\n    ranks: 4,\n    comms: [Comm(\"w\", members: [0, 2, 3])],\n    threads: [\n        Thread(\"m\", ranks: [1], ops: []),\n        Thread(\"m\", ranks: [2], ops: [Send(to: Rank(3), buf: \"x@3\", stream: \"s\")]),\n        Thread(\"m\", ranks: [3], ops: [Recv(from: Rank(2), buf: \"x\", stream: \"s\")]),\n    ],\n)";
+        let c = without_rank(t, 1).unwrap();
+        assert!(c.contains("ranks: 3,") && c.contains("members: [0, 1, 2]"), "{c}");
+        assert!(c.contains("ranks: [1], ops: [Send(to: Rank(2), buf: \"x@2\"") && c.contains("ranks: [2], ops: [Recv(from: Rank(1)"), "{c}");
+        assert!(!c.contains("ops: [])"), "rank 1's thread is gone:\n{c}");
+        assert_eq!(without_rank(t, 2), None, "rank 2 is named elsewhere");
+        assert_eq!(without_rank(t, 3), None, "the last rank is fewer_ranks' job");
+        assert_eq!(without_rank("Program(threads: [])", 0), None, "no ranks: field");
+        // Multi-byte text anywhere is only ever sliced at ASCII bytes.
+        let u = t.replace("Thread(\"m\", ranks: [1]", "/* é→ */ Thread(\"mé\", ranks: [1]");
+        assert!(without_rank(&u, 1).is_some_and(|c| !c.contains("mé")));
     }
 
     #[test]

@@ -56,6 +56,29 @@ fn send_before_recv_deadlock_of_a_pipeline_shrinks_to_a_few_ops() {
     shrink_variant(Schedule::OneFOneB, 3, 3, Variant::Bug, "deadlock");
 }
 
+/// Regression (a new user's report): the deadlock between stages 2 and 3 of a 4-stage pipeline shrank to 6 ops on 4
+/// ranks, ranks 0 and 1 left with empty threads (only the last rank could go). A rank whose threads are gone is
+/// removed now and the ranks above it renumbered.
+#[test]
+fn ranks_left_empty_in_the_middle_go_and_the_others_are_renumbered() {
+    let dir = std::env::temp_dir().join(format!("cuorder-shrink-ranks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = PipelineOptions { stages: 4, microbatches: 3, variant: Variant::Bug, unroll: true, ..PipelineOptions::default() };
+    let prog_path = dir.join("p.ron");
+    std::fs::write(&prog_path, pipeline(&o).unwrap()).unwrap();
+    let (code, out, err) = cli(&["explore", prog_path.to_str().unwrap(), "--strategy", "random", "--first", "--executions", "200", "--save", dir.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    let (code, out, err) = cli(&["shrink", dir.join("finding-1-deadlock.ron").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let min = std::fs::read_to_string(dir.join("p-min.ron")).unwrap();
+    let prog = cuorder_model::format::load("p-min", &min).unwrap();
+    assert_eq!(prog.ranks.len(), 2, "{out}\n{min}");
+    let (code, out, err) = cli(&["replay", dir.join("p-min.finding.ron").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn event_inside_the_group_race_shrinks_to_a_few_ops() {
     shrink_variant(Schedule::OneFOneB, 2, 2, Variant::Race, "data race");
