@@ -1233,6 +1233,10 @@ fn main() -> ExitCode {
                 Variant::Correct
             };
             let opt = PipelineOptions { schedule, stages, microbatches, chunks, bytes, variant, unroll };
+            if unroll && matches!(emit, EmitArg::Promela) {
+                eprintln!("error: --unroll applies to the program (--emit ron); the Promela model has one process per stage either way");
+                return ExitCode::from(2);
+            }
             let text = match emit {
                 EmitArg::Ron => cuorder_sim::pipeline::pipeline(&opt),
                 EmitArg::Promela => cuorder_sim::pipeline::promela(&opt),

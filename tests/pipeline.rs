@@ -267,6 +267,12 @@ fn cli_writes_stdout_or_file_and_refuses_bad_options() {
         vec!["--schedule", "gpipe", "--stages", "2", "--microbatches", "4", "--bug"],
         vec!["--schedule", "1f1b", "--stages", "2", "--microbatches", "4", "--bug", "--race"],
         vec!["--schedule", "1f1b", "--stages", "2", "--microbatches", "4", "--bytes", "12 parsecs"],
+        // Regressions (a new user's report): a --bug program without the bug, a program too large to load, and an
+        // option the Promela model ignores were all written without a word.
+        vec!["--schedule", "1f1b", "--stages", "2", "--microbatches", "1", "--bug"],
+        vec!["--schedule", "1f1b", "--stages", "2", "--microbatches", "2000000"],
+        vec!["--schedule", "1f1b", "--stages", "2", "--microbatches", "100000"],
+        vec!["--schedule", "1f1b", "--stages", "2", "--microbatches", "4", "--emit", "promela", "--unroll"],
     ] {
         let mut a = vec!["gen", "pipeline"];
         a.extend(bad.iter());

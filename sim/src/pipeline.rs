@@ -665,6 +665,11 @@ pub fn pipeline(o: &PipelineOptions) -> Result<String, OptionsError> {
     writeln!(out, "// recorded on the NCCL stream after the group. Buffers: x = activation in, y = activation out, dy = gradient in,").unwrap();
     writeln!(out, "// dx = gradient out, dw = weight gradient; then {}the microbatch. Forward 1 ms, backward 2 ms.",
         if v > 1 { "the chunk, a dot and " } else { "" }).unwrap();
+    match o.variant {
+        Variant::Correct => {}
+        Variant::Bug => writeln!(out, "// This variant departs from that: each call issues its sends, then its recvs, with no group around them.").unwrap(),
+        Variant::Race => writeln!(out, "// This variant departs from that: event `n` is recorded inside the group, before its ncclGroupEnd.").unwrap(),
+    }
     out.push_str("Program(\n");
     writeln!(out, "    ranks: {s},").unwrap();
     out.push_str("    streams: [Stream(\"compute\", NonBlocking), Stream(\"nccl\", NonBlocking)],\n");
