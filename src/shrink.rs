@@ -305,66 +305,39 @@ fn ranks_field(text: &str) -> Option<(usize, usize, u32)> {
 /// (a peer, a member, a qualified name, a thread shared with other ranks), or there is no `ranks:` field. Ranks
 /// written as expressions (`Rank(stage + 1)`) are left as they are: the oracle rejects a candidate they break.
 fn without_rank(text: &str, r: u32) -> Option<String> {
-    let (fa, fb, n) = ranks_field(text)?;
+    let (_, _, n) = ranks_field(text)?;
     if n < 2 || r + 1 >= n {
         return None;
     }
-    let b = text.as_bytes();
-    // The literal integers of a `[..]` list starting at `open` (the `[`), with their byte ranges; `None` unless the
-    // list holds integers only.
-    let int_list = |open: usize| -> Option<(Vec<(usize, usize, u32)>, usize)> {
-        let close = open + text[open..].find(']')?;
-        let mut out = Vec::new();
-        let mut i = open + 1;
-        while i < close {
-            if b[i].is_ascii_digit() {
-                let e = i + b[i..close].iter().take_while(|c| c.is_ascii_digit()).count();
-                out.push((i, e, text[i..e].parse().ok()?));
-                i = e;
-            } else if b[i] == b',' || b[i].is_ascii_whitespace() {
-                i += 1;
-            } else {
-                return None;
-            }
-        }
-        Some((out, close))
-    };
     // Threads on `r` alone go; a thread on `r` and other ranks keeps `r` named (no candidate).
     let mut remove = Vec::new();
     for (start, _) in text.match_indices("Thread(") {
         let (a, e) = value_extent(text, start);
         let Some(k) = text[a..e].find("ranks: [") else { continue };
-        let Some((list, _)) = int_list(a + k + 7) else { continue };
+        let Some((list, _)) = int_list(text, a + k + 7) else { continue };
         match list.iter().map(|x| x.2).collect::<Vec<_>>().as_slice() {
             [only] if *only == r => remove.push((a, e)),
             many if many.contains(&r) => return None,
             _ => {}
         }
     }
-    // Every literal rank reference outside the removed threads, comments and other strings.
-    let mut edits: Vec<(usize, usize, u32)> = vec![(fa, fb, n - 1)];
-    let inside_removed = |i: usize| remove.iter().any(|&(a, e)| a <= i && i < e);
+    let text = without(text, &remove);
+    // Every literal rank reference left, outside comments and other strings.
+    let (fa, fb, _) = ranks_field(&text)?;
+    let mut edits: Vec<(usize, usize, u64)> = vec![(fa, fb, u64::from(n - 1))];
     let mut lists_end = 0usize;
-    for (i, c, in_str) in code(text) {
-        if inside_removed(i) || i < lists_end {
+    for (i, c, in_str) in code(&text) {
+        if i < lists_end {
             continue;
         }
         let refs: Vec<(usize, usize, u32)> = if !in_str && c == b'[' && (text[..i + 1].ends_with("ranks: [") || text[..i + 1].ends_with("members: [")) {
-            let Some((list, close)) = int_list(i) else { continue };
+            let Some((list, close)) = int_list(&text, i) else { continue };
             lists_end = close;
             list
         } else if !in_str && c == b'(' && text[..i].ends_with("Rank") && !text[..i].ends_with("_Rank") {
-            let e = i + 1 + b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
-            match (e > i + 1, b.get(e)) {
-                (true, Some(b')')) => vec![(i + 1, e, text[i + 1..e].parse().ok()?)],
-                _ => continue,
-            }
+            digits_before(&text, i + 1, b')').into_iter().collect()
         } else if in_str && c == b'@' {
-            let e = i + 1 + b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
-            match (e > i + 1, b.get(e)) {
-                (true, Some(b'"')) => vec![(i + 1, e, text[i + 1..e].parse().ok()?)],
-                _ => continue,
-            }
+            digits_before(&text, i + 1, b'"').into_iter().collect()
         } else {
             continue;
         };
@@ -373,26 +346,59 @@ fn without_rank(text: &str, r: u32) -> Option<String> {
                 return None;
             }
             if k > r {
-                edits.push((a, e, k - 1));
+                edits.push((a, e, u64::from(k - 1)));
             }
         }
     }
-    // Apply the renumbering, then drop the threads (offsets of the original text throughout).
     edits.sort_unstable();
-    let mut renumbered = String::with_capacity(text.len());
+    Some(replaced(&text, &edits))
+}
+
+/// `text` with each byte range `(start, end, value)` (in order, not overlapping) replaced by the value.
+fn replaced(text: &str, edits: &[(usize, usize, u64)]) -> String {
+    let mut out = String::with_capacity(text.len());
     let mut at = 0;
-    let mut shifted = Vec::new();
-    for (a, e, k) in edits {
-        renumbered.push_str(&text[at..a]);
-        let new = k.to_string();
-        shifted.push((a, new.len() as isize - (e - a) as isize));
-        renumbered.push_str(&new);
+    for &(a, e, v) in edits {
+        out.push_str(&text[at..a]);
+        out.push_str(&v.to_string());
         at = e;
     }
-    renumbered.push_str(&text[at..]);
-    let moved = |i: usize| (i as isize + shifted.iter().filter(|(a, _)| *a < i).map(|(_, d)| d).sum::<isize>()) as usize;
-    let remove: Vec<(usize, usize)> = remove.iter().map(|&(a, e)| (moved(a), moved(e))).collect();
-    Some(without(&renumbered, &remove))
+    out.push_str(&text[at..]);
+    out
+}
+
+/// The integers of the `[..]` list whose `[` is at `open`, with their byte ranges, and the offset of its `]`; `None`
+/// unless the list holds integers only.
+fn int_list(text: &str, open: usize) -> Option<(Vec<(usize, usize, u32)>, usize)> {
+    let b = text.as_bytes();
+    let close = open + text[open..].find(']')?;
+    let mut out = Vec::new();
+    let mut i = open + 1;
+    while i < close {
+        if b[i].is_ascii_digit() {
+            let e = i + b[i..close].iter().take_while(|c| c.is_ascii_digit()).count();
+            out.push((i, e, text[i..e].parse().ok()?));
+            i = e;
+        } else if b[i] == b',' || b[i].is_ascii_whitespace() {
+            i += 1;
+        } else {
+            return None;
+        }
+    }
+    Some((out, close))
+}
+
+/// The integer written from `start` up to the byte `end` (`Rank(3)`, `"x@3"`): its byte range and value; `None`
+/// when something else comes first.
+fn digits_before(text: &str, start: usize, end: u8) -> Option<(usize, usize, u32)> {
+    let b = text.as_bytes();
+    let e = start + b[start..].iter().take_while(|c| c.is_ascii_digit()).count();
+    (e > start && b.get(e) == Some(&end)).then(|| text[start..e].parse().ok().map(|v| (start, e, v)))?
+}
+
+/// A byte of a name or number (`x1`, `Rank`): what a standalone literal or keyword must not touch.
+fn is_word(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
 }
 
 /// The standalone integer literals of `text` outside comments, strings included (loop bounds are often quoted,
@@ -402,7 +408,6 @@ fn without_rank(text: &str, r: u32) -> Option<String> {
 fn numbers(text: &str) -> Vec<(usize, usize, u64)> {
     let b = text.as_bytes();
     let skip = ranks_field(text).map(|(a, _, _)| a);
-    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
     let mut out = Vec::new();
     // The first digit of every run of digits outside comments.
     for (start, _, _) in code(text).filter(|&(i, c, _)| c.is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_digit())) {
@@ -410,7 +415,7 @@ fn numbers(text: &str) -> Vec<(usize, usize, u64)> {
         let before = start.checked_sub(1).map(|j| b[j]);
         // `0..8`: a `.` before the number is a range's, not a decimal point, when it is doubled.
         let after_dot = before == Some(b'.') && (start < 2 || b[start - 2] != b'.');
-        let glued = before.is_some_and(word) || after_dot || b.get(end).is_some_and(|&c| word(c) || c == b'.' && b.get(end + 1).is_some_and(u8::is_ascii_digit));
+        let glued = before.is_some_and(is_word) || after_dot || b.get(end).is_some_and(|&c| is_word(c) || c == b'.' && b.get(end + 1).is_some_and(u8::is_ascii_digit));
         // A size or duration (`16 MiB`, `1 ms`): its value decides eager or rendezvous (N2) and timing, so lowering
         // it would change the program under other profiles than the one the finding was saved with.
         let unit = b[end..].iter().skip_while(|&&c| c == b' ').next().is_some_and(|c| c.is_ascii_alphabetic());
@@ -438,17 +443,8 @@ fn lowered_numbers(text: &str) -> Vec<String> {
             targets.push(v - 1);
         }
         for to in targets {
-            let mut cand = String::with_capacity(text.len());
-            let mut at = 0;
-            for &(a, e, n) in &nums {
-                if n == v {
-                    cand.push_str(&text[at..a]);
-                    cand.push_str(&to.to_string());
-                    at = e;
-                }
-            }
-            cand.push_str(&text[at..]);
-            out.push(cand);
+            let edits: Vec<(usize, usize, u64)> = nums.iter().filter(|n| n.2 == v).map(|&(a, e, _)| (a, e, to)).collect();
+            out.push(replaced(text, &edits));
         }
     }
     out
@@ -461,7 +457,7 @@ pub fn has_loops(text: &str) -> bool {
     code(text).any(|(i, _, in_str)| {
         !in_str
             && (b[i..].starts_with(b"For(") || b[i..].starts_with(b"Repeat("))
-            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'))
+            && (i == 0 || !is_word(b[i - 1]))
     })
 }
 
@@ -513,8 +509,8 @@ pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &Shrin
                 chunks = (chunks * 2).min(spans.len());
             }
         }
-        let text = best.0.clone();
-        let lowered = try_candidates(name, profile, &want, opt, &mut tried, &mut best, lowered_numbers(&text).into_iter());
+        let lowered_cands = lowered_numbers(&best.0);
+        let lowered = try_candidates(name, profile, &want, opt, &mut tried, &mut best, lowered_cands.into_iter());
         if (best.0.len() == before && !lowered) || tried >= opt.max_candidates {
             break;
         }

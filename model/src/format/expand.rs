@@ -6,7 +6,7 @@
 use super::decls::rank_out_of_range;
 use super::issues::{Issue, Issues};
 use super::span_index::{field, index};
-use super::expr::{Value, BUILTIN_VARS};
+use super::expr::{Func, Value, BUILTIN_VARS};
 use super::surface::{ExprArg, SOp};
 use super::torch::TorchCx;
 use super::{MAX_EXPANDED_OPS, MAX_REPEAT_COUNT};
@@ -138,13 +138,13 @@ impl Budget {
 /// rank and loop iteration that expands them (an SPMD program expands each written op thousands of times).
 #[derive(Default)]
 pub struct PathCache {
-    /// (address of the written op, slot): `u8::MAX` for the op's own path, else the field holding an op list.
-    paths: std::collections::HashMap<(usize, u8), Rc<str>>,
+    /// (address of the written op, field): `""` for the op's own path, else the field holding an op list.
+    paths: std::collections::HashMap<(usize, &'static str), Rc<str>>,
 }
 
 impl PathCache {
-    fn get(&mut self, op: &SOp, slot: u8, make: impl FnOnce() -> String) -> Rc<str> {
-        self.paths.entry((op as *const SOp as usize, slot)).or_insert_with(|| Rc::from(make())).clone()
+    fn get(&mut self, op: &SOp, field: &'static str, make: impl FnOnce() -> String) -> Rc<str> {
+        self.paths.entry((op as *const SOp as usize, field)).or_insert_with(|| Rc::from(make())).clone()
     }
 }
 
@@ -184,10 +184,10 @@ fn expand_into<'a>(
         if budget.exhausted {
             return;
         }
-        let rc_path = paths.get(op, u8::MAX, || index(base, i));
+        let rc_path = paths.get(op, "", || index(base, i));
         let path: &str = &rc_path;
-        // The path of the op list in field `slot` of this op.
-        let sub = |paths: &mut PathCache, slot: u8, name: &'static str| paths.get(op, slot, || field(path, name));
+        // The path of the op list in field `name` of this op.
+        let sub = |paths: &mut PathCache, name: &'static str| paths.get(op, name, || field(path, name));
         match op {
             SOp::Group { ops: inner } => {
                 let p = rc_path.clone();
@@ -195,7 +195,7 @@ fn expand_into<'a>(
                     return;
                 }
                 out.push(Item { leaf: Leaf::GroupStart, path: p.clone(), env: env.clone() });
-                expand_into(inner, &sub(paths, 0, "0"), rank, ranks, env, budget, torch, issues, paths, out);
+                expand_into(inner, &sub(paths, "0"), rank, ranks, env, budget, torch, issues, paths, out);
                 if !budget.take(1, path, issues) {
                     return;
                 }
@@ -208,12 +208,12 @@ fn expand_into<'a>(
                     }
                 }
                 if on.contains(&rank) {
-                    expand_into(inner, &sub(paths, 1, "1"), rank, ranks, env, budget, torch, issues, paths, out);
+                    expand_into(inner, &sub(paths, "1"), rank, ranks, env, budget, torch, issues, paths, out);
                 }
             }
             SOp::Parity { even, odd } => {
                 let (branch, name) = if rank % 2 == 0 { (even, "even") } else { (odd, "odd") };
-                expand_into(branch, &sub(paths, if rank % 2 == 0 { 3 } else { 4 }, name), rank, ranks, env, budget, torch, issues, paths, out);
+                expand_into(branch, &sub(paths, name), rank, ranks, env, budget, torch, issues, paths, out);
             }
             SOp::Repeat { count: n, ops: inner } => {
                 if *n > MAX_REPEAT_COUNT {
@@ -225,7 +225,7 @@ fn expand_into<'a>(
                     return;
                 }
                 let start = out.len();
-                expand_into(inner, &sub(paths, 1, "1"), rank, ranks, env, budget, torch, issues, paths, out);
+                expand_into(inner, &sub(paths, "1"), rank, ranks, env, budget, torch, issues, paths, out);
                 let once = out.len() - start;
                 if *n == 0 {
                     out.truncate(start);
@@ -256,15 +256,15 @@ fn expand_into<'a>(
                 budget.iterations_left -= count as usize;
                 for value in start..end {
                     let bound = Some(Rc::new(Env { name: var, value, parent: env.clone() }));
-                    expand_into(inner, &sub(paths, 2, "2"), rank, ranks, &bound, budget, torch, issues, paths, out);
+                    expand_into(inner, &sub(paths, "2"), rank, ranks, &bound, budget, torch, issues, paths, out);
                     if budget.exhausted {
                         return;
                     }
                 }
             }
             SOp::If { cond, then, otherwise } => match scope.eval(cond) {
-                Ok(Value::Bool(true)) => expand_into(then, &sub(paths, 1, "1"), rank, ranks, env, budget, torch, issues, paths, out),
-                Ok(Value::Bool(false)) => expand_into(otherwise, &sub(paths, 2, "2"), rank, ranks, env, budget, torch, issues, paths, out),
+                Ok(Value::Bool(true)) => expand_into(then, &sub(paths, "1"), rank, ranks, env, budget, torch, issues, paths, out),
+                Ok(Value::Bool(false)) => expand_into(otherwise, &sub(paths, "2"), rank, ranks, env, budget, torch, issues, paths, out),
                 Ok(Value::Int(_)) => issues.push(
                     Issue::new(field(&path, 0), format!("`{}` is a number, where If needs a condition", cond.text))
                         .help(format!("compare it, e.g. `If({} > 0, [..])`", cond.text))
@@ -274,7 +274,7 @@ fn expand_into<'a>(
             },
             SOp::WithStream { stream, ops: inner } => {
                 torch.current.push(stream.clone());
-                expand_into(inner, &sub(paths, 1, "1"), rank, ranks, env, budget, torch, issues, paths, out);
+                expand_into(inner, &sub(paths, "1"), rank, ranks, env, budget, torch, issues, paths, out);
                 torch.current.pop();
             }
             _ => {
@@ -305,7 +305,7 @@ fn loop_range(var: &str, range: &super::surface::RangeArg, scope: &Scope, path: 
         );
         return None;
     }
-    if var == "min" || var == "max" {
+    if Func::from_name(var).is_some() {
         issues.push(
             Issue::new(field(path, 0), format!("`{var}` is a function (`{var}(a, b)`) and cannot be a loop variable"))
                 .help("give the loop another name, e.g. `For(i, 0..4, [..])`"),

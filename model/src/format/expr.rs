@@ -39,6 +39,11 @@ impl Func {
             Func::Max => "max",
         }
     }
+
+    /// The function called `name`, if there is one (also what the scanner and loop variables consult).
+    pub fn from_name(name: &str) -> Option<Func> {
+        [Func::Min, Func::Max].into_iter().find(|f| f.name() == name)
+    }
 }
 
 /// A binary operator.
@@ -218,23 +223,23 @@ impl Parser<'_> {
                 Ok(Expr::Int(v))
             }
             Some(Tok::Ident(name)) if self.toks.get(self.pos + 1) == Some(&Tok::Open) => {
-                let func = match name.as_str() {
-                    "min" => Func::Min,
-                    "max" => Func::Max,
-                    _ => return Err(format!("unknown function `{name}` in expression `{}` (there are `min(a, b)` and `max(a, b)`)", self.text)),
+                let Some(func) = Func::from_name(&name) else {
+                    return Err(format!("unknown function `{name}` in expression `{}` (there are `min(a, b)` and `max(a, b)`)", self.text));
                 };
+                let text = self.text;
+                let arity = || format!("`{name}` takes two numbers, `{name}(a, b)`, in expression `{text}`");
                 self.pos += 2;
                 if self.toks.get(self.pos) == Some(&Tok::Close) {
-                    return Err(format!("`{name}` takes two numbers, `{name}(a, b)`, in expression `{}`", self.text));
+                    return Err(arity());
                 }
                 let a = self.binary(0, depth)?;
                 if self.toks.get(self.pos) != Some(&Tok::Comma) {
-                    return Err(format!("`{name}` takes two numbers, `{name}(a, b)`, in expression `{}`", self.text));
+                    return Err(arity());
                 }
                 self.pos += 1;
                 let b = self.binary(0, depth)?;
                 if self.toks.get(self.pos) != Some(&Tok::Close) {
-                    return Err(format!("`{name}` takes two numbers, `{name}(a, b)`, in expression `{}`", self.text));
+                    return Err(arity());
                 }
                 self.pos += 1;
                 Ok(Expr::Call(func, Box::new(a), Box::new(b)))

@@ -437,7 +437,7 @@ impl Scanner<'_> {
                 let id = self.ident();
                 let after_name = self.pos;
                 self.skip_trivia();
-                if self.peek() == Some(b'(') && matches!(id.as_str(), "min" | "max") {
+                if self.peek() == Some(b'(') && super::expr::Func::from_name(&id).is_some() {
                     // `min(a, b)` in a bare expression is a call, not a group: its arguments get no field names.
                     self.balanced();
                 } else if self.peek() == Some(b'(') && nested {
