@@ -12,7 +12,7 @@
 //! its first outcome (a fresh allocator block, P4; a pageable async copy that returns at once, S5). What
 //! withholding or other outcomes can do is `check`'s and `explore`'s business.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -288,10 +288,10 @@ impl Recorder {
             race_marks: vec![],
             races: vec![],
             races_seen: Default::default(),
-            item_start: HashMap::new(),
-            record_end: HashMap::new(),
+            item_start: HashMap::default(),
+            record_end: HashMap::default(),
             blocked_since: vec![None; sem.thread_of.len()],
-            eager: HashMap::new(),
+            eager: HashMap::default(),
         }
     }
 
@@ -481,15 +481,23 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
     let nranks = sem.program.ranks.len();
     let mut mark = vec![false; nranks];
     let mut affected: Vec<RankId> = vec![];
-    // Per rank: the enabled steps it owns (first outcome of every nondeterministic host call; module docs).
-    let owned = |st: &State, r: RankId| -> Vec<Step> {
-        let mut v = vec![];
-        sem.enabled_for_rank(st, r, &mut v);
+    // Per rank: the enabled steps it owns (first outcome of every nondeterministic host call; module docs), into
+    // `v` (cleared first).
+    let owned = |st: &State, r: RankId, v: &mut Vec<Step>| {
+        v.clear();
+        sem.enabled_for_rank(st, r, v);
         v.retain(|s| !matches!(s, Step::Host { choice, .. } if *choice != 0));
-        v
     };
-    let mut cache: Vec<Vec<Step>> = (0..nranks as RankId).map(|r| owned(&st, r)).collect();
-    let mut pending: HashMap<Step, (Pending, u64)> = HashMap::new();
+    let mut cache: Vec<Vec<Step>> = (0..nranks as RankId)
+        .map(|r| {
+            let mut v = vec![];
+            owned(&st, r, &mut v);
+            v
+        })
+        .collect();
+    // The buffer the next recomputed rank's steps go to (it swaps with that rank's old list).
+    let mut new: Vec<Step> = vec![];
+    let mut pending: HashMap<Step, (Pending, u64)> = HashMap::default();
     let mut heap: BinaryHeap<Reverse<(u64, u64, Step)>> = BinaryHeap::new();
     let mut now = 0u64;
     let mut forget = crate::strategy::ForgetClock::new(sem);
@@ -545,7 +553,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         let last = Some(log.schedule.len() as u32 - 1);
         groups.affected_by_step(&written, local, &mut mark, &mut affected);
         for &r in &affected {
-            let new = owned(&st, r);
+            owned(&st, r, &mut new);
             for s in &cache[r as usize] {
                 if !new.contains(s) {
                     pending.remove(s);
@@ -556,7 +564,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
                     add(&st, s, now, last, &mut rng, &mut pending, &mut heap);
                 }
             }
-            cache[r as usize] = new;
+            std::mem::swap(&mut cache[r as usize], &mut new);
         }
         forget.step(sem, &mut st);
     };
@@ -616,7 +624,7 @@ struct Pending {
 fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
     let mut st = sem.initial();
     let mut log = Log::new(sem);
-    let mut pending: HashMap<Step, Pending> = HashMap::new();
+    let mut pending: HashMap<Step, Pending> = HashMap::default();
     let mut now = 0u64;
     let mut forget = crate::strategy::ForgetClock::new(sem);
     let outcome = loop {
@@ -631,7 +639,7 @@ fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
             break Outcome::StepLimit(sched.len());
         }
         let last = log.schedule.len().checked_sub(1).map(|i| i as u32);
-        let mut next: HashMap<Step, Pending> = HashMap::with_capacity(enabled.len());
+        let mut next: HashMap<Step, Pending> = HashMap::with_capacity_and_hasher(enabled.len(), Default::default());
         for s in &enabled {
             let p = match pending.remove(s) {
                 Some(p) => p,

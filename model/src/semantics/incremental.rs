@@ -69,12 +69,13 @@ impl<'p> Semantics<'p> {
         for r in 0..n as RankId {
             set.insert(vec![r]);
         }
+        let mut g = vec![];
         for (t, &(home, _)) in self.thread_of.iter().enumerate() {
-            for (i, _) in self.ops_of(t as ThreadId).iter().enumerate() {
-                let g = self.op_ranks(OpLoc { thread: t as ThreadId, op: i as u32 }, home);
+            for i in 0..self.ops_of(t as ThreadId).len() {
+                self.op_ranks_into(OpLoc { thread: t as ThreadId, op: i as u32 }, home, &mut g);
                 // Most ops touch their own rank only: that group is already in.
-                if g.len() > 1 {
-                    set.insert(g);
+                if g.len() > 1 && !set.contains(&g) {
+                    set.insert(g.clone());
                 }
             }
         }
@@ -98,7 +99,7 @@ impl<'p> Semantics<'p> {
                 if self.info(loc).comm.is_some() || matches!(op.kind, OpKind::Barrier { .. }) {
                     continue;
                 }
-                let g = self.op_ranks(loc, home);
+                self.op_ranks_into(loc, home, &mut g);
                 if g.len() > 1 {
                     for &r in &g {
                         local[r as usize].extend(g.iter().copied());
@@ -135,8 +136,16 @@ impl<'p> Semantics<'p> {
     /// The ranks one op's steps may read or write, sorted: the thread's rank, every rank the op names, its acting
     /// rank, a P2P peer, a collective's or init's communicator members.
     fn op_ranks(&self, loc: OpLoc, home: RankId) -> Vec<RankId> {
+        let mut g = vec![];
+        self.op_ranks_into(loc, home, &mut g);
+        g
+    }
+
+    /// [`Self::op_ranks`] into `g` (cleared first), so that a pass over every op of a program reuses one buffer.
+    fn op_ranks_into(&self, loc: OpLoc, home: RankId, g: &mut Vec<RankId>) {
         let info = self.info(loc);
-        let mut g = vec![home];
+        g.clear();
+        g.push(home);
         g.extend(info.ranks.iter().copied());
         g.extend(info.acting_rank);
         g.extend(info.stream.map(|s| s.rank));
@@ -150,9 +159,12 @@ impl<'p> Semantics<'p> {
             }
             None => {}
         }
+        if g.iter().all(|&r| r == home) {
+            g.truncate(1);
+            return;
+        }
         g.sort_unstable();
         g.dedup();
-        g
     }
 
     /// The ranks whose state `step` may write, computed before it is applied (module docs).

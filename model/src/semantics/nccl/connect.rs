@@ -98,7 +98,11 @@ impl<'p> Semantics<'p> {
             return;
         }
         for ((comm, me, peer), dirs) in need {
-            for (u, th) in st.host.threads.iter().enumerate() {
+            // Only a thread with NCCL ops acting on `peer` can be setting up with us (ascending, as the threads are
+            // numbered: the first mismatch reported is the same; scanning every thread made each set-up O(threads)).
+            for &u in &self.nccl_threads_of[*peer as usize] {
+                let u = u as usize;
+                let th = &st.host.threads[u];
                 let Some(theirs) = self.connect_needs(st, u).find_map(|p| p.get(&(*comm, *peer, *me))) else { continue };
                 if theirs != dirs {
                     let at = vec![OpLoc { thread: t, op: st.host.threads[t as usize].pc }, OpLoc { thread: u as u32, op: th.pc }];
