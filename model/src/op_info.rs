@@ -65,7 +65,7 @@ pub struct OpInfo {
     /// the device they act on; S5).
     pub stream: Option<StreamRef>,
     /// The memory its item (or, for host accesses, the host) reads and writes.
-    pub accesses: Vec<MemAccess>,
+    pub accesses: Box<[MemAccess]>,
     /// The communicator of an NCCL op.
     pub comm: Option<CommId>,
     pub nccl: Option<NcclRole>,
@@ -74,9 +74,9 @@ pub struct OpInfo {
     pub observes: Option<RankId>,
     /// What the op's host step reads and writes (partial-order reduction). For an NCCL op inside a group the use
     /// happens at the outermost group end.
-    pub footprint: Vec<(Resource, Use)>,
+    pub footprint: Box<[(Resource, Use)]>,
     /// Every rank whose streams, events or buffers the op names.
-    pub ranks: Vec<RankId>,
+    pub ranks: Box<[RankId]>,
 }
 
 fn reads_writes(reads: &[BufRange], writes: &[BufRange]) -> Vec<MemAccess> {
@@ -394,7 +394,7 @@ impl OpKind {
         ranks.dedup();
         fp.sort_unstable();
         fp.dedup();
-        OpInfo { footprint: fp, ranks, ..info }
+        OpInfo { footprint: fp.into_boxed_slice(), ranks: ranks.into_boxed_slice(), ..info }
     }
 }
 
@@ -470,12 +470,12 @@ impl OpInfo {
             name,
             acting_rank,
             stream,
-            accesses,
+            accesses: accesses.into_boxed_slice(),
             comm: None,
             nccl: None,
             observes: None,
-            footprint: vec![],
-            ranks: vec![],
+            footprint: Box::default(),
+            ranks: Box::default(),
         }
     }
 }

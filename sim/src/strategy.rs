@@ -204,13 +204,15 @@ impl ForgetClock {
         ForgetClock { every: forget_every(sem), since: 0 }
     }
 
-    /// Counts one step of `st`, and forgets when due.
-    pub fn step(&mut self, sem: &Semantics, st: &mut State) {
+    /// Counts one step of `st`, and forgets when due; returns whether it forgot.
+    pub fn step(&mut self, sem: &Semantics, st: &mut State) -> bool {
         self.since += 1;
         if self.since >= self.every.max(st.streams.items.len() / 2) {
             sem.forget(st);
             self.since = 0;
+            return true;
         }
+        false
     }
 }
 
