@@ -138,13 +138,16 @@ impl Budget {
 /// rank and loop iteration that expands them (an SPMD program expands each written op thousands of times).
 #[derive(Default)]
 pub struct PathCache {
-    /// (address of the written op, field): `""` for the op's own path, else the field holding an op list.
-    paths: std::collections::HashMap<(usize, &'static str), Rc<str>>,
+    /// (address of the written op, address and length of the field's name): the field is `""` for the op's own path,
+    /// else the field holding an op list. Names are keyed by address, not compared (a sixth of loading a 1,024-rank
+    /// SPMD pipeline went to comparing them): the same name at two addresses only makes a second, equal entry.
+    paths: rustc_hash::FxHashMap<(usize, usize, usize), Rc<str>>,
 }
 
 impl PathCache {
     fn get(&mut self, op: &SOp, field: &'static str, make: impl FnOnce() -> String) -> Rc<str> {
-        self.paths.entry((op as *const SOp as usize, field)).or_insert_with(|| Rc::from(make())).clone()
+        let key = (op as *const SOp as usize, field.as_ptr() as usize, field.len());
+        self.paths.entry(key).or_insert_with(|| Rc::from(make())).clone()
     }
 }
 
