@@ -861,6 +861,13 @@ fn main() -> ExitCode {
                     say(&out.to_json());
                 }
             }
+            // The process ends here: handing the run, the model and the program back to the allocator one piece at a
+            // time would cost more than a tenth of a 1,024-rank pipeline's run (millions of items, op tables and
+            // spans), so they are left for the OS to reclaim (as compilers do; issue 9, scale).
+            std::mem::forget(run);
+            std::mem::forget(sum);
+            std::mem::forget(sem);
+            std::mem::forget(prog);
             ExitCode::from(code)
         }
         Command::Conform { dir: Some(dir), stats: true, .. } => match cuorder::traces::stats::batch_stats(&dir) {

@@ -242,7 +242,8 @@ impl<'p> Semantics<'p> {
         }
         let s0 = self.stream_base[r as usize] as usize;
         let s1 = self.stream_base.get(r as usize + 1).map_or(self.agents - self.thread_of.len(), |x| *x as usize);
-        let mut heads: Vec<ItemKey> =
+        // On the stack for up to 8 streams: this runs for every rank a step affects.
+        let mut heads: smallvec::SmallVec<[ItemKey; 8]> =
             st.streams.queues[s0..s1].iter().filter_map(|(q, head)| q.get(*head as usize).copied()).collect();
         heads.sort_unstable();
         heads.dedup();

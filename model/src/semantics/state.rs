@@ -304,10 +304,10 @@ pub enum AllocOutcome {
 /// What one step did, for traces and timelines (rendered at the edge).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Effects {
-    /// Items that started (finite items start and end in one step).
-    pub started: Vec<ItemKey>,
-    /// Items that ended.
-    pub ended: Vec<ItemKey>,
+    /// Items that started (finite items start and end in one step). Inline up to 4: every step makes one.
+    pub started: smallvec::SmallVec<[ItemKey; 4]>,
+    /// Items that ended. Inline up to 4.
+    pub ended: smallvec::SmallVec<[ItemKey; 4]>,
     /// The answer of an event or stream query (`true` = ready; S4).
     pub answer: Option<bool>,
     /// The block an allocation took (P4).

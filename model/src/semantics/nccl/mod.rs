@@ -16,6 +16,7 @@ use super::*;
 use crate::clock::Epoch;
 use crate::op_info::NcclRole;
 use crate::profile::PlanBudget;
+use smallvec::SmallVec;
 
 impl CommOpKind {
     /// The P2P lane of a launch's op: its direction (0 send, 1 recv) and peer (N4: one lane runs in call order);
@@ -318,21 +319,37 @@ impl<'p> Semantics<'p> {
 
     /// The indices of a running launch's ops that may make progress ([`Self::op_eligible`] for each, in one pass:
     /// a launch of hundreds of ops costs O(ops log ops) per step, not O(ops²)).
-    pub(crate) fn eligible_ops(item: &Item) -> Vec<usize> {
-        let ItemKind::Launch { ops, .. } = &item.kind else { return vec![] };
+    pub(crate) fn eligible_ops(item: &Item) -> SmallVec<[usize; 4]> {
+        let mut out = SmallVec::new();
+        let ItemKind::Launch { ops, .. } = &item.kind else { return out };
         if item.status != ItemStatus::Running {
-            return vec![];
+            return out;
         }
         let Some(front) = front_plan(ops) else {
-            return vec![];
+            return out;
         };
-        let mut lanes: BTreeSet<(u8, RankId)> = BTreeSet::new();
-        let mut out = vec![];
+        // The lanes seen so far: up to 8 on the stack (this runs for every delivery, and a launch has a few), in an
+        // ordered set beyond (a grouped all-to-all has one per peer).
+        let mut few: SmallVec<[(u8, RankId); 8]> = SmallVec::new();
+        let mut many: BTreeSet<(u8, RankId)> = BTreeSet::new();
+        let mut first_seen = |l: (u8, RankId)| {
+            if many.is_empty() {
+                if few.contains(&l) {
+                    return false;
+                }
+                if few.len() < few.inline_size() {
+                    few.push(l);
+                    return true;
+                }
+                many.extend(few.drain(..));
+            }
+            many.insert(l)
+        };
         for (i, o) in ops.iter().enumerate() {
             if o.status != CommOpStatus::Pending {
                 continue;
             }
-            let first_of_lane = o.kind.lane().is_none_or(|l| lanes.insert(l));
+            let first_of_lane = o.kind.lane().is_none_or(&mut first_seen);
             if first_of_lane && o.plan == front {
                 out.push(i);
             }
