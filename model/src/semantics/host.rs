@@ -185,7 +185,7 @@ impl<'p> Semantics<'p> {
             OpKind::Kernel { stream, reads, writes, .. } => {
                 let all: Vec<BufRange> = reads.iter().chain(writes).copied().collect();
                 if self.check_allocated(st, loc, &all) {
-                    self.enqueue(st, t, key, ItemKind::Work, vec![*stream], vec![], vec![]);
+                    self.enqueue(st, t, key, ItemKind::Work, smallvec![*stream], smallvec![], smallvec![]);
                 }
                 self.advance(st, t);
             }
@@ -255,7 +255,7 @@ impl<'p> Semantics<'p> {
             // a host read checked at the thread's clock now.
             OpKind::Expect { range, stream: Some(stream), .. } => {
                 if self.check_allocated(st, loc, &[*range]) {
-                    self.enqueue(st, t, key, ItemKind::Work, vec![*stream], vec![], vec![]);
+                    self.enqueue(st, t, key, ItemKind::Work, smallvec![*stream], smallvec![], smallvec![]);
                 }
                 self.advance(st, t);
             }
@@ -296,7 +296,7 @@ impl<'p> Semantics<'p> {
             OpKind::HostFunc { stream, reads, writes, .. } => {
                 let all: Vec<BufRange> = reads.iter().chain(writes).copied().collect();
                 if self.check_allocated(st, loc, &all) {
-                    self.enqueue(st, t, key, ItemKind::Work, vec![*stream], vec![], vec![]);
+                    self.enqueue(st, t, key, ItemKind::Work, smallvec![*stream], smallvec![], smallvec![]);
                 }
                 self.advance(st, t);
             }

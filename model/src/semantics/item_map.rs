@@ -261,14 +261,14 @@ mod tests {
         use std::collections::hash_map::DefaultHasher;
         let item = |n: u32| Item {
             kind: crate::semantics::state::ItemKind::Work,
-            streams: vec![crate::program::StreamRef { rank: 0, index: 0 }],
-            deps: vec![key(n, n, 0)],
-            waits: vec![],
+            streams: smallvec::smallvec![crate::program::StreamRef { rank: 0, index: 0 }],
+            deps: smallvec::smallvec![key(n, n, 0)],
+            waits: Default::default(),
             issue: Default::default(),
             status: crate::semantics::state::ItemStatus::Pending,
             start: None,
             end: None,
-            blocks: vec![],
+            blocks: Default::default(),
         };
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = || {

@@ -36,6 +36,7 @@ use crate::op_info::OpInfo;
 use crate::profile::Profile;
 use crate::program::*;
 use crate::rule::Rule;
+use smallvec::smallvec;
 
 /// The program and profile, with the tables the steps need. Immutable while exploring.
 pub struct Semantics<'p> {

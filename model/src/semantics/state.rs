@@ -178,13 +178,13 @@ pub enum ItemStatus {
 pub struct Item {
     pub kind: ItemKind,
     /// The streams it is queued on (one, except launches naming several streams). All on one device.
-    pub streams: Vec<StreamRef>,
+    pub streams: ItemStreams,
     /// Items that must end before it starts besides its stream predecessors, and whose end happens before its start
     /// (S2, S3).
-    pub deps: Vec<ItemKey>,
+    pub deps: ItemKeys,
     /// Items that must end before it starts but that order nothing (N5 serialization, which no document
     /// guarantees: it can hang a program but a program must not rely on it for memory order).
-    pub waits: Vec<ItemKey>,
+    pub waits: ItemKeys,
     /// Host clock at issue.
     pub issue: VClock,
     pub status: ItemStatus,
@@ -192,8 +192,16 @@ pub struct Item {
     pub end: Option<VClock>,
     /// The block each buffer the item touches occupied when the item was issued (P4: a stream-ordered use keeps
     /// the memory it was issued on, even if the buffer is freed before the item runs).
-    pub blocks: Vec<(BufRef, BlockId)>,
+    pub blocks: ItemBlocks,
 }
+
+/// An item's streams, inline up to one (a pipeline issues millions of items; each heap list cost an allocation at
+/// issue and a free when the item is forgotten: issue 9, scale). Serialized as a list, as a `Vec` was.
+pub type ItemStreams = smallvec::SmallVec<[StreamRef; 1]>;
+/// An item's dependencies or waits, inline up to two.
+pub type ItemKeys = smallvec::SmallVec<[ItemKey; 2]>;
+/// The blocks an item's buffers occupied at issue, inline up to two.
+pub type ItemBlocks = smallvec::SmallVec<[(BufRef, BlockId); 2]>;
 
 impl Item {
     /// The device the item runs on.

@@ -56,9 +56,9 @@ impl<'p> Semantics<'p> {
         t: ThreadId,
         key: ItemKey,
         kind: ItemKind,
-        streams: Vec<StreamRef>,
-        mut deps: Vec<ItemKey>,
-        mut waits: Vec<ItemKey>,
+        streams: ItemStreams,
+        mut deps: ItemKeys,
+        mut waits: ItemKeys,
     ) {
         for s in &streams {
             // S2: the legacy stream waits for every blocking stream of its device, and they wait for it.
@@ -89,7 +89,7 @@ impl<'p> Semantics<'p> {
             st.streams.queues[i].0.push(key);
         }
         let issue = st.host.threads[t as usize].clock.clone();
-        let mut blocks: Vec<(BufRef, BlockId)> = self
+        let mut blocks: ItemBlocks = self
             .item_accesses(key, &kind)
             .into_iter()
             .filter_map(|(_, a)| self.block_of(st, a.range.buf).map(|b| (a.range.buf, b)))
@@ -190,7 +190,7 @@ impl<'p> Semantics<'p> {
     /// S3: the record captures the stream's work at the moment of the call; later waits bind to it.
     pub(crate) fn event_record(&self, st: &mut State, loc: OpLoc, event: EventRef, stream: StreamRef) {
         let key = ItemKey::of(loc, 0);
-        self.enqueue(st, loc.thread, key, ItemKind::Record, vec![stream], vec![], vec![]);
+        self.enqueue(st, loc.thread, key, ItemKind::Record, smallvec![stream], smallvec![], smallvec![]);
         st.streams.event_binding.insert(event, key);
         self.advance(st, loc.thread);
     }
@@ -204,7 +204,7 @@ impl<'p> Semantics<'p> {
             // synchronization (S2) either (traces/hw/cover-2026-12-01: cover-1871, cover-1925, ...).
             return self.advance(st, loc.thread);
         };
-        self.enqueue(st, loc.thread, key, ItemKind::WaitMarker, vec![stream], vec![dep], vec![]);
+        self.enqueue(st, loc.thread, key, ItemKind::WaitMarker, smallvec![stream], smallvec![dep], smallvec![]);
         self.advance(st, loc.thread);
     }
 
@@ -218,7 +218,7 @@ impl<'p> Semantics<'p> {
         }
         let key = ItemKey::of(loc, 0);
         let s = self.info(loc).stream.expect("a memset has a stream");
-        self.enqueue(st, t, key, ItemKind::Work, vec![s], vec![], vec![]);
+        self.enqueue(st, t, key, ItemKind::Work, smallvec![s], smallvec![], smallvec![]);
         if stream.is_none() && self.program.buffer(dst.buf).space != MemSpace::Device {
             self.block(st, t, Wait::Items { items: vec![key], orders: true });
         } else {
@@ -266,7 +266,7 @@ impl<'p> Semantics<'p> {
         let host_to_host = !dst_dev && !src_dev;
         let staged = stream.is_none() && dst_dev && space(src) == MemSpace::PageableHost;
         let kind = if staged { ItemKind::StagedCopy } else { ItemKind::Work };
-        self.enqueue(st, t, key, kind, vec![s], vec![], vec![]);
+        self.enqueue(st, t, key, kind, smallvec![s], smallvec![], smallvec![]);
         let wait = if host_to_host {
             Some(Wait::Items { items: vec![key], orders: true })
         } else if stream.is_some() {

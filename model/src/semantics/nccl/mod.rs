@@ -180,7 +180,7 @@ impl<'p> Semantics<'p> {
                 return;
             }
             let key = ItemKey { thread: t, op: pc, sub: sub as u16 };
-            let mut streams = vec![];
+            let mut streams = ItemStreams::new();
             let mut cops = vec![];
             for &i in ops {
                 let loc = OpLoc { thread: t, op: i };
@@ -228,8 +228,8 @@ impl<'p> Semantics<'p> {
             // N5: a launch starts only after the previous launch on the same communicator has ended. No document
             // guarantees the resulting order, so unless the profile does, the edge delays the start (it can hang a
             // program) but orders no memory access.
-            let mut deps = vec![];
-            let mut waits = vec![];
+            let mut deps = ItemKeys::new();
+            let mut waits = ItemKeys::new();
             if self.profile.serialize_per_comm {
                 let prev = st.nccl.comm_tail.get(&(comm, rank)).copied();
                 if self.profile.serialization_orders {
