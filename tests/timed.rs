@@ -252,3 +252,37 @@ fn an_expect_names_a_host_function_as_its_writer() {
     let e = cuorder_model::format::load("hf", &text(r#"StreamSync("s"),"#).replace(r#"HostFunc("log"))"#, r#"HostFunc("other"))"#));
     assert!(e.is_err());
 }
+
+/// The recorder drops the end of an event record once the state has forgotten the record (issue 9: they were kept
+/// to the end of the run). A record is forgotten only after every wait bound to it has started, so each of these
+/// 3,000 waits still draws its record -> wait arrow, though the run forgets many times on the way: stream sB is
+/// behind (a 1 ms kernel per iteration), so sA's records end long before the waits bound to them start.
+#[test]
+fn record_wait_flows_survive_forgetting() {
+    let text = r#"Program(
+        ranks: 1,
+        streams: [Stream("sA", NonBlocking), Stream("sB", NonBlocking)],
+        events: ["e"],
+        buffers: [Buffer("a", "1 MiB"), Buffer("b", "1 MiB")],
+        threads: [Thread("host", [
+            For(i, 0..3000, [
+                Kernel("busy", stream: "sB", writes: ["b"], duration: "1 ms"),
+                Kernel("w", stream: "sA", writes: ["a"], duration: "1 us"),
+                Record("e", stream: "sA"),
+                Wait("e", stream: "sB"),
+                Kernel("r", stream: "sB", writes: ["b"], duration: "1 us"),
+            ]),
+            DeviceSync,
+        ])],
+    )"#;
+    let prog = cuorder_model::format::load("flows", text).unwrap();
+    let prof = portable();
+    let sem = Semantics::new(&prog, &prof);
+    let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default());
+    assert_eq!(t.outcome, Outcome::Completed);
+    assert!(t.races.is_empty());
+    // Forgetting runs every max(32, agents, items / 2) steps: many times in these 30,002 steps.
+    assert!(t.schedule.len() > 30_000, "{} steps", t.schedule.len());
+    let waits = t.flows.iter().filter(|f| f.kind == cuorder_sim::timed::FlowKind::RecordWait).count();
+    assert_eq!(waits, 3000);
+}

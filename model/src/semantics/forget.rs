@@ -117,8 +117,12 @@ impl<'p> Semantics<'p> {
                     item.deps.iter().chain(&item.waits).for_each(&mut mark);
                 }
             }
-            for (q, _) in &st.streams.queues {
-                q.iter().for_each(&mut mark);
+            // An item ends while it heads every queue it is on (S1: it started there, and nothing behind it can
+            // start before it ends), so the items at or past a queue's head have not ended and are no candidates:
+            // only those before the head (after the drain above, at most the last ended one) need marking. Marking
+            // every queued item cost a search per pending item per pass (a pipeline issues its work up front).
+            for (q, head) in &st.streams.queues {
+                q[..*head as usize].iter().for_each(&mut mark);
             }
             st.streams.event_binding.values().for_each(&mut mark);
             st.nccl.comm_tail.values().for_each(&mut mark);
