@@ -237,10 +237,9 @@ pub(crate) struct ThreadFuture {
 }
 
 impl ThreadFuture {
-    pub(crate) fn new(ops: &[Op], infos: &[OpInfo], program: &Program, stream_index: impl Fn(StreamRef) -> usize) -> ThreadFuture {
-        // Where each op enqueues its work (an NCCL op inside a group: at the group end, N4; on a non-blocking
-        // communicator: as late as the thread's last op, N12).
-        let at = super::reduction::effect_points(ops, infos, program);
+    /// `at`: where each op enqueues its work ([`super::reduction::effect_points`]: an NCCL op inside a group at the
+    /// group end, N4; on a non-blocking communicator as late as the thread's last op, N12).
+    pub(crate) fn new(ops: &[Op], infos: &[OpInfo], at: &[u32], stream_index: impl Fn(StreamRef) -> usize) -> ThreadFuture {
         let mut last_host_access = None;
         let mut host_ranks = vec![];
         let mut last: std::collections::BTreeMap<usize, u32> = Default::default();

@@ -102,11 +102,18 @@ impl<'p> Semantics<'p> {
                 }
             }
         }
-        let reduction = reduction::Tables::new(program, &infos, &stream_base);
+        // Where each op takes effect, per thread: read by the reduction tables and by forgetting (made once).
+        let points: Vec<Vec<u32>> = thread_of
+            .iter()
+            .zip(&infos)
+            .map(|((r, t), info)| reduction::effect_points(&program.ranks[*r as usize].threads[*t as usize].ops, info, program))
+            .collect();
+        let reduction = reduction::Tables::new(program, &infos, &points, &stream_base);
         let future = thread_of
             .iter()
             .zip(&infos)
-            .map(|((r, t), info)| forget::ThreadFuture::new(&program.ranks[*r as usize].threads[*t as usize].ops, info, program, |s| (stream_base[s.rank as usize] + s.index) as usize))
+            .zip(&points)
+            .map(|(((r, t), info), at)| forget::ThreadFuture::new(&program.ranks[*r as usize].threads[*t as usize].ops, info, at, |s| (stream_base[s.rank as usize] + s.index) as usize))
             .collect::<Vec<forget::ThreadFuture>>();
         let mut future_issuers = vec![0; streams as usize];
         for f in &future {

@@ -55,16 +55,15 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
-    /// `stream_base`: the first global stream index of each rank (`Semantics::stream_base`).
-    pub(crate) fn new(program: &Program, infos: &[Vec<OpInfo>], stream_base: &[u32]) -> Tables {
+    /// `stream_base`: the first global stream index of each rank (`Semantics::stream_base`); `points`: per global
+    /// thread, [`effect_points`] of its ops.
+    pub(crate) fn new(program: &Program, infos: &[Vec<OpInfo>], points: &[Vec<u32>], stream_base: &[u32]) -> Tables {
         let mut touch = vec![];
         let mut observer = vec![];
         let mut comm_use = vec![];
         let mut launcher = vec![];
         let nccl_on = infos.iter().flatten().filter(|i| i.comm.is_some()).filter_map(|i| i.acting_rank).collect();
-        let threads = program.ranks.iter().flat_map(|r| r.threads.iter());
-        for (thread, info) in threads.zip(infos) {
-            let at = effect_points(&thread.ops, info, program);
+        for (info, at) in infos.iter().zip(points) {
             let mut t: BTreeMap<Resource, (Option<u32>, Option<u32>)> = BTreeMap::new();
             let mut o: BTreeMap<RankId, u32> = BTreeMap::new();
             let mut cu: BTreeMap<CommId, (u32, Option<u32>)> = BTreeMap::new();
