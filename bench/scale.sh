@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scale of timed runs (issue 9): times `cuorder time` (release, default profile `portable`, costs h200-nvlink, one
 # process, one core) on `cuorder gen pipeline --schedule 1f1b` programs, and the load alone (`--max-steps 1`), and
-# prints a Markdown table: S x M, steps, load seconds, total seconds, user CPU seconds, peak RSS, microseconds per step.
+# prints a Markdown table: S x M, steps, load seconds, total seconds, user CPU seconds, peak RSS (MiB), microseconds per step.
 #
 # Usage: bench/scale.sh [POINTS]   POINTS: space-separated S:M (default "64:8 128:8 256:8 512:8 1024:8 2048:8 4096:8
 #        64:64 256:64 1024:64"). Build first: cargo build --release. Needs /usr/bin/time (Debian package `time`).
@@ -13,7 +13,7 @@ BIN=target/release/cuorder
 POINTS=${1:-"64:8 128:8 256:8 512:8 1024:8 2048:8 4096:8 64:64 256:64 1024:64"}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-echo "| S × M | steps | load (s) | total (s) | user CPU (s) | peak RSS (MB) | µs per step (run only) |"
+echo "| S × M | steps | load (s) | total (s) | user CPU (s) | peak RSS (MiB) | µs per step (run only) |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 for p in $POINTS; do
     IFS=: read -r s m <<<"$p"

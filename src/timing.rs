@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use cuorder_model::program::RankId;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::cost::CostModel;
 use cuorder_sim::run::Outcome;
@@ -365,13 +366,53 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
             "args": {"op": format!("#{}", sp.op.op), "thread": sem.thread_label(sp.op.thread), "line": op.origin.line, "column": op.origin.column},
         }));
     }
+    // A flow's start binds to the slice enclosing it on its track, and so does its end with `"bp": "e"`; an end
+    // without it binds to the next slice that starts on its track (Trace Event Format, "Flow Events"). Perfetto drops
+    // an arrow whose point has no slice to bind to, which most record → wait arrows had: a record ends between
+    // slices, and a wait gates the next kernel, which starts after it. So a start outside every slice moves back into
+    // the last slice that ended before it on its track (to its last nanosecond), and an end binds to its enclosing
+    // slice if it has one (or the slice that ends exactly there, back by a nanosecond), else to the next one. A start
+    // with no slice at or before it on its track (an event recorded on a stream that had run nothing: it captures no
+    // work, S3, and orders nothing), or an end with no slice at, ending at or after it, draws no arrow.
+    let mut lanes: BTreeMap<(RankId, Lane), Vec<(u64, u64)>> = BTreeMap::new();
+    for sp in &run.spans {
+        lanes.entry((sp.rank, sp.lane)).or_default().push((sp.start_ns, sp.end_ns));
+    }
+    for v in lanes.values_mut() {
+        v.sort_unstable();
+    }
+    // The spans of one track do not overlap (a stream runs its items in order, a host thread its calls), so the
+    // spans that started by `t` end in order too: the last of them is the only one that can enclose `t`.
+    let started_by = |rank: RankId, lane: Lane, t: u64| -> &[(u64, u64)] {
+        lanes.get(&(rank, lane)).map_or(&[], |v| &v[..v.partition_point(|&(a, _)| a <= t)])
+    };
+    let enclosing = |rank: RankId, lane: Lane, t: u64| -> bool { started_by(rank, lane, t).last().is_some_and(|&(_, b)| t < b) };
+    let anchor_start = |rank: RankId, lane: Lane, t: u64| -> Option<u64> {
+        if enclosing(rank, lane, t) {
+            return Some(t);
+        }
+        started_by(rank, lane, t).iter().rev().find(|&&(a, b)| b <= t && a < b).map(|&(_, b)| b - 1)
+    };
     for (i, f) in run.flows.iter().enumerate() {
         let name = match f.kind {
             FlowKind::SendRecv => "send → recv",
             FlowKind::RecordWait => "record → wait",
         };
-        ev.push(json!({"name": name, "cat": "flow", "ph": "s", "id": i, "pid": f.from_rank, "tid": tid(f.from), "ts": us(f.from_ns)}));
-        ev.push(json!({"name": name, "cat": "flow", "ph": "f", "bp": "e", "id": i, "pid": f.to_rank, "tid": tid(f.to), "ts": us(f.to_ns)}));
+        let Some(from_ns) = anchor_start(f.from_rank, f.from, f.from_ns) else { continue };
+        // A recv's data arrives as its launch ends: that slice ends exactly at the arrow's end, and binds it.
+        let ended_at = started_by(f.to_rank, f.to, f.to_ns).last().is_some_and(|&(a, b)| a < b && b == f.to_ns);
+        let later = lanes.get(&(f.to_rank, f.to)).is_some_and(|v| v.last().is_some_and(|&(a, _)| a > f.to_ns));
+        let end = if ended_at {
+            json!({"name": name, "cat": "flow", "ph": "f", "bp": "e", "id": i, "pid": f.to_rank, "tid": tid(f.to), "ts": us(f.to_ns - 1)})
+        } else if enclosing(f.to_rank, f.to, f.to_ns) {
+            json!({"name": name, "cat": "flow", "ph": "f", "bp": "e", "id": i, "pid": f.to_rank, "tid": tid(f.to), "ts": us(f.to_ns)})
+        } else if later {
+            json!({"name": name, "cat": "flow", "ph": "f", "id": i, "pid": f.to_rank, "tid": tid(f.to), "ts": us(f.to_ns)})
+        } else {
+            continue;
+        };
+        ev.push(json!({"name": name, "cat": "flow", "ph": "s", "id": i, "pid": f.from_rank, "tid": tid(f.from), "ts": us(from_ns)}));
+        ev.push(end);
     }
     for m in &run.race_marks {
         let r = &run.races[m.race];

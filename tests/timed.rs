@@ -151,7 +151,7 @@ fn same_seed_same_bytes_report_and_chrome_trace() {
 fn chrome_trace_has_what_the_trace_event_format_requires() {
     // Trace Event Format (Google, "JSON Object Format"): `traceEvents` array; every event has `ph`, `pid`, `tid`,
     // and (except metadata) `ts` in µs; `X` has `dur` ≥ 0; flow `s`/`f` pairs share `id`, and `f` binds to the
-    // enclosing slice with `bp: "e"`; metadata `M` events name processes and threads.
+    // enclosing slice with `bp: "e"`, else to the next slice; metadata `M` events name processes and threads.
     for rel in ["examples/megatron-batch-p2p-race.ron", "examples/nccl-1456-send-first.ron", "examples/nccl-1456-grouped.ron"] {
         let prog = load_file(rel);
         let prof = portable();
@@ -178,7 +178,7 @@ fn chrome_trace_has_what_the_trace_event_format_requires() {
                 "s" | "f" => {
                     flows.entry(e["id"].as_u64().unwrap()).or_default().push(ph.to_string());
                     if ph == "f" {
-                        assert_eq!(e["bp"], "e");
+                        assert!(e["bp"] == "e" || e.get("bp").is_none(), "{rel}: {e}");
                     }
                 }
                 "i" => assert!(["t", "p", "g"].contains(&e["s"].as_str().unwrap()), "{rel}: {e}"),
@@ -285,4 +285,66 @@ fn record_wait_flows_survive_forgetting() {
     assert!(t.schedule.len() > 30_000, "{} steps", t.schedule.len());
     let waits = t.flows.iter().filter(|f| f.kind == cuorder_sim::timed::FlowKind::RecordWait).count();
     assert_eq!(waits, 3000);
+}
+
+/// Every flow arrow of a Chrome trace has slices to bind to, or Perfetto drops it: its start (`s`) lies inside a
+/// slice of its track, its end inside one if it says `"bp": "e"`, else before a slice that starts later on its track
+/// (Trace Event Format, "Flow Events"). A new user found most record -> wait arrows unbound: a record ends between
+/// slices, and the kernel a wait gates starts after the wait (L3's arrow, promised in examples/streams/README.md,
+/// was not drawn).
+#[test]
+fn every_flow_arrow_binds_to_a_slice() {
+    let mut progs: Vec<(String, Program)> = ["examples/streams/L3-event-orders-streams.ron", "examples/megatron-batch-p2p-race.ron", "examples/nccl-1456-grouped.ron"]
+        .iter()
+        .map(|rel| (rel.to_string(), load_file(rel)))
+        .collect();
+    progs.push(("1f1b 4x6".into(), one_f_one_b(4, 6, Variant::Correct)));
+    for (name, prog) in &progs {
+        let prof = portable();
+        let sem = Semantics::new(prog, &prof);
+        let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default());
+        let v = cuorder::timing::chrome_trace(&sem, &t);
+        let evs = v["traceEvents"].as_array().unwrap();
+        // Times in ns (ts and dur are µs with 3 decimals).
+        let ns = |x: &serde_json::Value| (x.as_f64().unwrap() * 1000.0).round() as i64;
+        let mut slices: BTreeMap<(u64, u64), Vec<(i64, i64)>> = BTreeMap::new();
+        for e in evs.iter().filter(|e| e["ph"] == "X") {
+            let (a, d) = (ns(&e["ts"]), ns(&e["dur"]));
+            slices.entry((e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap())).or_default().push((a, a + d));
+        }
+        let (mut starts, mut ends) = (0, 0);
+        for e in evs.iter().filter(|e| e["ph"] == "s" || e["ph"] == "f") {
+            let track = &slices[&(e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap())];
+            let t = ns(&e["ts"]);
+            let inside = track.iter().any(|&(a, b)| a <= t && t < b);
+            if e["ph"] == "s" {
+                assert!(inside, "{name}: flow start outside every slice of its track: {e}");
+                starts += 1;
+            } else if e["bp"] == "e" {
+                assert!(inside, "{name}: flow end outside every slice of its track: {e}");
+                ends += 1;
+            } else {
+                assert!(track.iter().any(|&(a, _)| a >= t), "{name}: no slice after the flow end: {e}");
+                ends += 1;
+            }
+        }
+        assert_eq!(starts, ends, "{name}");
+        // The only arrows left out are record -> wait arrows that order nothing: from an event recorded on a stream
+        // that had run nothing (it captures no work, S3; the pipeline records on its P2P stream before the first
+        // transfer), or to a wait that no later work on its stream follows.
+        for (i, f) in t.flows.iter().enumerate() {
+            if !evs.iter().any(|e| e["id"] == i && e["ph"] == "s") {
+                let ran_before = t.spans.iter().any(|s| (s.rank, s.lane) == (f.from_rank, f.from) && s.start_ns <= f.from_ns);
+                let runs_after = t.spans.iter().any(|s| (s.rank, s.lane) == (f.to_rank, f.to) && s.end_ns >= f.to_ns);
+                assert!(f.kind == cuorder_sim::timed::FlowKind::RecordWait && !(ran_before && runs_after), "{name}: arrow {f:?} left out");
+            }
+        }
+        if name.contains("L3") {
+            assert_eq!(starts, t.flows.len(), "{name}");
+        }
+        assert!(starts > 0, "{name}: no arrow");
+        if name.contains("L3") {
+            assert!(evs.iter().any(|e| e["name"] == "record → wait"), "{name}: no record -> wait arrow");
+        }
+    }
 }
