@@ -74,9 +74,10 @@ pub fn has_finding(run: &TimedRun) -> bool {
 /// The text report of `cuorder time`.
 pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> String {
     let mut s = String::new();
+    let jitter = if run.jitter_ns > 0 { format!(", jitter {} ns", run.jitter_ns) } else { String::new() };
     let _ = writeln!(
         s,
-        "{file}: one timed execution under profile {}, costs {} (seed {}; {} steps)",
+        "{file}: one timed execution under profile {}, costs {} (seed {}{jitter}; {} steps)",
         run.profile,
         run.costs,
         run.seed,
@@ -132,8 +133,14 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     s
 }
 
+/// A kernel's mark in the text timeline: the first ASCII letter or digit of its name, upper case (`K` if none), so
+/// that no kernel is drawn with a built-in lower-case mark (`c` copy, `n` NCCL: a kernel named `compute` drew `c`).
+fn kernel_letter(name: &str) -> u8 {
+    name.bytes().find(|b| b.is_ascii_alphanumeric()).unwrap_or(b'k').to_ascii_uppercase()
+}
+
 /// A compact text timeline: one row per lane (host threads and streams, by rank), `width` columns spanning
-/// `[0, makespan]`; a column shows what runs in it: a kernel's first letter, `c` a copy, `n` an NCCL launch, `|` a
+/// `[0, makespan]`; a column shows what runs in it: a kernel's first letter in upper case, `c` a copy, `n` an NCCL launch, `|` a
 /// host call, `=` a blocked host call, `!` the start of an access that raced, ` ` nothing; then a legend.
 pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
     let width = width.max(10);
@@ -144,7 +151,7 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
         let key = (sp.rank, matches!(sp.lane, Lane::Stream(_)) as u8, sp.lane);
         let row = lanes.entry(key).or_insert_with(|| vec![b' '; width]);
         let ch = match sp.kind {
-            SpanKind::Kernel => span_name(sem, sp).bytes().find(|b| b.is_ascii_alphanumeric()).unwrap_or(b'k'),
+            SpanKind::Kernel => kernel_letter(&span_name(sem, sp)),
             SpanKind::Copy => b'c',
             SpanKind::Nccl => b'n',
             SpanKind::HostCall => b'|',
@@ -175,7 +182,7 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
     let mut letters: BTreeMap<u8, (String, usize)> = BTreeMap::new();
     for sp in run.spans.iter().filter(|sp| sp.kind == SpanKind::Kernel) {
         let name = span_name(sem, sp);
-        let ch = name.bytes().find(|b| b.is_ascii_alphanumeric()).unwrap_or(b'k');
+        let ch = kernel_letter(&name);
         let e = letters.entry(ch).or_insert_with(|| (name.clone(), 0));
         e.1 += 1;
     }
@@ -193,7 +200,7 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
         .iter()
         .map(|(c, (first, n))| if *n == 1 { format!("{} {first}", *c as char) } else { format!("{} {first} (and {} more kernels)", *c as char, n - 1) })
         .collect();
-    let _ = writeln!(s, "legend: kernels by first letter: {}; c copy or memset, n NCCL, | host call, = host blocked, ! race", kernels.join(", "));
+    let _ = writeln!(s, "legend: kernels by first letter, upper case: {}; c copy or memset, n NCCL, | host call, = host blocked, ! race", kernels.join(", "));
     s
 }
 
@@ -206,6 +213,8 @@ pub struct TimeOut {
     pub profile: String,
     pub costs: String,
     pub seed: u64,
+    /// The `--jitter` bound, ns (0: none); with `seed`, what reproduces the run.
+    pub jitter_ns: u64,
     /// `completed`, `deadlock`, `undefined` or `step limit`.
     pub outcome: String,
     pub makespan_ns: u64,
@@ -269,6 +278,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
         profile: run.profile.clone(),
         costs: run.costs.clone(),
         seed: run.seed,
+        jitter_ns: run.jitter_ns,
         outcome: match run.outcome {
             Outcome::Completed => "completed",
             Outcome::Deadlock(_) => "deadlock",
@@ -436,7 +446,7 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
     json!({
         "traceEvents": ev,
         "displayTimeUnit": "ns",
-        "otherData": {"program": run.program, "profile": run.profile, "costs": run.costs, "seed": run.seed, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
+        "otherData": {"program": run.program, "profile": run.profile, "costs": run.costs, "seed": run.seed, "jitter_ns": run.jitter_ns, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
     })
 }
 

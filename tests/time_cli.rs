@@ -1,6 +1,6 @@
 //! `cuorder time`, `run --timeline`, `replay` and `shrink` at their edges (found by a new user trying the README;
 //! each test names what broke): out-of-range `--lanes` and `--jitter` are refused instead of panicking, `--format
-//! json` load errors are JSON, a cost file with an unknown field is refused and a loaded file is named in reports,
+//! json` load errors are JSON, `--jitter` is recorded beside the seed (report, JSON, trace), a kernel named `compute` is drawn `C`, not the copy mark `c`, a cost file with an unknown field is refused and a loaded file is named in reports,
 //! `run --seed N --timeline` records N, and an artifact moved with its program still replays.
 
 use std::process::Command;
@@ -33,6 +33,45 @@ fn jitter_u64_max_panicked_in_rng_now_refused() {
     let (code, _, err) = cli(&["time", L3, "--jitter", "18446744073709551615"]);
     assert_eq!(code, 2, "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn jitter_was_not_recorded_so_a_saved_report_could_not_be_reproduced() {
+    let trace = tmp("jitter-trace.json");
+    let (code, out, err) = cli(&["time", L3, "--seed", "4", "--jitter", "2500", "--timeline", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().next().unwrap().contains("(seed 4, jitter 2500 ns;"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(v["otherData"]["seed"], 4);
+    assert_eq!(v["otherData"]["jitter_ns"], 2500);
+    let (_, json, _) = cli(&["time", L3, "--seed", "4", "--jitter", "2500", "--format", "json"]);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!((j["time"]["seed"].as_u64(), j["time"]["jitter_ns"].as_u64()), (Some(4), Some(2500)));
+    // The recorded pair reproduces the run: the same makespan as the first.
+    let (_, again, _) = cli(&["time", L3, "--seed", "4", "--jitter", "2500"]);
+    assert_eq!(again, out);
+    let (_, plain, _) = cli(&["time", L3]);
+    assert!(!plain.lines().next().unwrap().contains("jitter"), "{plain}");
+}
+
+#[test]
+fn kernel_named_compute_was_drawn_c_like_a_copy() {
+    let prog = tmp("compute.ron");
+    std::fs::write(
+        &prog,
+        "Program(ranks: 1, streams: [Stream(\"sA\", NonBlocking)], buffers: [Buffer(\"a\", \"32 MiB\"), \
+         Buffer(\"p\", \"32 MiB\", space: PinnedHost)], threads: [Thread(\"host\", [Kernel(\"compute\", stream: \"sA\", \
+         writes: [\"a\"], duration: \"2 ms\"), StreamSync(\"sA\"), Memcpy(dst: \"p\", src: \"a\")])])\n",
+    )
+    .unwrap();
+    let (code, out, err) = cli(&["time", prog.to_str().unwrap(), "--lanes", "40"]);
+    assert_eq!(code, 0, "{err}");
+    let row = |name: &str| out.lines().find(|l| l.starts_with(name) && l.ends_with('|')).unwrap_or_else(|| panic!("no {name} row: {out}")).to_string();
+    // The kernel's lane shows only its letter; the copy (on the legacy stream sL) only `c`.
+    let s_a = row("r0 sA ");
+    assert!(s_a.contains('C') && !s_a.contains('c'), "{out}");
+    assert!(out.contains("C compute"), "{out}");
+    assert!(row("r0 sL ").contains('c'), "{out}");
 }
 
 #[test]

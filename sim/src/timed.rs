@@ -94,6 +94,9 @@ pub struct TimedRun {
     /// The cost model's name.
     pub costs: String,
     pub seed: u64,
+    /// The jitter bound the run drew from ([`TimedOptions::jitter_ns`]), ns; 0: none. With `seed` it is what
+    /// reproduces the run.
+    pub jitter_ns: u64,
     pub schedule: Vec<Step>,
     /// Fire time of each step of `schedule`, ns (non-decreasing).
     pub times_ns: Vec<u64>,
@@ -453,12 +456,13 @@ impl Log {
         self.host_op.push(before);
     }
 
-    fn finish(self, sem: &Semantics, costs: &CostModel, seed: u64, makespan_ns: u64, outcome: Outcome) -> TimedRun {
+    fn finish(self, sem: &Semantics, costs: &CostModel, (seed, jitter_ns): (u64, u64), makespan_ns: u64, outcome: Outcome) -> TimedRun {
         TimedRun {
             program: sem.program.name.clone(),
             profile: sem.profile.name.clone(),
             costs: costs.name.clone(),
             seed,
+            jitter_ns,
             schedule: self.schedule,
             makespan_ns,
             times_ns: self.times,
@@ -578,7 +582,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             log.rec.forget(&st);
         }
     };
-    log.finish(sem, costs, opt.seed, now, outcome)
+    log.finish(sem, costs, (opt.seed, opt.jitter_ns), now, outcome)
 }
 
 /// The first watchdog to fire in a state where nothing else is pending (N9), and when: its timeout after the
@@ -674,7 +678,7 @@ fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
             log.rec.forget(&st);
         }
     };
-    log.finish(sem, costs, 0, now, outcome)
+    log.finish(sem, costs, (0, 0), now, outcome)
 }
 
 /// Busy and idle time of one stream over `[0, makespan]`.
