@@ -171,13 +171,16 @@ impl<'p> Semantics<'p> {
     /// The initial state: every thread at its first op, every queue empty, every clock zero.
     pub fn initial(&self) -> State {
         let nstreams = self.agents - self.thread_of.len();
+        // One zero clock shared by every thread and stream (a clone shares the base): a clock per thread was
+        // threads x agents components, 335 MB for a 4,096-rank pipeline before its first step (issue 9, scale).
+        let zero = VClock::new(self.agents);
         State {
             host: HostState {
                 threads: (0..self.thread_of.len())
                     .map(|_| ThreadState {
                         pc: 0,
                         wait: None,
-                        clock: VClock::new(self.agents),
+                        clock: zero.clone(),
                         group_depth: 0,
                         group_ops: vec![],
                         answers: vec![],
@@ -190,7 +193,7 @@ impl<'p> Semantics<'p> {
             },
             streams: StreamState {
                 queues: vec![(vec![], 0); nstreams],
-                stream_clock: vec![VClock::new(self.agents); nstreams],
+                stream_clock: vec![zero.clone(); nstreams],
                 items: Default::default(),
                 event_binding: Default::default(),
             },
