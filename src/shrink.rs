@@ -207,13 +207,13 @@ pub fn signature(sem: &Semantics, f: &RenderedFinding) -> Signature {
             sig.rules.insert(u.rule);
         }
         Problem::DataRace(r) => {
-            sig.ops = vec![sem.info(r.first.who.loc()).name, sem.info(r.second.who.loc()).name];
+            sig.ops = vec![sem.op(r.first.who.loc()).kind.name(), sem.op(r.second.who.loc()).kind.name()];
             sig.ops.sort_unstable();
             sig.rules.extend(hint_rules(&f.text));
         }
         Problem::StaleRead(r) => {
             sig.rules.insert(Rule::V1);
-            sig.ops = vec![sem.info(r.writer).name];
+            sig.ops = vec![sem.op(r.writer).kind.name()];
         }
         Problem::Timeout(to) => {
             sig.cycle = Some(to.stuck.is_cycle);

@@ -46,7 +46,7 @@ pub fn lane_name(sem: &Semantics, lane: Lane) -> String {
 fn span_name(sem: &Semantics, sp: &cuorder_sim::timed::Span) -> String {
     let name = match &sem.op(sp.op).kind {
         cuorder_model::program::OpKind::Kernel { name, .. } => name.clone(),
-        k => sem.program.op_label(sp.rank, k),
+        k => sem.program.op_label(sp.rank(sem), k),
     };
     match sp.answer {
         Some(true) => format!("{name}: ready"),
@@ -124,7 +124,7 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     );
     for c in timed.iter().take(MAX_CRITICAL_ROWS) {
         let i = c.step as usize;
-        let (lane, what) = describe(sem, &run.schedule[i], run.host_op[i]);
+        let (lane, what) = describe(sem, &run.schedule[i], run.host_op(i));
         let _ = writeln!(s, "  {:>12} → {:>12}  {:>12}  {lane}: {what}", fmt_ns(c.start_ns), fmt_ns(c.end_ns), fmt_ns(c.end_ns - c.start_ns));
     }
     if timed.len() > MAX_CRITICAL_ROWS {
@@ -148,7 +148,7 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
     let mut lanes: BTreeMap<(u32, u8, Lane), Vec<u8>> = BTreeMap::new();
     let col = |t: u64| ((u128::from(t) * width as u128 / u128::from(mk)) as usize).min(width - 1);
     for sp in &run.spans {
-        let key = (sp.rank, matches!(sp.lane, Lane::Stream(_)) as u8, sp.lane);
+        let key = (sp.rank(sem), matches!(sp.lane, Lane::Stream(_)) as u8, sp.lane);
         let row = lanes.entry(key).or_insert_with(|| vec![b' '; width]);
         let ch = match sp.kind {
             SpanKind::Kernel => kernel_letter(&span_name(sem, sp)),
@@ -324,7 +324,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
             .iter()
             .map(|c| {
                 let i = c.step as usize;
-                let (lane, what) = describe(sem, &run.schedule[i], run.host_op[i]);
+                let (lane, what) = describe(sem, &run.schedule[i], run.host_op(i));
                 CriticalOut { lane, what, start_ns: c.start_ns, end_ns: c.end_ns }
             })
             .collect(),
@@ -371,7 +371,7 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
         };
         let op = sem.op(sp.op);
         ev.push(json!({
-            "name": span_name(sem, sp), "cat": cat, "ph": "X", "pid": sp.rank, "tid": tid(sp.lane),
+            "name": span_name(sem, sp), "cat": cat, "ph": "X", "pid": sp.rank(sem), "tid": tid(sp.lane),
             "ts": us(sp.start_ns), "dur": us(sp.end_ns - sp.start_ns),
             "args": {"op": format!("#{}", sp.op.op), "thread": sem.thread_label(sp.op.thread), "line": op.origin.line, "column": op.origin.column},
         }));
@@ -386,7 +386,7 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
     // work, S3, and orders nothing), or an end with no slice at, ending at or after it, draws no arrow.
     let mut lanes: BTreeMap<(RankId, Lane), Vec<(u64, u64)>> = BTreeMap::new();
     for sp in &run.spans {
-        lanes.entry((sp.rank, sp.lane)).or_default().push((sp.start_ns, sp.end_ns));
+        lanes.entry((sp.rank(sem), sp.lane)).or_default().push((sp.start_ns, sp.end_ns));
     }
     for v in lanes.values_mut() {
         v.sort_unstable();

@@ -334,8 +334,8 @@ fn every_flow_arrow_binds_to_a_slice() {
         // transfer), or to a wait that no later work on its stream follows.
         for (i, f) in t.flows.iter().enumerate() {
             if !evs.iter().any(|e| e["id"] == i && e["ph"] == "s") {
-                let ran_before = t.spans.iter().any(|s| (s.rank, s.lane) == (f.from_rank, f.from) && s.start_ns <= f.from_ns);
-                let runs_after = t.spans.iter().any(|s| (s.rank, s.lane) == (f.to_rank, f.to) && s.end_ns >= f.to_ns);
+                let ran_before = t.spans.iter().any(|s| (s.rank(&sem), s.lane) == (f.from_rank, f.from) && s.start_ns <= f.from_ns);
+                let runs_after = t.spans.iter().any(|s| (s.rank(&sem), s.lane) == (f.to_rank, f.to) && s.end_ns >= f.to_ns);
                 assert!(f.kind == cuorder_sim::timed::FlowKind::RecordWait && !(ran_before && runs_after), "{name}: arrow {f:?} left out");
             }
         }

@@ -56,8 +56,6 @@ pub enum Use {
 /// What an op touches, from [`OpKind::info`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpInfo {
-    /// The op's name in the surface format ("Kernel", "Send", ...).
-    pub name: &'static str,
     /// The device the op acts on: its stream's rank for stream-ordered and NCCL ops (docs/program-format.md,
     /// "acting rank"), the event's or stream's rank for queries and synchronizes; `None` for pure host ops.
     pub acting_rank: Option<RankId>,
@@ -187,14 +185,14 @@ impl OpKind {
                 let all: Vec<BufRange> = reads.iter().chain(writes).copied().collect();
                 pooled_uses(&all, &mut fp);
                 ranks.extend(all.iter().map(|r| r.buf.rank));
-                OpInfo::base(self.name(), Some(stream.rank), Some(*stream), reads_writes(reads, writes))
+                OpInfo::base(Some(stream.rank), Some(*stream), reads_writes(reads, writes))
             }
             OpKind::Memset { stream, dst } => {
                 let s = stream.unwrap_or(legacy(dst.buf.rank));
                 enqueue(s, &mut fp);
                 pooled_uses(&[*dst], &mut fp);
                 ranks.push(dst.buf.rank);
-                OpInfo::base(self.name(), Some(s.rank), Some(s), vec![MemAccess { range: *dst, write: true }])
+                OpInfo::base(Some(s.rank), Some(s), vec![MemAccess { range: *dst, write: true }])
             }
             OpKind::Memcpy { stream, dst, src } => {
                 let s = stream.unwrap_or(legacy(device_of(&[dst, src])));
@@ -202,68 +200,68 @@ impl OpKind {
                 pooled_uses(&[*dst, *src], &mut fp);
                 ranks.extend([dst.buf.rank, src.buf.rank]);
                 let acc = vec![MemAccess { range: *src, write: false }, MemAccess { range: *dst, write: true }];
-                OpInfo::base(self.name(), Some(s.rank), Some(s), acc)
+                OpInfo::base(Some(s.rank), Some(s), acc)
             }
             OpKind::EventRecord { event, stream } => {
                 enqueue(*stream, &mut fp);
                 fp.push((Resource::Event(*event), Use::Write));
                 ranks.push(event.rank);
-                OpInfo::base(self.name(), Some(stream.rank), Some(*stream), vec![])
+                OpInfo::base(Some(stream.rank), Some(*stream), vec![])
             }
             OpKind::StreamWaitEvent { stream, event } => {
                 enqueue(*stream, &mut fp);
                 fp.push((Resource::Event(*event), Use::Read));
                 ranks.push(event.rank);
-                OpInfo::base(self.name(), Some(stream.rank), Some(*stream), vec![])
+                OpInfo::base(Some(stream.rank), Some(*stream), vec![])
             }
             OpKind::EventQuery { event } => {
                 fp.push((Resource::Event(*event), Use::Read));
-                OpInfo { observes: Some(event.rank), ..OpInfo::base(self.name(), Some(event.rank), None, vec![]) }
+                OpInfo { observes: Some(event.rank), ..OpInfo::base(Some(event.rank), None, vec![]) }
             }
             OpKind::EventSynchronize { event } => {
                 fp.push((Resource::Event(*event), Use::Read));
-                OpInfo::base(self.name(), Some(event.rank), None, vec![])
+                OpInfo::base(Some(event.rank), None, vec![])
             }
             OpKind::StreamSynchronize { stream } => {
                 fp.push((Resource::Stream(*stream), Use::Read));
-                OpInfo::base(self.name(), Some(stream.rank), None, vec![])
+                OpInfo::base(Some(stream.rank), None, vec![])
             }
             OpKind::StreamQuery { stream } => {
                 fp.push((Resource::Stream(*stream), Use::Read));
-                OpInfo { observes: Some(stream.rank), ..OpInfo::base(self.name(), Some(stream.rank), None, vec![]) }
+                OpInfo { observes: Some(stream.rank), ..OpInfo::base(Some(stream.rank), None, vec![]) }
             }
             OpKind::DeviceSynchronize { rank } => {
                 for i in 0..program.ranks[*rank as usize].streams.len() as u32 {
                     fp.push((Resource::Stream(StreamRef { rank: *rank, index: i }), Use::Read));
                 }
-                OpInfo::base(self.name(), Some(*rank), None, vec![])
+                OpInfo::base(Some(*rank), None, vec![])
             }
-            OpKind::HostSleep { .. } => OpInfo::base(self.name(), None, None, vec![]),
+            OpKind::HostSleep { .. } => OpInfo::base(None, None, vec![]),
             OpKind::HostAccess { range, write } => {
                 pooled_uses(&[*range], &mut fp);
                 ranks.push(range.buf.rank);
-                OpInfo::base(self.name(), None, None, vec![MemAccess { range: *range, write: *write }])
+                OpInfo::base(None, None, vec![MemAccess { range: *range, write: *write }])
             }
             // Arrivals at a barrier or at a communicator's init only add to monotone sets: they commute.
-            OpKind::Barrier { .. } => OpInfo::base(self.name(), None, None, vec![]),
+            OpKind::Barrier { .. } => OpInfo::base(None, None, vec![]),
             OpKind::CommInit { comm } => OpInfo {
                 comm: Some(*comm),
                 nccl: Some(NcclRole::Init),
-                ..OpInfo::base(self.name(), Some(caller), None, vec![])
+                ..OpInfo::base(Some(caller), None, vec![])
             },
             // N8: a split is an arrival at a rendezvous of the parent's members, like an init; its communicator is
             // the parent (what the call synchronizes over).
             OpKind::CommSplit { parent, .. } => OpInfo {
                 comm: Some(*parent),
                 nccl: Some(NcclRole::Init),
-                ..OpInfo::base(self.name(), Some(caller), None, vec![])
+                ..OpInfo::base(Some(caller), None, vec![])
             },
             // N12: a poll returns once its call in progress has finished in the background; its return enqueues the
             // deferred work (judged by that work's footprint in `reduction.rs`). It writes the communicator's state
             // (what is in progress), which an abort from another thread also writes.
             OpKind::CommPoll { comm } => {
                 fp.push((Resource::Comm(*comm), Use::Write));
-                OpInfo { comm: Some(*comm), nccl: Some(NcclRole::Init), ..OpInfo::base(self.name(), Some(caller), None, vec![]) }
+                OpInfo { comm: Some(*comm), nccl: Some(NcclRole::Init), ..OpInfo::base(Some(caller), None, vec![]) }
             }
             // N13: an abort ends the rank's unfinished launches on the communicator, so what it does depends on how
             // far the device has got: it observes the device.
@@ -274,14 +272,14 @@ impl OpKind {
                     comm: Some(*comm),
                     nccl: Some(NcclRole::Init),
                     observes: Some(caller),
-                    ..OpInfo::base(self.name(), Some(caller), None, vec![])
+                    ..OpInfo::base(Some(caller), None, vec![])
                 }
             }
             // N13: finalize and destroy are arrivals at a rendezvous of the members (like an init), and end the
             // communicator on this rank.
             OpKind::CommFinalize { comm } | OpKind::CommDestroy { comm } => {
                 fp.push((Resource::Comm(*comm), Use::Write));
-                OpInfo { comm: Some(*comm), nccl: Some(NcclRole::Init), ..OpInfo::base(self.name(), Some(caller), None, vec![]) }
+                OpInfo { comm: Some(*comm), nccl: Some(NcclRole::Init), ..OpInfo::base(Some(caller), None, vec![]) }
             }
             OpKind::Send { comm, peer, buf, stream } => {
                 nccl(*comm, *stream, &[*buf], &mut fp);
@@ -289,7 +287,7 @@ impl OpKind {
                 OpInfo {
                     comm: Some(*comm),
                     nccl: Some(NcclRole::Send { peer: *peer }),
-                    ..OpInfo::base(self.name(), Some(stream.rank), Some(*stream), vec![MemAccess { range: *buf, write: false }])
+                    ..OpInfo::base(Some(stream.rank), Some(*stream), vec![MemAccess { range: *buf, write: false }])
                 }
             }
             OpKind::Recv { comm, peer, buf, stream } => {
@@ -298,11 +296,11 @@ impl OpKind {
                 OpInfo {
                     comm: Some(*comm),
                     nccl: Some(NcclRole::Recv { peer: *peer }),
-                    ..OpInfo::base(self.name(), Some(stream.rank), Some(*stream), vec![MemAccess { range: *buf, write: true }])
+                    ..OpInfo::base(Some(stream.rank), Some(*stream), vec![MemAccess { range: *buf, write: true }])
                 }
             }
-            OpKind::GroupStart => OpInfo::base(self.name(), None, None, vec![]),
-            OpKind::GroupEnd => OpInfo::base(self.name(), None, None, vec![]),
+            OpKind::GroupStart => OpInfo::base(None, None, vec![]),
+            OpKind::GroupEnd => OpInfo::base(None, None, vec![]),
             OpKind::Collective { comm, kind, send, recv, stream } => {
                 nccl(*comm, *stream, &[*send, *recv], &mut fp);
                 ranks.extend([send.buf.rank, recv.buf.rank]);
@@ -318,14 +316,14 @@ impl OpKind {
                 OpInfo {
                     comm: Some(*comm),
                     nccl: Some(NcclRole::Collective { kind: *kind }),
-                    ..OpInfo::base(self.name(), Some(stream.rank), Some(*stream), acc)
+                    ..OpInfo::base(Some(stream.rank), Some(*stream), acc)
                 }
             }
             OpKind::Alloc { buf, stream } => {
                 fp.push((Resource::Alloc(*buf), Use::Write));
                 fp.push((Resource::Pool(buf.rank), Use::Write));
                 ranks.push(buf.rank);
-                OpInfo { observes: Some(buf.rank), ..OpInfo::base(self.name(), Some(stream.rank), None, vec![]) }
+                OpInfo { observes: Some(buf.rank), ..OpInfo::base(Some(stream.rank), None, vec![]) }
             }
             OpKind::Free { buf } => {
                 fp.push((Resource::Alloc(*buf), Use::Write));
@@ -334,12 +332,12 @@ impl OpKind {
                 for i in 0..program.ranks[buf.rank as usize].streams.len() as u32 {
                     fp.push((Resource::Stream(StreamRef { rank: buf.rank, index: i }), Use::Read));
                 }
-                OpInfo::base(self.name(), Some(buf.rank), None, vec![])
+                OpInfo::base(Some(buf.rank), None, vec![])
             }
             OpKind::RecordStream { buf, stream } => {
                 fp.push((Resource::Alloc(*buf), Use::Write));
                 ranks.push(buf.rank);
-                OpInfo::base(self.name(), Some(stream.rank), None, vec![])
+                OpInfo::base(Some(stream.rank), None, vec![])
             }
             // V1: a read like a kernel's (on a stream) or a host read (without one). Whether it sees its writer's
             // value depends only on happens-before, never on how far a device has got: it observes nothing.
@@ -350,9 +348,9 @@ impl OpKind {
                 match stream {
                     Some(s) => {
                         enqueue(*s, &mut fp);
-                        OpInfo::base(self.name(), Some(s.rank), Some(*s), read)
+                        OpInfo::base(Some(s.rank), Some(*s), read)
                     }
-                    None => OpInfo::base(self.name(), None, None, read),
+                    None => OpInfo::base(None, None, read),
                 }
             }
             // S7: an implicit synchronization waits for the tails of the streams of the device, or of every device
@@ -364,19 +362,19 @@ impl OpKind {
                 ranks.push(buf.rank);
                 // Whether work issued before still uses the buffer when it is released depends on how far the
                 // device has got (a use after free).
-                OpInfo { observes: Some(buf.rank), ..OpInfo::base(self.name(), Some(buf.rank), None, vec![]) }
+                OpInfo { observes: Some(buf.rank), ..OpInfo::base(Some(buf.rank), None, vec![]) }
             }
             OpKind::CudaMalloc { rank, .. } | OpKind::CudaMallocHost { rank, .. } | OpKind::LoadModule { rank, .. } => {
                 implicit_sync(&mut fp, &mut ranks);
                 if let OpKind::LoadModule { .. } = self {
                     fp.push((Resource::Module(*rank), Use::Write));
                 }
-                OpInfo::base(self.name(), Some(*rank), None, vec![])
+                OpInfo::base(Some(*rank), None, vec![])
             }
             OpKind::EmptyCache { rank } => {
                 implicit_sync(&mut fp, &mut ranks);
                 fp.push((Resource::Pool(*rank), Use::Write));
-                OpInfo::base(self.name(), Some(*rank), None, vec![])
+                OpInfo::base(Some(*rank), None, vec![])
             }
             // S8: a host function is an item on its stream like a kernel; its accesses are host-memory accesses made
             // by the driver's thread when the item runs.
@@ -385,7 +383,7 @@ impl OpKind {
                 let all: Vec<BufRange> = reads.iter().chain(writes).copied().collect();
                 pooled_uses(&all, &mut fp);
                 ranks.extend(all.iter().map(|r| r.buf.rank));
-                OpInfo::base(self.name(), Some(stream.rank), Some(*stream), reads_writes(reads, writes))
+                OpInfo::base(Some(stream.rank), Some(*stream), reads_writes(reads, writes))
             }
         };
         ranks.extend(info.acting_rank);
@@ -465,9 +463,8 @@ impl OpKind {
 }
 
 impl OpInfo {
-    fn base(name: &'static str, acting_rank: Option<RankId>, stream: Option<StreamRef>, accesses: Vec<MemAccess>) -> OpInfo {
+    fn base(acting_rank: Option<RankId>, stream: Option<StreamRef>, accesses: Vec<MemAccess>) -> OpInfo {
         OpInfo {
-            name,
             acting_rank,
             stream,
             accesses: accesses.into_boxed_slice(),

@@ -46,16 +46,26 @@ pub enum SpanKind {
 }
 
 /// One interval on a lane: `[start_ns, end_ns]`, for the op at `op` (for an NCCL launch of a group: the group end).
+/// Its rank is [`Span::rank`] (not stored: a 1,024-rank pipeline records millions of spans; issue 9, scale).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Span {
     pub lane: Lane,
-    pub rank: RankId,
     pub op: OpLoc,
     pub kind: SpanKind,
     pub start_ns: u64,
     pub end_ns: u64,
     /// The answer of an event or stream query (`true` = ready; S4).
     pub answer: Option<bool>,
+}
+
+impl Span {
+    /// The rank whose lane this is.
+    pub fn rank(&self, sem: &Semantics) -> RankId {
+        match self.lane {
+            Lane::Stream(s) => s.rank,
+            Lane::Thread(t) => sem.rank_of(t),
+        }
+    }
 }
 
 /// Why a flow arrow is drawn.
@@ -100,11 +110,8 @@ pub struct TimedRun {
     pub schedule: Vec<Step>,
     /// Fire time of each step of `schedule`, ns (non-decreasing).
     pub times_ns: Vec<u64>,
-    /// For each step, the step after which it became enabled (`None`: enabled from the start).
-    pub enabled_by: Vec<Option<u32>>,
-    /// For each host step, the index of the op the thread was at and whether the step returned from a blocking
-    /// call (`None` for other steps).
-    pub host_op: Vec<Option<(u32, bool)>>,
+    /// For each step, what enabled it and which op it performed: [`TimedRun::enabled_by`], [`TimedRun::host_op`].
+    pub meta: Vec<StepMeta>,
     pub spans: Vec<Span>,
     pub flows: Vec<Flow>,
     pub races: Vec<Race>,
@@ -112,6 +119,54 @@ pub struct TimedRun {
     pub outcome: Outcome,
     /// When the last step fired (a deadlock: when the last thing happened before the stall), ns.
     pub makespan_ns: u64,
+}
+
+/// A step's provenance in a timed run, packed into 8 bytes (a 1,024 x 64 pipeline records 3.6 M steps; issue 9,
+/// scale): the step after which it became enabled, and for a host step the op index and whether it returned from a
+/// blocking call. `u32::MAX` stands for "none" in both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepMeta {
+    by: u32,
+    host: u32,
+}
+
+impl StepMeta {
+    const NONE: u32 = u32::MAX;
+
+    /// Packs `by` and `host` (an op index below 2^31 - 1: a thread's ops are far fewer, each takes a hundred bytes).
+    fn new(by: Option<u32>, host: Option<(u32, bool)>) -> StepMeta {
+        StepMeta {
+            by: by.unwrap_or(Self::NONE),
+            host: host.map_or(Self::NONE, |(pc, ret)| {
+                assert!(pc < (u32::MAX >> 1), "op index {pc} does not fit a step record");
+                pc << 1 | u32::from(ret)
+            }),
+        }
+    }
+
+    /// The step after which this one became enabled (`None`: enabled from the start).
+    pub fn enabled_by(self) -> Option<u32> {
+        (self.by != Self::NONE).then_some(self.by)
+    }
+
+    /// For a host step, the index of the op the thread was at and whether the step returned from a blocking call.
+    pub fn host_op(self) -> Option<(u32, bool)> {
+        (self.host != Self::NONE).then_some((self.host >> 1, self.host & 1 == 1))
+    }
+}
+
+impl TimedRun {
+    /// The step after which step `i` became enabled (`None`: enabled from the start). Panics if `i` is past the
+    /// schedule.
+    pub fn enabled_by(&self, i: usize) -> Option<u32> {
+        self.meta[i].enabled_by()
+    }
+
+    /// For host step `i`, the index of the op its thread was at and whether the step returned from a blocking call
+    /// (`None` for other steps). Panics if `i` is past the schedule.
+    pub fn host_op(&self, i: usize) -> Option<(u32, bool)> {
+        self.meta[i].host_op()
+    }
 }
 
 /// Options of a timed run.
@@ -328,17 +383,16 @@ impl Recorder {
         if let (Step::Host { thread, .. }, Some((pc, waiting))) = (step, before) {
             let th = *thread as usize;
             let lane = Lane::Thread(*thread);
-            let rank = sem.rank_of(*thread);
             let op = OpLoc { thread: *thread, op: pc };
             if waiting {
                 if let Some((since, pc0)) = self.blocked_since[th].take() {
                     let op = OpLoc { thread: *thread, op: pc0 };
-                    self.spans.push(Span { lane, rank, op, kind: SpanKind::HostBlocked, start_ns: since, end_ns: t, answer: None });
+                    self.spans.push(Span { lane, op, kind: SpanKind::HostBlocked, start_ns: since, end_ns: t, answer: None });
                 }
             } else if st.host.threads[th].wait.is_some() {
                 self.blocked_since[th] = Some((t - cost, pc));
             } else {
-                self.spans.push(Span { lane, rank, op, kind: SpanKind::HostCall, start_ns: t - cost, end_ns: t, answer: fx.answer });
+                self.spans.push(Span { lane, op, kind: SpanKind::HostCall, start_ns: t - cost, end_ns: t, answer: fx.answer });
             }
         }
         // Where a race found by this step is placed: the start of the access that found it.
@@ -374,7 +428,7 @@ impl Recorder {
             };
             if let Some(kind) = kind {
                 for s in &item.streams {
-                    self.spans.push(Span { lane: Lane::Stream(*s), rank: s.rank, op: k.loc(), kind, start_ns: start, end_ns: t, answer: None });
+                    self.spans.push(Span { lane: Lane::Stream(*s), op: k.loc(), kind, start_ns: start, end_ns: t, answer: None });
                 }
             }
         }
@@ -428,13 +482,12 @@ struct Log {
     rec: Recorder,
     schedule: Vec<Step>,
     times: Vec<u64>,
-    enabled_by: Vec<Option<u32>>,
-    host_op: Vec<Option<(u32, bool)>>,
+    meta: Vec<StepMeta>,
 }
 
 impl Log {
     fn new(sem: &Semantics) -> Log {
-        Log { rec: Recorder::new(sem), schedule: vec![], times: vec![], enabled_by: vec![], host_op: vec![] }
+        Log { rec: Recorder::new(sem), schedule: vec![], times: vec![], meta: vec![] }
     }
 
     /// Applies `step` to `st` at time `t` (it cost `cost` ns and became enabled after step `by`) and records it.
@@ -452,8 +505,7 @@ impl Log {
         self.rec.record(sem, before, &step, &fx, st, t, cost, overhead);
         self.schedule.push(step);
         self.times.push(t);
-        self.enabled_by.push(by);
-        self.host_op.push(before);
+        self.meta.push(StepMeta::new(by, before));
     }
 
     fn finish(self, sem: &Semantics, costs: &CostModel, (seed, jitter_ns): (u64, u64), makespan_ns: u64, outcome: Outcome) -> TimedRun {
@@ -466,8 +518,7 @@ impl Log {
             schedule: self.schedule,
             makespan_ns,
             times_ns: self.times,
-            enabled_by: self.enabled_by,
-            host_op: self.host_op,
+            meta: self.meta,
             spans: self.rec.spans,
             flows: self.rec.flows,
             races: self.rec.races,
@@ -744,7 +795,7 @@ pub fn summarize(sem: &Semantics, run: &TimedRun) -> Summary {
         if let Lane::Stream(s) = sp.lane {
             per_stream.entry(s).or_default().push((sp.start_ns, sp.end_ns));
             if sp.kind == SpanKind::Kernel {
-                per_rank[sp.rank as usize].push((sp.start_ns, sp.end_ns));
+                per_rank[sp.rank(sem) as usize].push((sp.start_ns, sp.end_ns));
             }
         }
     }
@@ -775,7 +826,7 @@ pub fn summarize(sem: &Semantics, run: &TimedRun) -> Summary {
     let mut critical_path = vec![];
     let mut at = run.schedule.len().checked_sub(1);
     while let Some(i) = at {
-        let by = run.enabled_by[i];
+        let by = run.enabled_by(i);
         let start = by.map_or(0, |b| run.times_ns[b as usize]);
         critical_path.push(CriticalStep { step: i as u32, start_ns: start, end_ns: run.times_ns[i] });
         at = by.map(|b| b as usize);
