@@ -166,16 +166,8 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
         }
     }
     for m in &run.race_marks {
-        let loc = run.races[m.race].second.who.loc();
-        let lane = match sem.info(loc).stream {
-            Some(s) => Lane::Stream(s),
-            None => Lane::Thread(loc.thread),
-        };
-        let rank = match lane {
-            Lane::Stream(s) => s.rank,
-            Lane::Thread(t) => sem.rank_of(t),
-        };
-        let row = lanes.entry((rank, matches!(lane, Lane::Stream(_)) as u8, lane)).or_insert_with(|| vec![b' '; width]);
+        let lane = m.lane;
+        let row = lanes.entry((lane.rank(sem), matches!(lane, Lane::Stream(_)) as u8, lane)).or_insert_with(|| vec![b' '; width]);
         row[col(m.at_ns)] = b'!';
     }
     // The legend: which kernels each letter stands for.
@@ -233,7 +225,8 @@ pub struct TimeOut {
 pub struct TimeFinding {
     /// `data race`, `deadlock` or `undefined`.
     pub kind: String,
-    /// When: the start of the access that raced, or when the last step happened before the stall.
+    /// When: a race, the later start of its two accesses; a deadlock or undefined behaviour, when the last step
+    /// happened before the stall.
     pub at_ns: u64,
     /// The finding as the text output prints it (the two ops and the buffer; the wait-for edges; the rule).
     pub text: String,
@@ -426,13 +419,7 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
     }
     for m in &run.race_marks {
         let r = &run.races[m.race];
-        let loc = r.second.who.loc();
-        let rank = sem.rank_of(loc.thread);
-        let lane = match sem.info(loc).stream {
-            Some(s) => Lane::Stream(s),
-            None => Lane::Thread(loc.thread),
-        };
-        ev.push(json!({"name": "data race", "cat": "finding", "ph": "i", "s": "t", "pid": rank, "tid": tid(lane), "ts": us(m.at_ns), "args": {"race": crate::timeline::race_text(sem, r)}}));
+        ev.push(json!({"name": "data race", "cat": "finding", "ph": "i", "s": "t", "pid": m.lane.rank(sem), "tid": tid(m.lane), "ts": us(m.at_ns), "args": {"race": crate::timeline::race_text(sem, r)}}));
     }
     match &run.outcome {
         Outcome::Deadlock(stuck) => {

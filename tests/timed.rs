@@ -348,3 +348,43 @@ fn every_flow_arrow_binds_to_a_slice() {
         }
     }
 }
+
+/// A race is marked where the later of its two accesses (in time) started, on that access's lane. It sat at the
+/// start of the access the model applies second, on the other access's lane: a kernel's step fires at its end, so in
+/// litmus L2 write_a (applied second) started at 9.7 us on sA while read_a started at 14.1 us on sB, and the mark was
+/// at 9.7 us on sB, before anything ran there.
+#[test]
+fn race_mark_sits_at_the_later_access_start_on_its_lane() {
+    let mut marks = 0;
+    let prof = portable();
+    for (name, prog) in corpus().into_iter().chain(common::programs_in(&["examples/streams"])) {
+        let sem = Semantics::new(&prog, &prof);
+        for seed in [0, 1] {
+            let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions { seed, ..TimedOptions::default() });
+            for m in &t.race_marks {
+                marks += 1;
+                let r = &t.races[m.race];
+                let ops = [r.first.who.loc(), r.second.who.loc()];
+                // The mark is the start of a span of one of the two ops, on that span's lane ...
+                let at = t.spans.iter().find(|s| ops.contains(&s.op) && s.lane == m.lane && s.start_ns == m.at_ns);
+                let Some(at) = at else {
+                    // ... or of an access whose span is not drawn (a launch of a group: its span is the group end's).
+                    continue;
+                };
+                // ... and no span of the other op, running at that time, started later.
+                let other = if at.op == ops[0] { ops[1] } else { ops[0] };
+                for s in t.spans.iter().filter(|s| s.op == other && s.start_ns <= m.at_ns.max(s.start_ns) && s.end_ns >= m.at_ns) {
+                    assert!(s.start_ns <= m.at_ns, "{name} seed {seed}: the mark at {} ns, but the other access started at {} ns", m.at_ns, s.start_ns);
+                }
+            }
+        }
+    }
+    assert!(marks >= 10, "only {marks} race marks checked");
+    // L2 by hand: read_a starts at 14.130 us on sB (its launch 4.425 us after write_a's, plus the launch overhead).
+    let l2 = load_file("examples/streams/L2-two-streams-race.ron");
+    let sem = Semantics::new(&l2, &prof);
+    let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default());
+    assert_eq!(t.race_marks.len(), 1);
+    assert_eq!(t.race_marks[0].at_ns, 14_130);
+    assert_eq!(cuorder::timing::lane_name(&sem, t.race_marks[0].lane), "r0 sB");
+}

@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap as HashMap;
 use serde::{Deserialize, Serialize};
 
 use cuorder_model::program::{MemSpace, OpKind, RankId, StreamRef};
-use cuorder_model::semantics::{CommOpKind, ItemKey, ItemKind, ItemStatus, OpLoc, P2pKey, Race, Semantics, State, Step};
+use cuorder_model::semantics::{Accessor, CommOpKind, ItemKey, ItemKind, ItemStatus, OpLoc, P2pKey, Race, Semantics, State, Step};
 
 use crate::cost::{transfer_ns, CostModel};
 use crate::rng::Rng;
@@ -58,13 +58,20 @@ pub struct Span {
     pub answer: Option<bool>,
 }
 
-impl Span {
-    /// The rank whose lane this is.
-    pub fn rank(&self, sem: &Semantics) -> RankId {
-        match self.lane {
+impl Lane {
+    /// The rank whose host thread or stream this is.
+    pub fn rank(self, sem: &Semantics) -> RankId {
+        match self {
             Lane::Stream(s) => s.rank,
             Lane::Thread(t) => sem.rank_of(t),
         }
+    }
+}
+
+impl Span {
+    /// The rank whose lane this is.
+    pub fn rank(&self, sem: &Semantics) -> RankId {
+        self.lane.rank(sem)
     }
 }
 
@@ -89,11 +96,15 @@ pub struct Flow {
     pub to_ns: u64,
 }
 
-/// A finding placed in time: the race (index into [`TimedRun::races`]) whose later access started at `at_ns`.
+/// A finding placed in time: the race (index into [`TimedRun::races`]), placed where the later of its two accesses
+/// (in time) started: at `at_ns` on `lane`, that access's lane. (A kernel's step fires at its end, so the access
+/// the model applies second may have started first: in litmus L2 write_a is applied second but read_a starts
+/// later; the mark was at write_a's start on read_a's lane.)
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RaceMark {
     pub race: usize,
     pub at_ns: u64,
+    pub lane: Lane,
 }
 
 /// A timed execution: the schedule (replayable), the fire time of each step, and what ran when.
@@ -395,13 +406,19 @@ impl Recorder {
                 self.spans.push(Span { lane, op, kind: SpanKind::HostCall, start_ns: t - cost, end_ns: t, answer: fx.answer });
             }
         }
-        // Where a race found by this step is placed: the start of the access that found it.
-        let mut found_at = t - cost;
+        // When an item this step starts begins: a finite item's step fires at its end, after the launch overhead and
+        // its duration; an NCCL launch's step is its start.
+        let start_of = |k: ItemKey| {
+            let finite = !matches!(st.item(k).kind, ItemKind::Launch { .. });
+            if finite {
+                (t - cost + overhead.min(cost)).min(t)
+            } else {
+                t
+            }
+        };
         for k in &fx.started {
             let item = st.item(*k);
-            let finite = !matches!(item.kind, ItemKind::Launch { .. });
-            let start = if finite { (t - cost + overhead.min(cost)).min(t) } else { t };
-            found_at = start;
+            let start = start_of(*k);
             self.item_start.insert(*k, start);
             if item.kind == ItemKind::WaitMarker {
                 let (to, to_rank) = Self::item_lane(st, *k);
@@ -467,13 +484,64 @@ impl Recorder {
             _ => {}
         }
         if fx.races > 0 {
+            let host_op = match (step, before) {
+                (Step::Host { thread, .. }, Some((pc, _))) => Some(OpLoc { thread: *thread, op: pc }),
+                _ => None,
+            };
             for r in &st.memory.races {
                 if self.races_seen.insert(r.clone()) {
-                    self.race_marks.push(RaceMark { race: self.races.len(), at_ns: found_at });
+                    let here = |a: &cuorder_model::semantics::Access| match a.who {
+                        Accessor::Item { item, .. } => fx.started.contains(&item).then(|| (start_of(item), Self::item_lane(st, item).0)),
+                        Accessor::Host { loc } => (Some(loc) == host_op).then_some((t - cost, Lane::Thread(loc.thread))),
+                    };
+                    // One of the two accesses is this step's (the race is found when the later one in the model's
+                    // order starts); the other started earlier in the model's order, not necessarily in time.
+                    let (now, other) = match (here(&r.first), here(&r.second)) {
+                        (_, Some(x)) => (x, &r.first),
+                        (Some(x), None) => (x, &r.second),
+                        (None, None) => ((t - cost, Self::access_lane(sem, st, &r.second)), &r.first),
+                    };
+                    let (at_ns, lane) = match self.later_start(st, other, now.0) {
+                        Some(x) => x,
+                        None => now,
+                    };
+                    self.race_marks.push(RaceMark { race: self.races.len(), at_ns, lane });
                     self.races.push(r.clone());
                 }
             }
         }
+    }
+
+    /// The lane of an access: its item's first stream, or its host thread.
+    fn access_lane(sem: &Semantics, st: &State, a: &cuorder_model::semantics::Access) -> Lane {
+        match a.who {
+            Accessor::Item { item, loc } => {
+                if st.streams.items.contains_key(&item) {
+                    Self::item_lane(st, item).0
+                } else {
+                    sem.info(loc).stream.map_or(Lane::Thread(loc.thread), Lane::Stream)
+                }
+            }
+            Accessor::Host { loc } => Lane::Thread(loc.thread),
+        }
+    }
+
+    /// When and where access `a` started, if that was after `after` ns (it still runs, or its span ended at or after
+    /// `after`): spans are recorded in the order they end, so only those that ended at or after `after` are read.
+    fn later_start(&self, st: &State, a: &cuorder_model::semantics::Access, after: u64) -> Option<(u64, Lane)> {
+        if let Accessor::Item { item, .. } = a.who {
+            if let Some(&ns) = self.item_start.get(&item) {
+                return (ns > after).then(|| (ns, Self::item_lane(st, item).0));
+            }
+        }
+        let loc = a.who.loc();
+        self.spans
+            .iter()
+            .rev()
+            .take_while(|sp| sp.end_ns >= after)
+            .find(|sp| sp.op == loc)
+            .filter(|sp| sp.start_ns > after)
+            .map(|sp| (sp.start_ns, sp.lane))
     }
 }
 
