@@ -153,6 +153,7 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
         let ch = match sp.kind {
             SpanKind::Kernel => kernel_letter(&span_name(sem, sp)),
             SpanKind::Copy => b'c',
+            SpanKind::HostFunc => b'h',
             SpanKind::Nccl => b'n',
             SpanKind::HostCall => b'|',
             SpanKind::HostBlocked => b'=',
@@ -170,13 +171,16 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
         let row = lanes.entry((lane.rank(sem), matches!(lane, Lane::Stream(_)) as u8, lane)).or_insert_with(|| vec![b' '; width]);
         row[col(m.at_ns)] = b'!';
     }
-    // The legend: which kernels each letter stands for.
-    let mut letters: BTreeMap<u8, (String, usize)> = BTreeMap::new();
+    // The legend: which kernels each letter stands for, by distinct name in order of first appearance (a
+    // pipeline's 512 kernels are a few names with microbatch numbers; two names may share a letter).
+    let mut letters: BTreeMap<u8, Vec<String>> = BTreeMap::new();
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
     for sp in run.spans.iter().filter(|sp| sp.kind == SpanKind::Kernel) {
         let name = span_name(sem, sp);
-        let ch = kernel_letter(&name);
-        let e = letters.entry(ch).or_insert_with(|| (name.clone(), 0));
-        e.1 += 1;
+        if !seen.contains(&name) {
+            letters.entry(kernel_letter(&name)).or_default().push(name.clone());
+            seen.insert(name);
+        }
     }
     let names: Vec<String> = lanes.keys().take(MAX_LANES).map(|k| lane_name(sem, k.2)).collect();
     let w = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).max(4);
@@ -188,11 +192,23 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
     if lanes.len() > MAX_LANES {
         let _ = writeln!(s, "… {} more lanes (the Chrome trace of --timeline has all)", lanes.len() - MAX_LANES);
     }
+    const NAMES_PER_LETTER: usize = 3;
     let kernels: Vec<String> = letters
         .iter()
-        .map(|(c, (first, n))| if *n == 1 { format!("{} {first}", *c as char) } else { format!("{} {first} (and {} more kernels)", *c as char, n - 1) })
+        .map(|(c, names)| {
+            let shown = names.iter().take(NAMES_PER_LETTER).map(String::as_str).collect::<Vec<_>>().join(", ");
+            match names.len().saturating_sub(NAMES_PER_LETTER) {
+                0 => format!("{} {shown}", *c as char),
+                more => format!("{} {shown} and {more} more", *c as char),
+            }
+        })
         .collect();
-    let _ = writeln!(s, "legend: kernels by first letter, upper case: {}; c copy or memset, n NCCL, | host call, = host blocked, ! race", kernels.join(", "));
+    let kernels = if kernels.is_empty() { String::new() } else { format!("kernels by first letter, upper case: {}; ", kernels.join("; ")) };
+    let _ = writeln!(
+        s,
+        "legend: {kernels}c copy or memset, h host function, n NCCL, | host call, = host blocked, ! race{}",
+        if run.spans.iter().any(|sp| sp.unfinished) { "; unfinished work runs to the right edge" } else { "" }
+    );
     s
 }
 
@@ -358,15 +374,22 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
         let cat = match sp.kind {
             SpanKind::Kernel => "kernel",
             SpanKind::Copy => "copy",
+            SpanKind::HostFunc => "host_func",
             SpanKind::Nccl => "nccl",
             SpanKind::HostCall => "host",
             SpanKind::HostBlocked => "host blocked",
         };
         let op = sem.op(sp.op);
+        let mut args = json!({"op": format!("#{}", sp.op.op), "thread": sem.thread_label(sp.op.thread), "line": op.origin.line, "column": op.origin.column});
+        let mut name = span_name(sem, sp);
+        if sp.unfinished {
+            // Still running (or blocked) when the run stopped: drawn to its end, and named so.
+            name.push_str(" (unfinished)");
+            args["unfinished"] = json!(true);
+        }
         ev.push(json!({
-            "name": span_name(sem, sp), "cat": cat, "ph": "X", "pid": sp.rank(sem), "tid": tid(sp.lane),
-            "ts": us(sp.start_ns), "dur": us(sp.end_ns - sp.start_ns),
-            "args": {"op": format!("#{}", sp.op.op), "thread": sem.thread_label(sp.op.thread), "line": op.origin.line, "column": op.origin.column},
+            "name": name, "cat": cat, "ph": "X", "pid": sp.rank(sem), "tid": tid(sp.lane),
+            "ts": us(sp.start_ns), "dur": us(sp.end_ns - sp.start_ns), "args": args,
         }));
     }
     // A flow's start binds to the slice enclosing it on its track, and so does its end with `"bp": "e"`; an end

@@ -75,6 +75,29 @@ fn kernel_named_compute_was_drawn_c_like_a_copy() {
 }
 
 #[test]
+fn legend_hid_a_second_kernel_name_and_a_host_func_was_drawn_as_a_copy() {
+    let prog = tmp("legend.ron");
+    std::fs::write(
+        &prog,
+        "Program(ranks: 1, streams: [Stream(\"s0\", NonBlocking), Stream(\"s1\", NonBlocking)], threads: [Thread(\"main\", [\
+         Kernel(\"fwd\", stream: \"s0\", duration: \"1 ms\"), Kernel(\"flush\", stream: \"s1\", duration: \"1 ms\"), \
+         Kernel(\"fwd\", stream: \"s0\", duration: \"1 ms\"), HostFunc(\"log\", stream: \"s1\", duration: \"1 ms\"), DeviceSync])])\n",
+    )
+    .unwrap();
+    let trace = tmp("legend.json");
+    let (code, out, err) = cli(&["time", prog.to_str().unwrap(), "--lanes", "40", "--timeline", trace.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    // The legend lists distinct names (it said "F fwd (and 2 more kernels)": flush was never named, and the second
+    // fwd counted as another kernel).
+    assert!(out.contains("F fwd, flush;"), "{out}");
+    let s1 = out.lines().find(|l| l.starts_with("r0 s1") && l.ends_with('|')).unwrap();
+    assert!(s1.contains('h') && !s1.contains('c'), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let cats: Vec<&str> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X").map(|e| e["cat"].as_str().unwrap()).collect();
+    assert!(cats.contains(&"host_func") && !cats.contains(&"copy"), "{cats:?}");
+}
+
+#[test]
 fn time_json_load_errors_are_json() {
     let bad = tmp("bad.ron");
     std::fs::write(&bad, "Program(ranks: 1, threads: [Thread(\"main\", [Kernel(\"k\", stream: \"nope\")])])\n").unwrap();

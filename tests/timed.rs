@@ -388,3 +388,38 @@ fn race_mark_sits_at_the_later_access_start_on_its_lane() {
     assert_eq!(t.race_marks[0].at_ns, 14_130);
     assert_eq!(cuorder::timing::lane_name(&sem, t.race_marks[0].lane), "r0 sB");
 }
+
+/// Work still in progress when a run stops is drawn to its end. A new user found a deadlock's hung calls missing
+/// from the text timeline and the Chrome trace (NCCL issue 1456 under eager: both hosts block in `#1 send` from
+/// about 5 us, and their rows were blank), so the only sign of the hang was one instant event.
+#[test]
+fn hung_calls_were_left_out_of_the_timeline() {
+    let prog = load_file("examples/nccl-1456-send-first.ron");
+    let eager = Profile::builtin("eager").unwrap();
+    let sem = Semantics::new(&prog, &eager);
+    let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default());
+    assert!(matches!(t.outcome, Outcome::Deadlock(_)), "{:?}", t.outcome);
+    let hung: Vec<_> = t.spans.iter().filter(|s| s.unfinished).collect();
+    for rank in 0..2 {
+        let s = hung
+            .iter()
+            .find(|s| s.kind == cuorder_sim::timed::SpanKind::HostBlocked && s.rank(&sem) == rank)
+            .unwrap_or_else(|| panic!("r{rank}'s blocked send is not drawn: {hung:?}"));
+        assert_eq!((s.op.op, s.end_ns), (1, t.makespan_ns), "r{rank}");
+        assert!(s.start_ns < 10_000, "r{rank} blocked from {} ns", s.start_ns);
+    }
+    let v = cuorder::timing::chrome_trace(&sem, &t);
+    let unfinished: Vec<_> = v["traceEvents"].as_array().unwrap().iter().filter(|e| e["args"]["unfinished"] == true).collect();
+    assert_eq!(unfinished.len(), hung.len());
+    assert!(unfinished.iter().all(|e| e["name"].as_str().unwrap().ends_with(" (unfinished)")), "{unfinished:?}");
+    let lanes = cuorder::timing::lanes_text(&sem, &t, 40);
+    let row = lanes.lines().find(|l| l.starts_with("r0 main")).unwrap_or_else(|| panic!("{lanes}"));
+    assert!(row.ends_with("=|"), "{lanes}");
+    // A run that completes has nothing unfinished.
+    let ok = load_file("examples/nccl-1456-grouped.ron");
+    let prof = portable();
+    let sem_ok = Semantics::new(&ok, &prof);
+    let done = timed_run(&sem_ok, &CostModel::h200_nvlink(), &TimedOptions::default());
+    assert!(matches!(done.outcome, Outcome::Completed));
+    assert!(done.spans.iter().all(|s| !s.unfinished));
+}

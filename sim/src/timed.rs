@@ -37,6 +37,8 @@ pub enum SpanKind {
     Kernel,
     /// A memcpy or memset on a stream.
     Copy,
+    /// A host function (`cudaLaunchHostFunc`, S8) running in stream order.
+    HostFunc,
     /// An NCCL launch (one or more sends, recvs or a collective) on a stream, from its start to its end.
     Nccl,
     /// A host call that returned without blocking.
@@ -56,6 +58,9 @@ pub struct Span {
     pub end_ns: u64,
     /// The answer of an event or stream query (`true` = ready; S4).
     pub answer: Option<bool>,
+    /// The work had not ended when the run stopped (a deadlock, the step limit, undefined behaviour): `end_ns` is
+    /// the run's end. A hung call or NCCL kernel is drawn to the end of the run rather than left out.
+    pub unfinished: bool,
 }
 
 impl Lane {
@@ -331,6 +336,17 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
     }
 }
 
+/// How an item is drawn: `None` for event records and wait markers (they take no time on their stream).
+fn span_kind(sem: &Semantics, kind: &ItemKind, k: ItemKey) -> Option<SpanKind> {
+    match (kind, &sem.op(k.loc()).kind) {
+        (ItemKind::Launch { .. }, _) => Some(SpanKind::Nccl),
+        (ItemKind::Work, OpKind::Kernel { .. }) => Some(SpanKind::Kernel),
+        (ItemKind::Work, OpKind::HostFunc { .. }) => Some(SpanKind::HostFunc),
+        (ItemKind::Work | ItemKind::StagedCopy, _) => Some(SpanKind::Copy),
+        (ItemKind::Record | ItemKind::WaitMarker, _) => None,
+    }
+}
+
 /// Builds spans, flows and race marks from applied steps and their fire times.
 struct Recorder {
     spans: Vec<Span>,
@@ -398,12 +414,12 @@ impl Recorder {
             if waiting {
                 if let Some((since, pc0)) = self.blocked_since[th].take() {
                     let op = OpLoc { thread: *thread, op: pc0 };
-                    self.spans.push(Span { lane, op, kind: SpanKind::HostBlocked, start_ns: since, end_ns: t, answer: None });
+                    self.spans.push(Span { lane, op, kind: SpanKind::HostBlocked, start_ns: since, end_ns: t, answer: None, unfinished: false });
                 }
             } else if st.host.threads[th].wait.is_some() {
                 self.blocked_since[th] = Some((t - cost, pc));
             } else {
-                self.spans.push(Span { lane, op, kind: SpanKind::HostCall, start_ns: t - cost, end_ns: t, answer: fx.answer });
+                self.spans.push(Span { lane, op, kind: SpanKind::HostCall, start_ns: t - cost, end_ns: t, answer: fx.answer, unfinished: false });
             }
         }
         // When an item this step starts begins: a finite item's step fires at its end, after the launch overhead and
@@ -433,19 +449,13 @@ impl Recorder {
         for k in &fx.ended {
             let item = st.item(*k);
             let start = self.item_start.remove(k).unwrap_or(t);
-            let kind = match (&item.kind, &sem.op(k.loc()).kind) {
-                (ItemKind::Launch { .. }, _) => Some(SpanKind::Nccl),
-                (ItemKind::Work, OpKind::Kernel { .. }) => Some(SpanKind::Kernel),
-                (ItemKind::Work | ItemKind::StagedCopy, _) => Some(SpanKind::Copy),
-                (ItemKind::Record, _) => {
-                    self.record_end.insert(*k, (t, item.streams[0]));
-                    None
-                }
-                (ItemKind::WaitMarker, _) => None,
-            };
+            if item.kind == ItemKind::Record {
+                self.record_end.insert(*k, (t, item.streams[0]));
+            }
+            let kind = span_kind(sem, &item.kind, *k);
             if let Some(kind) = kind {
                 for s in &item.streams {
-                    self.spans.push(Span { lane: Lane::Stream(*s), op: k.loc(), kind, start_ns: start, end_ns: t, answer: None });
+                    self.spans.push(Span { lane: Lane::Stream(*s), op: k.loc(), kind, start_ns: start, end_ns: t, answer: None, unfinished: false });
                 }
             }
         }
@@ -508,6 +518,28 @@ impl Recorder {
                     self.race_marks.push(RaceMark { race: self.races.len(), at_ns, lane });
                     self.races.push(r.clone());
                 }
+            }
+        }
+    }
+
+    /// Draws the work still in progress at `end` ns (the run stopped): every started item that has not ended, and every
+    /// host call still blocked, as an unfinished span to `end`, so a hang shows where it is (items by key, threads by
+    /// id: the same bytes every time).
+    fn close_unfinished(&mut self, sem: &Semantics, st: &State, end: u64) {
+        let mut items: Vec<(ItemKey, u64)> = self.item_start.iter().map(|(k, t)| (*k, *t)).collect();
+        items.sort_unstable();
+        for (k, start) in items {
+            let Some(item) = st.streams.items.get(&k) else { continue };
+            let Some(kind) = span_kind(sem, &item.kind, k) else { continue };
+            for s in &item.streams {
+                self.spans.push(Span { lane: Lane::Stream(*s), op: k.loc(), kind, start_ns: start, end_ns: end, answer: None, unfinished: true });
+            }
+        }
+        for (th, b) in self.blocked_since.iter().enumerate() {
+            if let Some((since, pc)) = *b {
+                let thread = th as u32;
+                let op = OpLoc { thread, op: pc };
+                self.spans.push(Span { lane: Lane::Thread(thread), op, kind: SpanKind::HostBlocked, start_ns: since, end_ns: end, answer: None, unfinished: true });
             }
         }
     }
@@ -701,6 +733,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             log.rec.forget(&st);
         }
     };
+    log.rec.close_unfinished(sem, &st, now);
     log.finish(sem, costs, (opt.seed, opt.jitter_ns), now, outcome)
 }
 
@@ -797,6 +830,7 @@ fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
             log.rec.forget(&st);
         }
     };
+    log.rec.close_unfinished(sem, &st, now);
     log.finish(sem, costs, (0, 0), now, outcome)
 }
 
