@@ -58,6 +58,8 @@ fn span_name(sem: &Semantics, sp: &cuorder_sim::timed::Span) -> String {
 /// The outcome in words.
 pub fn outcome_text(run: &TimedRun) -> String {
     match &run.outcome {
+        // N9: a watchdog turned a hang into an abort; the run ended, but the program did not do its work.
+        Outcome::Completed if timed_out(run) => "timeout: a watchdog aborted a hang (below); without it this is a deadlock".into(),
         Outcome::Completed => "completed".into(),
         Outcome::Deadlock(stuck) => format!("deadlock at {}:\n{}", fmt_ns(run.makespan_ns), crate::timeline::stuck_text(stuck).trim_end()),
         Outcome::Undefined(u) => format!("undefined (rule {}) at {}: {}", u.rule, fmt_ns(run.makespan_ns), u.message),
@@ -68,7 +70,12 @@ pub fn outcome_text(run: &TimedRun) -> String {
 
 /// Whether the execution found a problem (exit code 1 of `cuorder time`).
 pub fn has_finding(run: &TimedRun) -> bool {
-    !run.races.is_empty() || matches!(run.outcome, Outcome::Deadlock(_) | Outcome::Undefined(_))
+    !run.races.is_empty() || matches!(run.outcome, Outcome::Deadlock(_) | Outcome::Undefined(_)) || timed_out(run)
+}
+
+/// Whether a watchdog fired (N9): the run ends, as `check`'s "timeout" verdict says, with the hang aborted.
+pub fn timed_out(run: &TimedRun) -> bool {
+    run.schedule.iter().any(|s| matches!(s, cuorder_model::semantics::Step::Watchdog { .. }))
 }
 
 /// The text report of `cuorder time`.
@@ -223,7 +230,7 @@ pub struct TimeOut {
     pub seed: u64,
     /// The `--jitter` bound, ns (0: none); with `seed`, what reproduces the run.
     pub jitter_ns: u64,
-    /// `completed`, `deadlock`, `undefined` or `step limit`.
+    /// `completed`, `timeout` (a watchdog aborted a hang; N9), `deadlock`, `undefined` or `step limit`.
     pub outcome: String,
     pub makespan_ns: u64,
     pub steps: u64,
@@ -239,7 +246,7 @@ pub struct TimeOut {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimeFinding {
-    /// `data race`, `deadlock` or `undefined`.
+    /// `data race`, `deadlock`, `undefined` or `timeout`.
     pub kind: String,
     /// When: a race, the later start of its two accesses; a deadlock or undefined behaviour, when the last step
     /// happened before the stall.
@@ -289,6 +296,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
         seed: run.seed,
         jitter_ns: run.jitter_ns,
         outcome: match run.outcome {
+            Outcome::Completed if timed_out(run) => "timeout",
             Outcome::Completed => "completed",
             Outcome::Deadlock(_) => "deadlock",
             Outcome::Undefined(_) => "undefined",
@@ -452,6 +460,9 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
             ev.push(json!({"name": "undefined", "cat": "finding", "ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": us(run.makespan_ns), "args": {"rule": u.rule.to_string()}}));
         }
         _ => {}
+    }
+    for (at_ns, text) in timeouts(sem, run) {
+        ev.push(json!({"name": "timeout", "cat": "finding", "ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": us(at_ns), "args": {"timeout": text}}));
     }
     json!({
         "traceEvents": ev,

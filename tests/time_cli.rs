@@ -98,6 +98,36 @@ fn legend_hid_a_second_kernel_name_and_a_host_func_was_drawn_as_a_copy() {
 }
 
 #[test]
+fn watchdog_timeout_said_completed_and_exited_0() {
+    // Rank 0 receives a message rank 1 never sends; the communicator's watchdog (N9) aborts the hang after 30 s.
+    // `check` says "timeout" and exits 1; `time` said "completed" and exited 0, and the trace did not mark it.
+    let prog = tmp("watchdog.ron");
+    std::fs::write(
+        &prog,
+        "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"x\", \"4 KiB\"), Buffer(\"y\", \"4 KiB\")], \
+         comms: [Comm(\"world\", watchdog: \"30 s\")], threads: [Thread(\"main\", [Group([Send(to: Next, buf: \"x\", stream: \"s0\"), \
+         Recv(from: Prev, buf: \"y\", stream: \"s0\")]), StreamSync(\"s0\"), OnRanks([0], [Recv(from: Rank(1), buf: \"y\", stream: \"s0\"), \
+         StreamSync(\"s0\")])])])\n",
+    )
+    .unwrap();
+    let p = prog.to_str().unwrap();
+    let (check_code, _, _) = cli(&["check", p]);
+    assert_eq!(check_code, 1);
+    let trace = tmp("watchdog.json");
+    let (code, out, err) = cli(&["time", p, "--timeline", trace.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("outcome: timeout"), "{out}");
+    let (code, json, _) = cli(&["time", p, "--format", "json"]);
+    assert_eq!(code, 1);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(j["time"]["outcome"], "timeout");
+    assert_eq!(j["exit_code"], 1);
+    assert!(j["time"]["findings"].as_array().unwrap().iter().any(|f| f["kind"] == "timeout" && f["at_ns"].as_u64() > Some(30_000_000_000)), "{json}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert!(v["traceEvents"].as_array().unwrap().iter().any(|e| e["name"] == "timeout" && e["cat"] == "finding"));
+}
+
+#[test]
 fn time_json_load_errors_are_json() {
     let bad = tmp("bad.ron");
     std::fs::write(&bad, "Program(ranks: 1, threads: [Thread(\"main\", [Kernel(\"k\", stream: \"nope\")])])\n").unwrap();
