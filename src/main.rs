@@ -796,28 +796,42 @@ fn main() -> ExitCode {
                 Ok(x) => x,
                 Err(e) => return fail_as(format, "time", e),
             };
+            // Errors after the program loaded (a cost model, a run past 2^64 - 1 ns, a trace that cannot be written):
+            // text on stderr, or with --format json the documented `errors` array on stdout; exit 2.
+            let file = program.display().to_string();
+            let time_fail = |file: String, message: String| -> ExitCode {
+                match format {
+                    Format::Text => err(&format!("error: {message}\n")),
+                    Format::Json => {
+                        let issue = cuorder::LoadIssue { file, line: None, column: None, message, help: None };
+                        say(&cuorder::json::load_error("time", &[issue]).to_json());
+                    }
+                }
+                ExitCode::from(2)
+            };
             let model = match cuorder::timing::load_costs(&costs) {
                 Ok(m) => m,
-                Err(e) => {
-                    err(&format!("error: --costs: {e}\n"));
-                    return ExitCode::from(2);
-                }
+                Err(e) => return time_fail(costs.clone(), format!("--costs: {e}")),
             };
             let sem = Semantics::new(&prog, &prof);
             let opt = cuorder_sim::timed::TimedOptions { seed, jitter_ns: jitter, max_steps };
             let run = cuorder_sim::timed::timed_run(&sem, &model, &opt);
             if run.makespan_ns == u64::MAX {
                 // Times saturate at 2^64 - 1 ns (about 584 years) instead of wrapping: a run that reaches it has no
-                // meaningful times left to report.
-                err(&format!(
-                    "error: {}: the timed run reached 2^64 - 1 ns (about 584 years), where times saturate; the \
-                     durations or sizes in the program are too large to time\n",
-                    program.display()
-                ));
-                return ExitCode::from(2);
+                // meaningful times left to report. Name the first step that reached it and where its cost comes from.
+                let at = run.times_ns.iter().position(|&t| t == u64::MAX).unwrap_or(0);
+                let (lane, what) = cuorder_sim::timed::describe(&sem, &run.schedule[at], run.host_op(at));
+                return time_fail(
+                    file.clone(),
+                    format!(
+                        "{file}: the timed run reached 2^64 - 1 ns (about 584 years), where times saturate, at step {at} ({lane}: \
+                         {what}); its cost comes from the program's durations and sizes and from the cost model \
+                         ({}): one of them is too large to time",
+                        model.name
+                    ),
+                );
             }
             let sum = cuorder_sim::timed::summarize(&sem, &run);
-            let file = program.display().to_string();
             let code = if matches!(run.outcome, cuorder_sim::run::Outcome::StepLimit(_)) {
                 3
             } else {
@@ -825,8 +839,7 @@ fn main() -> ExitCode {
             };
             if let Some(path) = &timeline {
                 if let Err(e) = cuorder::timing::write_chrome_trace(&sem, &run, path) {
-                    err(&format!("error: {e}\n"));
-                    return ExitCode::from(2);
+                    return time_fail(path.display().to_string(), e);
                 }
             }
             match format {

@@ -128,6 +128,31 @@ fn watchdog_timeout_said_completed_and_exited_0() {
 }
 
 #[test]
+fn time_json_errors_after_loading_printed_nothing() {
+    // A cost model that does not load, a trace path that cannot be written, a run past 2^64 - 1 ns: exit 2 with
+    // nothing on stdout under --format json (docs/json.md promises an `errors` array).
+    let huge = tmp("huge.ron");
+    std::fs::write(&huge, "Program(ranks: 1, threads: [Thread(\"main\", [Sleep(\"18446744073709551615 ns\"), Sleep(\"1 ns\")])])\n").unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (&["time", L3, "--costs", "/nonexistent/costs.ron"], "/nonexistent/costs.ron"),
+        (&["time", L3, "--timeline", "/nonexistent/dir/t.json"], "/nonexistent/dir/t.json"),
+        (&["time", huge.to_str().unwrap()], huge.to_str().unwrap()),
+    ];
+    for (args, file) in cases {
+        let (code, out, _) = cli(&[args, &["--format", "json"]].concat());
+        assert_eq!(code, 2, "{args:?}: {out}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out:?}"));
+        assert_eq!((v["exit_code"].as_u64(), v["errors"][0]["file"].as_str()), (Some(2), Some(file)), "{out}");
+        let (code, text, err) = cli(args);
+        assert_eq!((code, text.as_str()), (2, ""), "{args:?}");
+        assert!(err.contains("error: "), "{err}");
+    }
+    // The saturation error names the step that reached it and says the cost model may be the cause.
+    let (_, _, err) = cli(&["time", huge.to_str().unwrap()]);
+    assert!(err.contains("sleep(18446744073709551615 ns)") && err.contains("cost model (h200-nvlink)"), "{err}");
+}
+
+#[test]
 fn time_json_load_errors_are_json() {
     let bad = tmp("bad.ron");
     std::fs::write(&bad, "Program(ranks: 1, threads: [Thread(\"main\", [Kernel(\"k\", stream: \"nope\")])])\n").unwrap();
