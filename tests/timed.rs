@@ -423,3 +423,34 @@ fn hung_calls_were_left_out_of_the_timeline() {
     assert!(matches!(done.outcome, Outcome::Completed));
     assert!(done.spans.iter().all(|s| !s.unfinished));
 }
+
+/// A group end's NCCL launch is labelled with the stream it runs on. It was labelled with the host thread ("r1 main:
+/// #6 group_end" right after "r1 main: returns from #6 group_end"), so the critical path read as if the call came
+/// after its own return.
+#[test]
+fn group_launch_was_labelled_with_the_host_lane() {
+    let prof = portable();
+    let mut launches = 0;
+    for rel in ["examples/nccl-1456-grouped.ron", "examples/megatron-batch-p2p-race.ron"] {
+        let prog = load_file(rel);
+        let sem = Semantics::new(&prog, &prof);
+        let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default());
+        for (i, step) in t.schedule.iter().enumerate() {
+            let cuorder_model::semantics::Step::Item(k) = step else { continue };
+            if !matches!(sem.op(k.loc()).kind, cuorder_model::program::OpKind::GroupEnd) {
+                continue;
+            }
+            launches += 1;
+            let (lane, what) = cuorder_sim::timed::describe(&sem, step, t.host_op(i));
+            assert!(what.starts_with("NCCL launch of #"), "{rel}: {what}");
+            let span_lanes: Vec<String> = t
+                .spans
+                .iter()
+                .filter(|s| s.op == k.loc() && s.kind == cuorder_sim::timed::SpanKind::Nccl)
+                .map(|s| cuorder::timing::lane_name(&sem, s.lane))
+                .collect();
+            assert!(span_lanes.contains(&lane), "{rel}: step {i} labelled {lane}, its launch ran on {span_lanes:?}");
+        }
+    }
+    assert!(launches >= 2, "{launches}");
+}

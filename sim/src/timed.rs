@@ -956,7 +956,11 @@ pub fn describe(sem: &Semantics, step: &Step, host: Option<(u32, bool)>) -> (Str
             };
             (sem.thread_label(*thread), what)
         }
-        Step::Item(k) => (stream_lane(k.loc()), op_label(k.loc())),
+        // A group end's launch runs on the streams of the group's ops, not on the host thread that ended the group.
+        Step::Item(k) => match sem.group_launch_stream(*k) {
+            Some(s) => (format!("r{} {}", s.rank, sem.program.stream(s).name), format!("NCCL launch of {}", op_label(k.loc()))),
+            None => (stream_lane(k.loc()), op_label(k.loc())),
+        },
         Step::Transfer { send, recv } => {
             (stream_lane(*send), format!("{} → {} {} (rendezvous)", op_label(*send), sem.thread_label(recv.thread), op_label(*recv)))
         }

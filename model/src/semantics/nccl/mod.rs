@@ -172,6 +172,43 @@ impl<'p> Semantics<'p> {
         keys
     }
 
+    /// The stream of launch `k` of a group end (N4: one launch per communicator and acting rank, numbered by `sub`
+    /// in the order the group named them), read from the program: the group's ops are the sends, recvs and
+    /// collectives since its outermost group start. `None` when `k` is not issued by a group end. For labels (a
+    /// timed run's critical path), not for the semantics, which takes the ops from the thread's state.
+    pub fn group_launch_stream(&self, k: ItemKey) -> Option<StreamRef> {
+        let ops = &self.program.ranks[self.thread_of[k.thread as usize].0 as usize].threads[self.thread_of[k.thread as usize].1 as usize].ops;
+        if !matches!(ops.get(k.op as usize)?.kind, OpKind::GroupEnd) {
+            return None;
+        }
+        let mut depth = 1u32;
+        let mut group = vec![];
+        for i in (0..k.op).rev() {
+            match ops[i as usize].kind {
+                OpKind::GroupEnd => depth += 1,
+                OpKind::GroupStart => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                _ => {
+                    let loc = OpLoc { thread: k.thread, op: i };
+                    if matches!(self.info(loc).nccl, Some(NcclRole::Send { .. } | NcclRole::Recv { .. } | NcclRole::Collective { .. })) {
+                        group.push(i);
+                    }
+                }
+            }
+        }
+        group.reverse();
+        let (comm, rank) = *self.launch_keys(k.thread, &group).get(k.sub as usize)?;
+        group
+            .iter()
+            .map(|&i| OpLoc { thread: k.thread, op: i })
+            .find(|&loc| self.info(loc).comm == Some(comm) && self.acting_rank(loc) == rank)
+            .and_then(|loc| self.info(loc).stream)
+    }
+
     pub(crate) fn enqueue_launches(&self, st: &mut State, t: ThreadId, ops: &[u32]) {
         let pc = st.host.threads[t as usize].pc;
         let at = OpLoc { thread: t, op: pc };
