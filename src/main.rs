@@ -1330,7 +1330,12 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Some(n) => match cuorder::timing::load_costs(&n) {
-                Ok(m) => {
+                Ok(mut m) => {
+                    // Printed as the file has it: reports name the file beside the model, but a copy written back
+                    // must not gain "(file)" at every round trip.
+                    if let Some(own) = m.name.strip_suffix(&format!(" ({n})")) {
+                        m.name = own.to_string();
+                    }
                     say(&format!("{}\n", ron::ser::to_string_pretty(&m, ron::ser::PrettyConfig::default()).unwrap_or_default()));
                     ExitCode::SUCCESS
                 }

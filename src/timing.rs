@@ -467,7 +467,10 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
     json!({
         "traceEvents": ev,
         "displayTimeUnit": "ns",
-        "otherData": {"program": run.program, "profile": run.profile, "costs": run.costs, "seed": run.seed, "jitter_ns": run.jitter_ns, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
+        "otherData": {
+            "command": if run.replayed { "cuorder run" } else { "cuorder time" },
+            "seed_role": if run.replayed { "the explored execution (cuorder run --seed)" } else { "tie-breaking and jitter (cuorder time --seed)" },
+            "program": run.program, "profile": run.profile, "costs": run.costs, "seed": run.seed, "jitter_ns": run.jitter_ns, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
     })
 }
 

@@ -176,6 +176,11 @@ fn cost_file_unknown_field_refused_and_file_named_in_reports() {
     let (code, out, _) = cli(&["time", L3, "--costs", good.to_str().unwrap()]);
     assert_eq!(code, 0);
     assert!(out.contains(&format!("costs h200-nvlink ({})", good.display())), "{out}");
+    // `cuorder costs FILE` prints the file's model as it is: it printed the report's name "h200-nvlink (FILE)", so
+    // each round trip through a file added another suffix.
+    let (code, again, _) = cli(&["costs", good.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert_eq!(again, ron_text);
 }
 
 #[test]
@@ -185,6 +190,15 @@ fn run_seed_3_timeline_recorded_seed_0() {
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&t).unwrap()).unwrap();
     assert_eq!(v["otherData"]["seed"], 3);
+    // Which command made a trace, and so what its seed means (a new user could not tell a `run --seed 3` trace
+    // from a `time --seed 3` one).
+    assert_eq!(v["otherData"]["command"], "cuorder run");
+    let t2 = tmp("t3.json");
+    let (code, _, _) = cli(&["time", L3, "--seed", "3", "--timeline", t2.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    let w: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&t2).unwrap()).unwrap();
+    assert_eq!((w["otherData"]["command"].as_str(), w["otherData"]["seed"].as_u64()), (Some("cuorder time"), Some(3)));
+    assert_ne!(v["otherData"]["seed_role"], w["otherData"]["seed_role"]);
 }
 
 #[test]

@@ -123,6 +123,9 @@ pub struct TimedRun {
     /// The jitter bound the run drew from ([`TimedOptions::jitter_ns`]), ns; 0: none. With `seed` it is what
     /// reproduces the run.
     pub jitter_ns: u64,
+    /// Whether the schedule was given ([`timed_replay`]: `cuorder run --timeline` times an explored execution, and
+    /// `seed` is the exploration's seed) rather than chosen by time ([`timed_run`]: `seed` breaks ties).
+    pub replayed: bool,
     pub schedule: Vec<Step>,
     /// Fire time of each step of `schedule`, ns (non-decreasing).
     pub times_ns: Vec<u64>,
@@ -610,6 +613,7 @@ impl Log {
 
     fn finish(self, sem: &Semantics, costs: &CostModel, (seed, jitter_ns): (u64, u64), makespan_ns: u64, outcome: Outcome) -> TimedRun {
         TimedRun {
+            replayed: false,
             program: sem.program.name.clone(),
             profile: sem.profile.name.clone(),
             costs: costs.name.clone(),
@@ -831,7 +835,7 @@ fn drive_fixed(sem: &Semantics, costs: &CostModel, sched: &[Step]) -> TimedRun {
         }
     };
     log.rec.close_unfinished(sem, &st, now);
-    log.finish(sem, costs, (0, 0), now, outcome)
+    TimedRun { replayed: true, ..log.finish(sem, costs, (0, 0), now, outcome) }
 }
 
 /// Busy and idle time of one stream over `[0, makespan]`.
