@@ -257,6 +257,7 @@ enum Command {
     /// Run one execution and print it as a per-rank, per-stream timeline.
     Run {
         program: PathBuf,
+        /// A built-in profile (portable, eager) or a profile file (RON).
         #[arg(long, default_value = "portable")]
         profile: String,
         /// Seed of the random scheduler.
@@ -308,6 +309,7 @@ enum Command {
         /// With --dir: also write the results as a JUnit XML report to FILE.
         #[arg(long, requires = "dir")]
         junit: Option<PathBuf>,
+        /// A built-in profile (portable, eager) or a profile file (RON).
         #[arg(long, default_value = "portable")]
         profile: String,
         #[command(flatten)]
@@ -322,6 +324,7 @@ enum Command {
     /// finding, 1 it raced, deadlocked or broke a rule, 2 bad input, 3 it stopped at --max-steps.
     Time {
         program: PathBuf,
+        /// A built-in profile (portable, eager) or a profile file (RON).
         #[arg(long, default_value = "portable")]
         profile: String,
         /// A built-in cost model (h200-nvlink, ideal, logical) or a cost model file (RON; docs/timing.md).
@@ -333,15 +336,16 @@ enum Command {
         /// Add a uniform draw from 0..=NS nanoseconds to every step's cost (at most 10^12, 1000 s).
         #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000_000))]
         jitter: u64,
-        /// Write the execution as Chrome trace-event JSON (open in https://ui.perfetto.dev or chrome://tracing).
+        /// Write the execution as Chrome trace-event JSON (open in https://ui.perfetto.dev or chrome://tracing) to
+        /// this file (not `-`: standard output carries the report).
         #[arg(long)]
         timeline: Option<PathBuf>,
         /// Also print a compact text timeline (one row per host thread and stream) this many columns wide (10 to
-        /// 1000; text output only).
+        /// 1000; text output only: refused with --format json).
         #[arg(long, value_parser = clap::value_parser!(u16).range(10..=1000))]
         lanes: Option<u16>,
         /// Compare the prediction with a hardware run of the program (an observation from `cuorder-hw run`):
-        /// makespan and kernel end times (text output).
+        /// makespan and kernel end times (text output only: refused with --format json).
         #[arg(long)]
         compare: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "text")]
@@ -723,6 +727,10 @@ fn main() -> ExitCode {
             ExitCode::from(rep.exit_code() as u8)
         }
         Command::Run { program, profile, seed, witness, timeline, costs, trace, max_steps, budgets, backend, timeout_s, torch } => {
+            if let Some(e) = timeline.as_deref().and_then(cuorder::timing::trace_path_error) {
+                err(&format!("error: {e}\n"));
+                return ExitCode::from(2);
+            }
             let (prof, prog) = match load_both_with(&profile, &program, color, torch) {
                 Ok(x) => x,
                 Err(e) => return fail(e),
@@ -792,12 +800,8 @@ fn main() -> ExitCode {
             ExitCode::from(if timed_out { 3 } else { 0 })
         }
         Command::Time { program, profile, costs, seed, jitter, timeline, lanes, compare, format, max_steps, torch } => {
-            let (prof, prog) = match load_both_with(&profile, &program, color, torch) {
-                Ok(x) => x,
-                Err(e) => return fail_as(format, "time", e),
-            };
-            // Errors after the program loaded (a cost model, a run past 2^64 - 1 ns, a trace that cannot be written):
-            // text on stderr, or with --format json the documented `errors` array on stdout; exit 2.
+            // Errors other than the program's (usage, a cost model, a run past 2^64 - 1 ns, a trace that cannot be
+            // written): text on stderr, or with --format json the documented `errors` array on stdout; exit 2.
             let file = program.display().to_string();
             let time_fail = |file: String, message: String| -> ExitCode {
                 match format {
@@ -808,6 +812,18 @@ fn main() -> ExitCode {
                     }
                 }
                 ExitCode::from(2)
+            };
+            // Options that have no effect are refused rather than silently dropped.
+            if matches!(format, Format::Json) && (lanes.is_some() || compare.is_some()) {
+                let flag = if lanes.is_some() { "--lanes" } else { "--compare" };
+                return time_fail(file, format!("{flag} adds to the text report and has no JSON form; drop it or use --format text"));
+            }
+            if let Some(e) = timeline.as_deref().and_then(cuorder::timing::trace_path_error) {
+                return time_fail("-".into(), e);
+            }
+            let (prof, prog) = match load_both_with(&profile, &program, color, torch) {
+                Ok(x) => x,
+                Err(e) => return fail_as(format, "time", e),
             };
             let model = match cuorder::timing::load_costs(&costs) {
                 Ok(m) => m,

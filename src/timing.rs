@@ -129,13 +129,18 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         sum.critical_path.len(),
         timed.len()
     );
-    for c in timed.iter().take(MAX_CRITICAL_ROWS) {
+    // A long path shows its first and last rows (how it starts, and what ends the run), the middle counted.
+    let (head, tail) = if timed.len() > MAX_CRITICAL_ROWS { (MAX_CRITICAL_ROWS / 2, MAX_CRITICAL_ROWS / 2) } else { (timed.len(), 0) };
+    for (n, c) in timed.iter().enumerate() {
+        if n == head && tail > 0 {
+            let _ = writeln!(s, "  … {} more (--format json lists all)", timed.len() - head - tail);
+        }
+        if n >= head && n < timed.len() - tail {
+            continue;
+        }
         let i = c.step as usize;
         let (lane, what) = describe(sem, &run.schedule[i], run.host_op(i));
         let _ = writeln!(s, "  {:>12} → {:>12}  {:>12}  {lane}: {what}", fmt_ns(c.start_ns), fmt_ns(c.end_ns), fmt_ns(c.end_ns - c.start_ns));
-    }
-    if timed.len() > MAX_CRITICAL_ROWS {
-        let _ = writeln!(s, "  … {} more (--format json lists all)", timed.len() - MAX_CRITICAL_ROWS);
     }
     s
 }
@@ -489,6 +494,12 @@ pub fn load_costs(spec: &str) -> Result<CostModel, String> {
     // Reports name the file, so that an edited copy of a built-in is not mistaken for it.
     m.name = format!("{} ({spec})", m.name);
     Ok(m)
+}
+
+/// Why `path` cannot take a Chrome trace, found before the run: `-` (standard output carries the report, and
+/// writing a file named `-` surprised a user).
+pub fn trace_path_error(path: &std::path::Path) -> Option<String> {
+    (path == std::path::Path::new("-")).then(|| "--timeline -: standard output carries the report; give the trace a file name".to_string())
 }
 
 /// Writes [`chrome_trace`] to `path` (compact JSON, final newline).

@@ -153,6 +153,44 @@ fn time_json_errors_after_loading_printed_nothing() {
 }
 
 #[test]
+fn ignored_flags_and_timeline_dash_were_silently_accepted() {
+    // --lanes and --compare did nothing with --format json; --timeline - wrote a file named "-".
+    for flag in [&["--lanes", "40"][..], &["--compare", "traces/none.ron"][..]] {
+        let (code, out, _) = cli(&[&["time", L3, "--format", "json"][..], flag].concat());
+        assert_eq!(code, 2, "{flag:?}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(v["errors"][0]["message"].as_str().unwrap().contains(flag[0]), "{out}");
+    }
+    let dir = tmp("dash");
+    std::fs::create_dir_all(&dir).unwrap();
+    for cmd in ["time", "run"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_cuorder"))
+            .args([cmd, &format!("{}/{L3}", env!("CARGO_MANIFEST_DIR")), "--timeline", "-"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--timeline -"), "{cmd}");
+        assert!(!dir.join("-").exists(), "{cmd} wrote a file named -");
+    }
+}
+
+#[test]
+fn long_critical_path_hid_its_last_steps() {
+    // The text showed the first 40 steps and "… N more", so what ended the run was never shown.
+    let prog = tmp("p8.ron");
+    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "8", "--microbatches", "8", "-o", prog.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = cli(&["time", prog.to_str().unwrap()]);
+    let makespan: String = out.lines().find(|l| l.starts_with("makespan: ")).unwrap().split(" (").next().unwrap()["makespan: ".len()..].to_string();
+    let path: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("critical path:")).skip(1).take_while(|l| !l.is_empty()).collect();
+    assert!(path.iter().any(|l| l.contains("more (--format json lists all)")), "{out}");
+    assert_eq!(path.len(), 41, "{out}");
+    let last = path.last().unwrap();
+    assert!(last.split('→').nth(1).unwrap().trim_start().starts_with(&makespan), "last row {last:?}, makespan {makespan}");
+}
+
+#[test]
 fn time_json_load_errors_are_json() {
     let bad = tmp("bad.ron");
     std::fs::write(&bad, "Program(ranks: 1, threads: [Thread(\"main\", [Kernel(\"k\", stream: \"nope\")])])\n").unwrap();
