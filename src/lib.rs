@@ -172,6 +172,9 @@ pub fn load_program_text_with(
     color: bool,
     torch: &TorchOptions,
 ) -> Result<Program, LoadError> {
+    // A UTF-8 byte-order mark (some Windows editors write one) is not part of the program; lines and columns are
+    // counted without it, as editors show them. (It failed with "1:1: expected opening ( for struct Program".)
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let (file, text) = (file.to_string(), text.to_string());
     match cuorder_model::format::load_with(name, &text, torch) {
         Ok(p) => Ok(p),

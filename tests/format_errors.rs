@@ -236,3 +236,14 @@ fn per_rank_size_errors_are_one_diagnostic() {
     assert_eq!(out.matches("×").count(), 1, "{out}");
     assert!(out.contains("ranks 0-2: AllToAll sizes do not fit: send is 4194304 bytes, recv is 1048576 / 2097152 / 3145728 bytes"), "{out}");
 }
+
+/// A file that starts with a UTF-8 byte-order mark loads (it failed at 1:1 with "expected opening ( for struct
+/// Program"), and an error in it is placed by the columns an editor shows, which do not count the mark.
+#[test]
+fn byte_order_mark_failed_at_1_1() {
+    let good = "\u{feff}Program(ranks: 1, threads: [Thread(\"main\", [Sleep(\"1 us\")])])\n";
+    assert!(cuorder::load_program_text("bom.ron", "bom", good, false).is_ok());
+    let bad = "\u{feff}Program(ranks: 1, threads: [Thread(\"main\", [Slep(\"1 us\")])])\n";
+    let e = cuorder::load_program_text("bom.ron", "bom", bad, false).unwrap_err();
+    assert_eq!((e.issues[0].line, e.issues[0].column), (Some(1), Some(45)), "{}", e.rendered);
+}
