@@ -136,6 +136,17 @@ pub fn size_warnings(p: &Program) -> Vec<String> {
     out
 }
 
+/// Warnings about a program that loads but says nothing: no thread has an op ("the program has no operations:
+/// every verdict holds trivially"; an empty `threads: []` was accepted silently), then [`size_warnings`].
+pub fn load_warnings(p: &Program) -> Vec<String> {
+    let mut out = Vec::new();
+    if p.ranks.iter().all(|r| r.threads.iter().all(|t| t.ops.is_empty())) {
+        out.push("the program has no operations (no thread issues anything): every verdict holds trivially".to_string());
+    }
+    out.extend(size_warnings(p));
+    out
+}
+
 /// Reads and validates a program file. The program's name is the file stem. Both the surface format and the
 /// resolved form (as `cuorder gen` writes it) are accepted, and both pass [`Program::validate`].
 ///

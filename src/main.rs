@@ -696,7 +696,7 @@ fn load_both_with(
 ) -> Result<(cuorder_model::profile::Profile, cuorder_model::program::Program), LoadError> {
     let prof = load_profile(profile)?;
     let (prog, _) = cuorder::load_program_with(program, color, &torch.options())?;
-    for w in cuorder::size_warnings(&prog) {
+    for w in cuorder::load_warnings(&prog) {
         eprintln!("warning: {}: {w}", program.display());
     }
     Ok((prof, prog))

@@ -654,3 +654,18 @@ fn one_sampled_execution_is_singular() {
     assert!(out.contains(" steps in 1 execution, ") && !out.contains("explored"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A program with no operations (`threads: []`, or threads with empty op lists) loads and checks clean, but says so
+/// on stderr: it was accepted silently, and a new user took the clean verdict for a real one.
+#[test]
+fn empty_program_was_accepted_silently() {
+    for text in ["Program(ranks: 1, threads: [])\n", "Program(ranks: 2, threads: [Thread(\"main\", [])])\n"] {
+        let f = tmp("empty.ron");
+        std::fs::write(&f, text).unwrap();
+        let (code, out, err) = cuorder(&["check", f.to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(err.contains("warning:") && err.contains("no operations"), "{text}: {err}");
+    }
+    let (_, _, err) = cuorder(&["check", "examples/nccl-1456-grouped.ron"]);
+    assert!(!err.contains("no operations"), "{err}");
+}
