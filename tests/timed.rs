@@ -454,3 +454,21 @@ fn group_launch_was_labelled_with_the_host_lane() {
     }
     assert!(launches >= 2, "{launches}");
 }
+
+/// Clocks have a component per host thread and per stream that runs work, not per stream: a 1F1B rank runs work on
+/// two of its four streams (compute and NCCL; never on the legacy and per-thread default streams), so its clocks
+/// and every dense join are 3 components per rank, not 5 (4096 x 8: peak RSS 806 -> 692 MB, same output).
+#[test]
+fn clocks_carried_streams_that_never_run_work() {
+    let prog = one_f_one_b(4, 4, Variant::Correct);
+    let prof = portable();
+    let sem = Semantics::new(&prog, &prof);
+    assert_eq!(sem.agents, 4 + 4 * 4);
+    assert_eq!(sem.components, 4 + 4 * 2);
+    let st = sem.initial();
+    assert_eq!(st.host.threads[0].clock.agents(), sem.components);
+    // The timed run and the explorer still agree on this program (a stream that ran work without a component
+    // would panic here).
+    let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default());
+    assert!(matches!(t.outcome, Outcome::Completed));
+}

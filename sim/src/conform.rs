@@ -364,7 +364,7 @@ pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conforman
                     match (kx, ky) {
                         (Some(ix), Some(iy)) => match (&ix.end, &iy.start) {
                             (Some(end), Some(start)) => {
-                                let agent = sem.thread_of.len() + sem.stream_index(ix.streams[0]);
+                                let agent = sem.stream_component(ix.streams[0]);
                                 start.get(agent) >= end.get(agent)
                             }
                             _ => false,

@@ -48,8 +48,16 @@ pub struct Semantics<'p> {
     pub thread_base: Vec<u32>,
     /// First global stream index of each rank.
     pub stream_base: Vec<u32>,
-    /// Number of vector-clock agents: every host thread, then every stream.
+    /// Number of agents (schedulers' and DPOR's unit: PCT priorities, happens-before of steps): every host thread,
+    /// then every stream.
     pub agents: usize,
+    /// Number of vector-clock components: every host thread, then every stream that can run work (one that some op
+    /// enqueues on). A stream nothing runs on never ticks, so it takes no component: a pipeline's legacy and
+    /// per-thread default streams would be 2 of every rank's 5, in every clock and every join (issue 9, scale).
+    pub components: usize,
+    /// Per global stream index: its clock component ([`Semantics::stream_component`]); `u32::MAX` for a stream
+    /// nothing runs on.
+    component_of_stream: Vec<u32>,
     /// Per global thread, per op: what the op touches ([`OpKind::info`]).
     infos: Vec<Vec<OpInfo>>,
     /// Partial-order reduction tables (`reduction.rs`).
@@ -89,6 +97,19 @@ impl<'p> Semantics<'p> {
             .iter()
             .map(|(r, t)| program.ranks[*r as usize].threads[*t as usize].ops.iter().map(|o| o.kind.info(program, *r)).collect())
             .collect();
+        // Clock components: threads first, then the streams some op enqueues on, in stream order.
+        let mut component_of_stream = vec![u32::MAX; streams as usize];
+        for info in &infos {
+            for s in info.iter().filter_map(|i| i.stream) {
+                component_of_stream[(stream_base[s.rank as usize] + s.index) as usize] = 0;
+            }
+        }
+        let mut components = thread_of.len() as u32;
+        for c in component_of_stream.iter_mut().filter(|c| **c == 0) {
+            *c = components;
+            components += 1;
+        }
+        let components = components as usize;
         if profile.launch_queue_depth.is_some() {
             // S6: with a bounded queue, whether an enqueue blocks depends on how far the device has got: the call
             // observes its device (partial-order reduction then orders it against the device's item steps).
@@ -160,6 +181,8 @@ impl<'p> Semantics<'p> {
             thread_base,
             stream_base,
             agents,
+            components,
+            component_of_stream,
             infos,
             reduction,
             future,
@@ -173,7 +196,7 @@ impl<'p> Semantics<'p> {
         let nstreams = self.agents - self.thread_of.len();
         // One zero clock shared by every thread and stream (a clone shares the base): a clock per thread was
         // threads x agents components, 335 MB for a 4,096-rank pipeline before its first step (issue 9, scale).
-        let zero = VClock::new(self.agents);
+        let zero = VClock::new(self.components);
         State {
             host: HostState {
                 threads: (0..self.thread_of.len())
@@ -235,9 +258,17 @@ impl<'p> Semantics<'p> {
         (self.stream_base[s.rank as usize] + s.index) as usize
     }
 
-    /// The vector-clock agent of a stream.
+    /// The agent of a stream (PCT, DPOR; not a clock component: [`Semantics::stream_component`]).
     pub fn stream_agent(&self, s: StreamRef) -> usize {
         self.thread_of.len() + self.stream_index(s)
+    }
+
+    /// The vector-clock component of a stream that runs work ([`Semantics::components`]). Panics for a stream no op
+    /// enqueues on (a caller bug: only streams with items tick or are read).
+    pub fn stream_component(&self, s: StreamRef) -> usize {
+        let c = self.component_of_stream[self.stream_index(s)];
+        assert!(c != u32::MAX, "stream {s:?} runs no work and has no clock component");
+        c as usize
     }
 
     /// Global thread id of (rank, thread index).

@@ -127,10 +127,10 @@ impl<'p> Semantics<'p> {
             c.join(st.item(*d).end.as_ref().expect("a dependency has ended"));
         }
         for s in &item.streams {
-            c.tick(self.stream_agent(*s));
+            c.tick(self.stream_component(*s));
         }
         let finite = !matches!(item.kind, ItemKind::Launch { .. });
-        let agent = self.stream_agent(item.streams[0]);
+        let agent = self.stream_component(item.streams[0]);
         let epoch = Epoch { agent: agent as u32, time: c.get(agent) };
         let accesses = self.item_accesses(k, &item.kind);
         let blocks = item.blocks.clone();
@@ -171,7 +171,7 @@ impl<'p> Semantics<'p> {
         item.status = ItemStatus::Done;
         let streams = item.streams.clone();
         let blocks = item.blocks.clone();
-        let agent = self.stream_agent(streams[0]);
+        let agent = self.stream_component(streams[0]);
         let epoch = Epoch { agent: agent as u32, time: end.get(agent) };
         item.end = Some(end.clone());
         for s in streams {

@@ -83,7 +83,7 @@ impl<'p> Semantics<'p> {
         let ready = self.ready_parts(st, comm, seq);
         let parts = st.nccl.coll[&(comm, seq)].clone();
         for (rank, p) in ready {
-            let mut c = VClock::new(self.agents);
+            let mut c = VClock::new(self.components);
             for m in self.part_needs(self.coll_kind(st, p), comm, rank) {
                 c.join(st.item(parts[&m].0).start.as_ref().expect("a needed part has started"));
             }

@@ -477,7 +477,7 @@ impl<'p> Semantics<'p> {
             c.join(f);
         }
         for s in &item.streams {
-            c.tick(self.stream_agent(*s));
+            c.tick(self.stream_component(*s));
         }
         self.finish_item(st, k, c, fx);
     }
