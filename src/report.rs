@@ -190,14 +190,7 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
                      of a later plan waits for every call of the earlier ones (N14)\n",
                 );
             }
-            s.push_str(if d.is_cycle { "wait-for cycle:\n" } else { "wait-for chain (ends in a wait that nothing satisfies):\n" });
-            for (i, e) in d.cycle.iter().enumerate() {
-                s.push_str(&format!("  {}. {}\n", i + 1, e.text));
-            }
-            s.push_str("host threads:\n");
-            for b in &d.blocked {
-                s.push_str(&format!("  {b}\n"));
-            }
+            s.push_str(&crate::timeline::stuck_lines(d, "", ""));
             for fix in fixes(d) {
                 s.push_str(&format!("fix: {fix}\n"));
             }
@@ -220,19 +213,7 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
                 if comms.len() == 1 { "it" } else { "them" }
             ));
             let d = &to.stuck;
-            s.push_str(if d.is_cycle { "wait-for cycle when it fired:
-" } else { "wait-for chain when it fired:
-" });
-            for (i, e) in d.cycle.iter().enumerate() {
-                s.push_str(&format!("  {}. {}
-", i + 1, e.text));
-            }
-            s.push_str("host threads:
-");
-            for b in &d.blocked {
-                s.push_str(&format!("  {b}
-"));
-            }
+            s.push_str(&crate::timeline::stuck_lines(d, "", " when it fired"));
             for fix in fixes(d) {
                 s.push_str(&format!("fix: {fix}
 "));

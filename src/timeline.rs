@@ -54,16 +54,27 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
     s
 }
 
-/// A deadlock's wait-for edges, numbered, and where each blocked host thread is: one indented line each.
-pub fn stuck_text(d: &cuorder_model::semantics::Stuck) -> String {
+/// A deadlock's wait-for edges, numbered, and where each blocked host thread is, under the headings `check` prints
+/// ("wait-for cycle:" or "wait-for chain ...:", then "host threads:"), each line indented by `indent`. Without the
+/// headings a blocked thread read as listed twice (as an edge and as a thread).
+pub fn stuck_lines(d: &cuorder_model::semantics::Stuck, indent: &str, when: &str) -> String {
     let mut s = String::new();
+    let head = if d.is_cycle { "wait-for cycle" } else { "wait-for chain" };
+    let tail = if d.is_cycle || !when.is_empty() { String::new() } else { " (ends in a wait that nothing satisfies)".to_string() };
+    s.push_str(&format!("{indent}{head}{when}{tail}:\n"));
     for (i, e) in d.cycle.iter().enumerate() {
-        s.push_str(&format!("  {}. {}\n", i + 1, e.text));
+        s.push_str(&format!("{indent}  {}. {}\n", i + 1, e.text));
     }
+    s.push_str(&format!("{indent}host threads:\n"));
     for b in &d.blocked {
-        s.push_str(&format!("  {b}\n"));
+        s.push_str(&format!("{indent}  {b}\n"));
     }
     s
+}
+
+/// [`stuck_lines`] indented by two spaces (`run`, `time`).
+pub fn stuck_text(d: &cuorder_model::semantics::Stuck) -> String {
+    stuck_lines(d, "  ", "")
 }
 
 /// A race in one line: "OP and OP on rR BUFFER".

@@ -399,6 +399,10 @@ fn hung_calls_were_left_out_of_the_timeline() {
     let sem = Semantics::new(&prog, &eager);
     let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default());
     assert!(matches!(t.outcome, Outcome::Deadlock(_)), "{:?}", t.outcome);
+    // The deadlock text has check's headings: without them a blocked thread read as listed twice (as a wait-for
+    // edge and as a thread).
+    let text = cuorder::timing::outcome_text(&t);
+    assert!(text.contains("  wait-for ") && text.contains("  host threads:"), "{text}");
     let hung: Vec<_> = t.spans.iter().filter(|s| s.unfinished).collect();
     for rank in 0..2 {
         let s = hung
