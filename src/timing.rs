@@ -90,6 +90,10 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         run.seed,
         run.schedule.len()
     );
+    if run.costs.starts_with("logical") {
+        // Every step costs 1: the "ns" below count steps, not time.
+        let _ = writeln!(s, "(logical costs: every step takes 1 unit, printed as 1 ns; times count steps, not nanoseconds)");
+    }
     let _ = writeln!(s, "outcome: {}", outcome_text(run));
     for (i, m) in run.race_marks.iter().enumerate() {
         let r = &run.races[m.race];

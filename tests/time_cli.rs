@@ -191,6 +191,15 @@ fn long_critical_path_hid_its_last_steps() {
 }
 
 #[test]
+fn logical_costs_printed_steps_as_nanoseconds_without_saying_so() {
+    let (code, out, _) = cli(&["time", L3, "--costs", "logical"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().nth(1).unwrap().starts_with("(logical costs: every step takes 1 unit"), "{out}");
+    let (_, real, _) = cli(&["time", L3]);
+    assert!(!real.contains("logical costs"), "{real}");
+}
+
+#[test]
 fn time_json_load_errors_are_json() {
     let bad = tmp("bad.ron");
     std::fs::write(&bad, "Program(ranks: 1, threads: [Thread(\"main\", [Kernel(\"k\", stream: \"nope\")])])\n").unwrap();
