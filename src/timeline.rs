@@ -51,6 +51,9 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
     for r in &trace.races {
         s.push_str(&format!("data race: {}\n", race_text(sem, r)));
     }
+    for r in &trace.stale {
+        s.push_str(&format!("stale read: {}\n", stale_text(sem, r)));
+    }
     s
 }
 
@@ -75,6 +78,11 @@ pub fn stuck_lines(d: &cuorder_model::semantics::Stuck, indent: &str, when: &str
 /// [`stuck_lines`] indented by two spaces (`run`, `time`).
 pub fn stuck_text(d: &cuorder_model::semantics::Stuck) -> String {
     stuck_lines(d, "  ", "")
+}
+
+/// A failed value assertion in one line (V1): "OP expects what OP wrote, but that write does not happen before it".
+pub fn stale_text(sem: &Semantics, r: &cuorder_model::semantics::StaleRead) -> String {
+    format!("{} expects what {} wrote, but that write does not happen before the read (V1)", sem.op_label(r.check), sem.op_label(r.writer))
 }
 
 /// A race in one line: "OP and OP on rR BUFFER".

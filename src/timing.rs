@@ -70,7 +70,10 @@ pub fn outcome_text(run: &TimedRun) -> String {
 
 /// Whether the execution found a problem (exit code 1 of `cuorder time`).
 pub fn has_finding(run: &TimedRun) -> bool {
-    !run.races.is_empty() || matches!(run.outcome, Outcome::Deadlock(_) | Outcome::Undefined(_)) || timed_out(run)
+    !run.races.is_empty()
+        || !run.stale.is_empty()
+        || matches!(run.outcome, Outcome::Deadlock(_) | Outcome::Undefined(_))
+        || timed_out(run)
 }
 
 /// Whether a watchdog fired (N9): the run ends, as `check`'s "timeout" verdict says, with the hang aborted.
@@ -98,6 +101,9 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     for (i, m) in run.race_marks.iter().enumerate() {
         let r = &run.races[m.race];
         let _ = writeln!(s, "data race {} at {}: {}", i + 1, fmt_ns(m.at_ns), crate::timeline::race_text(sem, r));
+    }
+    for m in &run.stale {
+        let _ = writeln!(s, "stale read at {}: {}", fmt_ns(m.at_ns), crate::timeline::stale_text(sem, &m.read));
     }
     for (at_ns, text) in timeouts(sem, run) {
         let _ = writeln!(s, "timeout at {}: {text}", fmt_ns(at_ns));
@@ -244,7 +250,7 @@ pub struct TimeOut {
     pub makespan_ns: u64,
     pub steps: u64,
     pub races: u64,
-    /// What this execution found, in time order: races, then a deadlock or undefined behaviour at the end.
+    /// What this execution found, in time order: races, stale reads, then a deadlock, undefined behaviour or a timeout.
     pub findings: Vec<TimeFinding>,
     pub ranks: Vec<RankOut>,
     pub streams: Vec<StreamOut>,
@@ -255,7 +261,7 @@ pub struct TimeOut {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimeFinding {
-    /// `data race`, `deadlock`, `undefined` or `timeout`.
+    /// `data race`, `stale read`, `deadlock`, `undefined` or `timeout`.
     pub kind: String,
     /// When: a race, the later start of its two accesses; a deadlock or undefined behaviour, when the last step
     /// happened before the stall.
@@ -319,6 +325,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
             .race_marks
             .iter()
             .map(|m| TimeFinding { kind: "data race".into(), at_ns: m.at_ns, text: crate::timeline::race_text(sem, &run.races[m.race]) })
+            .chain(run.stale.iter().map(|m| TimeFinding { kind: "stale read".into(), at_ns: m.at_ns, text: crate::timeline::stale_text(sem, &m.read) }))
             .chain(match &run.outcome {
                 Outcome::Deadlock(d) => {
                     Some(TimeFinding { kind: "deadlock".into(), at_ns: run.makespan_ns, text: crate::timeline::stuck_text(d).trim_end().to_string() })
@@ -460,6 +467,11 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
     for m in &run.race_marks {
         let r = &run.races[m.race];
         ev.push(json!({"name": "data race", "cat": "finding", "ph": "i", "s": "t", "pid": m.lane.rank(sem), "tid": tid(m.lane), "ts": us(m.at_ns), "args": {"race": crate::timeline::race_text(sem, r)}}));
+    }
+    for m in &run.stale {
+        let loc = m.read.check;
+        let lane = sem.info(loc).stream.map_or(Lane::Thread(loc.thread), Lane::Stream);
+        ev.push(json!({"name": "stale read", "cat": "finding", "ph": "i", "s": "t", "pid": lane.rank(sem), "tid": tid(lane), "ts": us(m.at_ns), "args": {"stale read": crate::timeline::stale_text(sem, &m.read)}}));
     }
     match &run.outcome {
         Outcome::Deadlock(stuck) => {

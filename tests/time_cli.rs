@@ -200,6 +200,55 @@ fn logical_costs_printed_steps_as_nanoseconds_without_saying_so() {
 }
 
 #[test]
+fn stale_reads_were_dropped_by_run_and_time() {
+    // `check` reports a stale read (V1) here; `run` and `time` listed only the race.
+    let prog = tmp("expect.ron");
+    std::fs::write(
+        &prog,
+        "Program(ranks: 1, streams: [Stream(\"s0\", NonBlocking), Stream(\"s1\", NonBlocking)], buffers: [Buffer(\"x\", \"4 KiB\")], \
+         threads: [Thread(\"main\", [Kernel(\"fwd\", stream: \"s0\", writes: [\"x\"]), Expect(\"x\", written_by: Kernel(\"fwd\"), stream: \"s1\"), \
+         DeviceSync])])\n",
+    )
+    .unwrap();
+    let p = prog.to_str().unwrap();
+    let (_, check, _) = cli(&["check", p]);
+    assert!(check.contains("stale read"), "{check}");
+    let (_, run, _) = cli(&["run", p]);
+    assert!(run.contains("stale read: r0 main #1 expect(x"), "{run}");
+    let trace = tmp("expect.json");
+    let (code, text, _) = cli(&["time", p, "--timeline", trace.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(text.contains("stale read at "), "{text}");
+    let (_, json, _) = cli(&["time", p, "--format", "json"]);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(j["time"]["findings"].as_array().unwrap().iter().any(|f| f["kind"] == "stale read"), "{json}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert!(v["traceEvents"].as_array().unwrap().iter().any(|e| e["name"] == "stale read" && e["cat"] == "finding"));
+}
+
+#[test]
+fn in_place_collective_race_was_counted_twice_by_run_and_time() {
+    // An in-place all_reduce reads and writes g: two accesses against one kernel write, one race per rank for
+    // `check`, two for `run` and `time`.
+    let prog = tmp("inplace.ron");
+    std::fs::write(
+        &prog,
+        "Program(ranks: 2, streams: [Stream(\"c\", NonBlocking), Stream(\"n\", NonBlocking)], buffers: [Buffer(\"g\", \"8 MiB\")], \
+         comms: [Comm(\"world\")], threads: [Thread(\"main\", [Kernel(\"bwd\", stream: \"c\", writes: [\"g\"], duration: \"1 ms\"), \
+         AllReduce(buf: \"g\", stream: \"n\"), DeviceSync])])\n",
+    )
+    .unwrap();
+    let p = prog.to_str().unwrap();
+    let (_, check, _) = cli(&["check", p]);
+    assert!(check.contains("2 data races"), "{check}");
+    let (_, run, _) = cli(&["run", p]);
+    assert_eq!(run.matches("data race: ").count(), 2, "{run}");
+    let (_, json, _) = cli(&["time", p, "--format", "json"]);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(j["time"]["races"], 2, "{json}");
+}
+
+#[test]
 fn time_json_load_errors_are_json() {
     let bad = tmp("bad.ron");
     std::fs::write(&bad, "Program(ranks: 1, threads: [Thread(\"main\", [Kernel(\"k\", stream: \"nope\")])])\n").unwrap();

@@ -47,6 +47,9 @@ pub struct Trace {
     pub schedule: Vec<Step>,
     pub events: Vec<TraceEvent>,
     pub races: Vec<Race>,
+    /// Value assertions that failed (V1), in key order. (`run` dropped them: only races were listed.)
+    #[serde(default)]
+    pub stale: Vec<cuorder_model::semantics::StaleRead>,
     pub outcome: Outcome,
 }
 
@@ -223,7 +226,13 @@ pub fn run_within(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u
         seed,
         schedule,
         events,
-        races: st.memory.races.iter().cloned().collect(),
+        // One race per pair of ops and buffers (`Race::key`), as `check` counts them: an in-place collective reads
+        // and writes its buffer, two accesses against one kernel write, and was listed twice.
+        races: {
+            let mut seen = std::collections::BTreeSet::new();
+            st.memory.races.iter().filter(|r| seen.insert(r.key())).cloned().collect()
+        },
+        stale: st.memory.stale.iter().cloned().collect(),
         outcome,
     }
 }

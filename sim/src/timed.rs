@@ -112,6 +112,13 @@ pub struct RaceMark {
     pub lane: Lane,
 }
 
+/// A failed value assertion (V1) placed in time: when the step that found it fired.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StaleMark {
+    pub read: cuorder_model::semantics::StaleRead,
+    pub at_ns: u64,
+}
+
 /// A timed execution: the schedule (replayable), the fire time of each step, and what ran when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimedRun {
@@ -135,6 +142,8 @@ pub struct TimedRun {
     pub flows: Vec<Flow>,
     pub races: Vec<Race>,
     pub race_marks: Vec<RaceMark>,
+    /// Failed value assertions (V1), in the order found.
+    pub stale: Vec<StaleMark>,
     pub outcome: Outcome,
     /// When the last step fired (a deadlock: when the last thing happened before the stall), ns.
     pub makespan_ns: u64,
@@ -357,7 +366,9 @@ struct Recorder {
     race_marks: Vec<RaceMark>,
     /// Races in the order they were found.
     races: Vec<Race>,
-    races_seen: std::collections::BTreeSet<Race>,
+    /// Keys of the races recorded ([`Race::key`]: one per pair of ops and buffers, as `check` counts them).
+    races_seen: std::collections::BTreeSet<(OpLoc, OpLoc, cuorder_model::program::BufRef, cuorder_model::program::BufRef)>,
+    stale: Vec<StaleMark>,
     /// Start time of items that started and have not ended.
     item_start: HashMap<ItemKey, u64>,
     /// End time and stream of ended event records (for record→wait flows).
@@ -376,6 +387,7 @@ impl Recorder {
             race_marks: vec![],
             races: vec![],
             races_seen: Default::default(),
+            stale: vec![],
             item_start: HashMap::default(),
             record_end: HashMap::default(),
             blocked_since: vec![None; sem.thread_of.len()],
@@ -496,13 +508,21 @@ impl Recorder {
             }
             _ => {}
         }
+        // V1: failed value assertions stay in the state; a new one is found by this step.
+        if st.memory.stale.len() > self.stale.len() {
+            for r in &st.memory.stale {
+                if !self.stale.iter().any(|m| m.read == *r) {
+                    self.stale.push(StaleMark { read: r.clone(), at_ns: t });
+                }
+            }
+        }
         if fx.races > 0 {
             let host_op = match (step, before) {
                 (Step::Host { thread, .. }, Some((pc, _))) => Some(OpLoc { thread: *thread, op: pc }),
                 _ => None,
             };
             for r in &st.memory.races {
-                if self.races_seen.insert(r.clone()) {
+                if self.races_seen.insert(r.key()) {
                     let here = |a: &cuorder_model::semantics::Access| match a.who {
                         Accessor::Item { item, .. } => fx.started.contains(&item).then(|| (start_of(item), Self::item_lane(st, item).0)),
                         Accessor::Host { loc } => (Some(loc) == host_op).then_some((t - cost, Lane::Thread(loc.thread))),
@@ -627,6 +647,7 @@ impl Log {
             flows: self.rec.flows,
             races: self.rec.races,
             race_marks: self.rec.race_marks,
+            stale: self.rec.stale,
             outcome,
         }
     }
