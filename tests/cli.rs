@@ -669,3 +669,20 @@ fn empty_program_was_accepted_silently() {
     let (_, _, err) = cuorder(&["check", "examples/nccl-1456-grouped.ron"]);
     assert!(!err.contains("no operations"), "{err}");
 }
+
+/// A collective's wait-for edge names its op once: it said "r0 n: #1 all_reduce(..): #1 all_reduce(..): r1 never
+/// issues its part (C1)", the item label (which already holds a one-op launch's op) followed by the op again.
+#[test]
+fn collective_wait_for_edge_repeated_its_op() {
+    let f = tmp("coll-hang.ron");
+    std::fs::write(
+        &f,
+        "Program(ranks: 2, streams: [Stream(\"n\", NonBlocking)], buffers: [Buffer(\"g\", \"4 MiB\")], comms: [Comm(\"world\")], \
+         threads: [Thread(\"main\", [AllReduce(buf: \"g\", stream: \"n\"), OnRanks([0], [AllReduce(buf: \"g\", stream: \"n\")]), StreamSync(\"n\")])])\n",
+    )
+    .unwrap();
+    let (code, out, _) = cuorder(&["check", f.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    let line = out.lines().find(|l| l.contains("never issues its part")).unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(line.matches("all_reduce(").count(), 1, "{line}");
+}

@@ -434,15 +434,15 @@ impl<'p> Semantics<'p> {
                             Some((pk, _)) if *pk == k => {}
                             Some((pk, _)) => {
                                 if st.item(*pk).status != ItemStatus::Running {
-                                    let text = format!("{me}: {what} waits for r{m}'s part {} to run (C1)", self.item_label(st, *pk));
+                                    let text = format!("{lead} waits for r{m}'s part {} to run (C1)", self.item_label(st, *pk));
                                     edge(Node::Item(*pk), Reason::CollectiveMember, text);
                                 }
                             }
                             None => {
                                 let is_coll = |x: &OpKind| matches!(x, OpKind::Collective { comm: c, .. } if c == comm);
                                 match self.future_issuer(st, *m, is_coll) {
-                                    Some(u) => edge(Node::Thread(u), Reason::CollectiveMember, format!("{me}: {what} waits for r{m} to issue its part (C1)")),
-                                    None => edge(self.never(*m), Reason::CollectiveMember, format!("{me}: {what}: r{m} never issues its part (C1)")),
+                                    Some(u) => edge(Node::Thread(u), Reason::CollectiveMember, format!("{lead} waits for r{m} to issue its part (C1)")),
+                                    None => edge(self.never(*m), Reason::CollectiveMember, format!("{lead}: r{m} never issues its part (C1)")),
                                 }
                             }
                         }
