@@ -139,6 +139,14 @@ fn profile_says_what_it_assumes_in_plain_words() {
     assert_eq!(code, 0);
     assert!(out.contains("assumes:") && out.contains("both are explored"), "{out}");
     assert!(out.contains("N7 connections: set up lazily"), "{out}");
+    // The output is a profile file as it is: the plain words are RON comments (it failed to load at 1:8).
+    for name in ["portable", "eager"] {
+        let (_, text, _) = cuorder(&["profile", name]);
+        let f = tmp(&format!("{name}-copy.ron"));
+        std::fs::write(&f, &text).unwrap();
+        let (code, _, err) = cuorder(&["check", "examples/nccl-1456-grouped.ron", "--profile", f.to_str().unwrap()]);
+        assert_eq!(code, 0, "{name}: {err}");
+    }
 }
 
 #[test]
