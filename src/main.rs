@@ -767,7 +767,7 @@ fn main() -> ExitCode {
                     }
                 }
             };
-            say(&timeline::render(&sem, &tr));
+            say(&(torch.note() + &timeline::render(&sem, &tr)));
             let timed_out = matches!(tr.outcome, cuorder_sim::run::Outcome::TimeLimit { .. });
             if let Some(path) = timeline {
                 let model = match costs.as_deref().map(cuorder::timing::load_costs) {
@@ -779,7 +779,7 @@ fn main() -> ExitCode {
                     }
                 };
                 let timed = match cuorder_sim::timed::timed_replay(&sem, &model, &tr.schedule) {
-                    Ok(t) => cuorder_sim::timed::TimedRun { seed: tr.seed.unwrap_or(0), ..t },
+                    Ok(t) => cuorder_sim::timed::TimedRun { seed: tr.seed.unwrap_or(0), settings: torch.flags(), ..t },
                     Err(d) => {
                         err(&format!("error: {d}\n"));
                         return ExitCode::from(2);
@@ -831,7 +831,7 @@ fn main() -> ExitCode {
             };
             let sem = Semantics::new(&prog, &prof);
             let opt = cuorder_sim::timed::TimedOptions { seed, jitter_ns: jitter, max_steps };
-            let run = cuorder_sim::timed::timed_run(&sem, &model, &opt);
+            let run = cuorder_sim::timed::TimedRun { settings: torch.flags(), ..cuorder_sim::timed::timed_run(&sem, &model, &opt) };
             if run.makespan_ns == u64::MAX {
                 // Times saturate at 2^64 - 1 ns (about 584 years) instead of wrapping: a run that reaches it has no
                 // meaningful times left to report. Name the first step that reached it and where its cost comes from.

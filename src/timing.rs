@@ -93,6 +93,9 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         run.seed,
         run.schedule.len()
     );
+    if !run.settings.is_empty() {
+        let _ = writeln!(s, "PyTorch calls lowered with {} (overriding the program's `torch:`)", run.settings.join(", "));
+    }
     if run.costs.starts_with("logical") {
         // Every step costs 1: the "ns" below count steps, not time.
         let _ = writeln!(s, "(logical costs: every step takes 1 unit, printed as 1 ns; times count steps, not nanoseconds)");
@@ -245,6 +248,8 @@ pub struct TimeOut {
     pub seed: u64,
     /// The `--jitter` bound, ns (0: none); with `seed`, what reproduces the run.
     pub jitter_ns: u64,
+    /// Command-line settings that changed the program (PyTorch overrides such as `--torch-init lazy`); empty if none.
+    pub settings: Vec<String>,
     /// `completed`, `timeout` (a watchdog aborted a hang; N9), `deadlock`, `undefined` or `step limit`.
     pub outcome: String,
     pub makespan_ns: u64,
@@ -310,6 +315,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
         costs: run.costs.clone(),
         seed: run.seed,
         jitter_ns: run.jitter_ns,
+        settings: run.settings.clone(),
         outcome: match run.outcome {
             Outcome::Completed if timed_out(run) => "timeout",
             Outcome::Completed => "completed",
@@ -491,7 +497,7 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
         "otherData": {
             "command": if run.replayed { "cuorder run" } else { "cuorder time" },
             "seed_role": if run.replayed { "the explored execution (cuorder run --seed)" } else { "tie-breaking and jitter (cuorder time --seed)" },
-            "program": run.program, "profile": run.profile, "costs": run.costs, "seed": run.seed, "jitter_ns": run.jitter_ns, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
+            "program": run.program, "profile": run.profile, "costs": run.costs, "seed": run.seed, "jitter_ns": run.jitter_ns, "settings": run.settings, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
     })
 }
 

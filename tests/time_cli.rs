@@ -249,6 +249,26 @@ fn in_place_collective_race_was_counted_twice_by_run_and_time() {
 }
 
 #[test]
+fn torch_overrides_were_not_recorded_by_time_and_run() {
+    // `--torch-init lazy` changes the program (ops are renumbered), yet `time` and `run` did not say it was given.
+    let prog = "examples/torch/pipeline-1f1b.ron";
+    let trace = tmp("torch.json");
+    let (code, out, err) = cli(&["time", prog, "--torch-init", "lazy", "--timeline", trace.to_str().unwrap()]);
+    assert!(code == 0 || code == 1, "{err}");
+    assert!(out.contains("PyTorch calls lowered with --torch-init lazy"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(v["otherData"]["settings"], serde_json::json!(["--torch-init lazy"]));
+    let (_, json, _) = cli(&["time", prog, "--torch-init", "lazy", "--format", "json"]);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(j["time"]["settings"], serde_json::json!(["--torch-init lazy"]));
+    let (_, plain, _) = cli(&["time", prog, "--format", "json"]);
+    let p: serde_json::Value = serde_json::from_str(&plain).unwrap();
+    assert_eq!(p["time"]["settings"], serde_json::json!([]));
+    let (_, run, _) = cli(&["run", prog, "--torch-init", "lazy"]);
+    assert!(run.starts_with("PyTorch calls lowered with --torch-init lazy"), "{run}");
+}
+
+#[test]
 fn time_json_load_errors_are_json() {
     let bad = tmp("bad.ron");
     std::fs::write(&bad, "Program(ranks: 1, threads: [Thread(\"main\", [Kernel(\"k\", stream: \"nope\")])])\n").unwrap();

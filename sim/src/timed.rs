@@ -133,6 +133,10 @@ pub struct TimedRun {
     /// Whether the schedule was given ([`timed_replay`]: `cuorder run --timeline` times an explored execution, and
     /// `seed` is the exploration's seed) rather than chosen by time ([`timed_run`]: `seed` breaks ties).
     pub replayed: bool,
+    /// Settings outside the program that changed it, as command-line flags (the PyTorch dialect's overrides,
+    /// `--torch-init lazy`): with the seed and jitter, what reproduces the run. Empty unless the caller sets it.
+    #[serde(default)]
+    pub settings: Vec<String>,
     pub schedule: Vec<Step>,
     /// Fire time of each step of `schedule`, ns (non-decreasing).
     pub times_ns: Vec<u64>,
@@ -634,6 +638,7 @@ impl Log {
     fn finish(self, sem: &Semantics, costs: &CostModel, (seed, jitter_ns): (u64, u64), makespan_ns: u64, outcome: Outcome) -> TimedRun {
         TimedRun {
             replayed: false,
+            settings: vec![],
             program: sem.program.name.clone(),
             profile: sem.profile.name.clone(),
             costs: costs.name.clone(),
