@@ -18,6 +18,13 @@ fn tmp(name: &str) -> std::path::PathBuf {
     d.join(name)
 }
 
+/// A program file `name` with `text` in the test's temporary directory.
+fn program_file(name: &str, text: &str) -> std::path::PathBuf {
+    let p = tmp(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
 #[test]
 fn lanes_65536_panicked_formatting_now_refused() {
     let (code, _, err) = cli(&["time", L3, "--lanes", "65536"]);
@@ -56,14 +63,12 @@ fn jitter_was_not_recorded_so_a_saved_report_could_not_be_reproduced() {
 
 #[test]
 fn kernel_named_compute_was_drawn_c_like_a_copy() {
-    let prog = tmp("compute.ron");
-    std::fs::write(
-        &prog,
+    let prog = program_file(
+        "compute.ron",
         "Program(ranks: 1, streams: [Stream(\"sA\", NonBlocking)], buffers: [Buffer(\"a\", \"32 MiB\"), \
          Buffer(\"p\", \"32 MiB\", space: PinnedHost)], threads: [Thread(\"host\", [Kernel(\"compute\", stream: \"sA\", \
          writes: [\"a\"], duration: \"2 ms\"), StreamSync(\"sA\"), Memcpy(dst: \"p\", src: \"a\")])])\n",
-    )
-    .unwrap();
+    );
     let (code, out, err) = cli(&["time", prog.to_str().unwrap(), "--lanes", "40"]);
     assert_eq!(code, 0, "{err}");
     let row = |name: &str| out.lines().find(|l| l.starts_with(name) && l.ends_with('|')).unwrap_or_else(|| panic!("no {name} row: {out}")).to_string();
@@ -76,14 +81,12 @@ fn kernel_named_compute_was_drawn_c_like_a_copy() {
 
 #[test]
 fn legend_hid_a_second_kernel_name_and_a_host_func_was_drawn_as_a_copy() {
-    let prog = tmp("legend.ron");
-    std::fs::write(
-        &prog,
+    let prog = program_file(
+        "legend.ron",
         "Program(ranks: 1, streams: [Stream(\"s0\", NonBlocking), Stream(\"s1\", NonBlocking)], threads: [Thread(\"main\", [\
          Kernel(\"fwd\", stream: \"s0\", duration: \"1 ms\"), Kernel(\"flush\", stream: \"s1\", duration: \"1 ms\"), \
          Kernel(\"fwd\", stream: \"s0\", duration: \"1 ms\"), HostFunc(\"log\", stream: \"s1\", duration: \"1 ms\"), DeviceSync])])\n",
-    )
-    .unwrap();
+    );
     let trace = tmp("legend.json");
     let (code, out, err) = cli(&["time", prog.to_str().unwrap(), "--lanes", "40", "--timeline", trace.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
@@ -101,15 +104,13 @@ fn legend_hid_a_second_kernel_name_and_a_host_func_was_drawn_as_a_copy() {
 fn watchdog_timeout_said_completed_and_exited_0() {
     // Rank 0 receives a message rank 1 never sends; the communicator's watchdog (N9) aborts the hang after 30 s.
     // `check` says "timeout" and exits 1; `time` said "completed" and exited 0, and the trace did not mark it.
-    let prog = tmp("watchdog.ron");
-    std::fs::write(
-        &prog,
+    let prog = program_file(
+        "watchdog.ron",
         "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"x\", \"4 KiB\"), Buffer(\"y\", \"4 KiB\")], \
          comms: [Comm(\"world\", watchdog: \"30 s\")], threads: [Thread(\"main\", [Group([Send(to: Next, buf: \"x\", stream: \"s0\"), \
          Recv(from: Prev, buf: \"y\", stream: \"s0\")]), StreamSync(\"s0\"), OnRanks([0], [Recv(from: Rank(1), buf: \"y\", stream: \"s0\"), \
          StreamSync(\"s0\")])])])\n",
-    )
-    .unwrap();
+    );
     let p = prog.to_str().unwrap();
     let (check_code, _, _) = cli(&["check", p]);
     assert_eq!(check_code, 1);
@@ -202,14 +203,12 @@ fn logical_costs_printed_steps_as_nanoseconds_without_saying_so() {
 #[test]
 fn stale_reads_were_dropped_by_run_and_time() {
     // `check` reports a stale read (V1) here; `run` and `time` listed only the race.
-    let prog = tmp("expect.ron");
-    std::fs::write(
-        &prog,
+    let prog = program_file(
+        "expect.ron",
         "Program(ranks: 1, streams: [Stream(\"s0\", NonBlocking), Stream(\"s1\", NonBlocking)], buffers: [Buffer(\"x\", \"4 KiB\")], \
          threads: [Thread(\"main\", [Kernel(\"fwd\", stream: \"s0\", writes: [\"x\"]), Expect(\"x\", written_by: Kernel(\"fwd\"), stream: \"s1\"), \
          DeviceSync])])\n",
-    )
-    .unwrap();
+    );
     let p = prog.to_str().unwrap();
     let (_, check, _) = cli(&["check", p]);
     assert!(check.contains("stale read"), "{check}");
@@ -230,14 +229,12 @@ fn stale_reads_were_dropped_by_run_and_time() {
 fn in_place_collective_race_was_counted_twice_by_run_and_time() {
     // An in-place all_reduce reads and writes g: two accesses against one kernel write, one race per rank for
     // `check`, two for `run` and `time`.
-    let prog = tmp("inplace.ron");
-    std::fs::write(
-        &prog,
+    let prog = program_file(
+        "inplace.ron",
         "Program(ranks: 2, streams: [Stream(\"c\", NonBlocking), Stream(\"n\", NonBlocking)], buffers: [Buffer(\"g\", \"8 MiB\")], \
          comms: [Comm(\"world\")], threads: [Thread(\"main\", [Kernel(\"bwd\", stream: \"c\", writes: [\"g\"], duration: \"1 ms\"), \
          AllReduce(buf: \"g\", stream: \"n\"), DeviceSync])])\n",
-    )
-    .unwrap();
+    );
     let p = prog.to_str().unwrap();
     let (_, check, _) = cli(&["check", p]);
     assert!(check.contains("2 data races"), "{check}");
