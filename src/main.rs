@@ -804,14 +804,8 @@ fn main() -> ExitCode {
             // written): text on stderr, or with --format json the documented `errors` array on stdout; exit 2.
             let file = program.display().to_string();
             let time_fail = |file: String, message: String| -> ExitCode {
-                match format {
-                    Format::Text => err(&format!("error: {message}\n")),
-                    Format::Json => {
-                        let issue = cuorder::LoadIssue { file, line: None, column: None, message, help: None };
-                        say(&cuorder::json::load_error("time", &[issue]).to_json());
-                    }
-                }
-                ExitCode::from(2)
+                let rendered = format!("error: {message}\n");
+                fail_as(format, "time", LoadError { rendered, issues: vec![cuorder::LoadIssue { file, line: None, column: None, message, help: None }] })
             };
             // Options that have no effect are refused rather than silently dropped.
             if matches!(format, Format::Json) && (lanes.is_some() || compare.is_some()) {

@@ -63,7 +63,7 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
 pub fn stuck_lines(d: &cuorder_model::semantics::Stuck, indent: &str, when: &str) -> String {
     let mut s = String::new();
     let head = if d.is_cycle { "wait-for cycle" } else { "wait-for chain" };
-    let tail = if d.is_cycle || !when.is_empty() { String::new() } else { " (ends in a wait that nothing satisfies)".to_string() };
+    let tail = if d.is_cycle || !when.is_empty() { "" } else { " (ends in a wait that nothing satisfies)" };
     s.push_str(&format!("{indent}{head}{when}{tail}:\n"));
     for (i, e) in d.cycle.iter().enumerate() {
         s.push_str(&format!("{indent}  {}. {}\n", i + 1, e.text));

@@ -973,8 +973,9 @@ pub fn describe(sem: &Semantics, step: &Step, host: Option<(u32, bool)>) -> (Str
         let rank = sem.rank_of(loc.thread);
         format!("#{} {}", loc.op, sem.program.op_label(rank, &sem.op(loc).kind))
     };
+    let stream_name = |s: StreamRef| format!("r{} {}", s.rank, sem.program.stream(s).name);
     let stream_lane = |loc: OpLoc| match sem.info(loc).stream {
-        Some(s) => format!("r{} {}", s.rank, sem.program.stream(s).name),
+        Some(s) => stream_name(s),
         None => sem.thread_label(loc.thread),
     };
     match step {
@@ -988,7 +989,7 @@ pub fn describe(sem: &Semantics, step: &Step, host: Option<(u32, bool)>) -> (Str
         }
         // A group end's launch runs on the streams of the group's ops, not on the host thread that ended the group.
         Step::Item(k) => match sem.group_launch_stream(*k) {
-            Some(s) => (format!("r{} {}", s.rank, sem.program.stream(s).name), format!("NCCL launch of {}", op_label(k.loc()))),
+            Some(s) => (stream_name(s), format!("NCCL launch of {}", op_label(k.loc()))),
             None => (stream_lane(k.loc()), op_label(k.loc())),
         },
         Step::Transfer { send, recv } => {

@@ -98,18 +98,21 @@ impl<'p> Semantics<'p> {
             .map(|(r, t)| program.ranks[*r as usize].threads[*t as usize].ops.iter().map(|o| o.kind.info(program, *r)).collect())
             .collect();
         // Clock components: threads first, then the streams some op enqueues on, in stream order.
-        let mut component_of_stream = vec![u32::MAX; streams as usize];
-        for info in &infos {
-            for s in info.iter().filter_map(|i| i.stream) {
-                component_of_stream[(stream_base[s.rank as usize] + s.index) as usize] = 0;
-            }
+        let mut runs_work = vec![false; streams as usize];
+        for s in infos.iter().flatten().filter_map(|i| i.stream) {
+            runs_work[(stream_base[s.rank as usize] + s.index) as usize] = true;
         }
-        let mut components = thread_of.len() as u32;
-        for c in component_of_stream.iter_mut().filter(|c| **c == 0) {
-            *c = components;
-            components += 1;
-        }
-        let components = components as usize;
+        let mut components = thread_of.len();
+        let component_of_stream: Vec<u32> = runs_work
+            .iter()
+            .map(|&runs| {
+                if !runs {
+                    return u32::MAX;
+                }
+                components += 1;
+                (components - 1) as u32
+            })
+            .collect();
         if profile.launch_queue_depth.is_some() {
             // S6: with a bounded queue, whether an enqueue blocks depends on how far the device has got: the call
             // observes its device (partial-order reduction then orders it against the device's item steps).
