@@ -151,6 +151,19 @@ fn time_json_errors_after_loading_printed_nothing() {
     // The saturation error names the step that reached it and says the cost model may be the cause.
     let (_, _, err) = cli(&["time", huge.to_str().unwrap()]);
     assert!(err.contains("sleep(18446744073709551615 ns)") && err.contains("cost model (h200-nvlink)"), "{err}");
+    // A kernel, host function or collective whose cost passes 2^64 - 1 ns saturates too: the launch overhead was
+    // added to a kernel's duration unchecked (a debug build panicked with "attempt to add with overflow", a release
+    // build wrapped to a few nanoseconds).
+    let kernel = program_file(
+        "huge-kernel.ron",
+        "Program(ranks: 2, streams: [Stream(\"s\", NonBlocking)], buffers: [Buffer(\"g\", \"1 MiB\")], comms: [Comm(\"world\")], \
+         threads: [Thread(\"main\", [Kernel(\"k\", stream: \"s\", duration: 18446744073709551615), \
+         HostFunc(\"h\", stream: \"s\", duration: 18446744073709551615), AllReduce(buf: \"g\", stream: \"s\"), StreamSync(\"s\")])])\n",
+    );
+    let (code, out, err) = cli(&["time", kernel.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("kernel k(s)") && err.contains("where times saturate"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]

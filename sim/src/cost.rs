@@ -17,7 +17,7 @@ pub struct Link {
 impl Link {
     /// Time to move `bytes` bytes over this link, ns (α + n/β).
     pub fn time_ns(&self, bytes: u64) -> u64 {
-        self.latency_ns + transfer_ns(bytes, self.bandwidth_bytes_per_s)
+        self.latency_ns.saturating_add(transfer_ns(bytes, self.bandwidth_bytes_per_s))
     }
 }
 
@@ -246,18 +246,24 @@ impl CostModel {
         };
         let (a, bw) = (l.latency_ns, l.bandwidth_bytes_per_s);
         let log2p = u64::from(64 - (p - 1).leading_zeros());
+        // Saturating throughout, as every time of a timed run: k latencies plus `bytes` (computed wide) at `bw`.
+        let cost = |k: u64, bytes: u128| {
+            let moved = transfer_ns(bytes.min(u128::from(u64::MAX)) as u64, bw);
+            k.saturating_mul(a).saturating_add(moved)
+        };
+        let (p128, n) = (u128::from(p), u128::from(bytes));
         let ring = match kind {
-            K::AllReduce => 2 * (p - 1) * a + transfer_ns(2 * (p - 1) * bytes / p, bw),
-            K::AllGather | K::ReduceScatter => (p - 1) * a + transfer_ns((p - 1) * bytes, bw),
-            K::Broadcast { .. } | K::Reduce { .. } => (p - 1) * a + transfer_ns(bytes, bw),
+            K::AllReduce => cost(2 * (p - 1), 2 * (p128 - 1) * n / p128),
+            K::AllGather | K::ReduceScatter => cost(p - 1, (p128 - 1) * n),
+            K::Broadcast { .. } | K::Reduce { .. } => cost(p - 1, n),
             // One-shot point-to-point (NCCL >= 2.28): every pair at once, one latency; all-to-all moves
             // (p - 1) / p of each rank's buffer, gather and scatter move (p - 1) per-rank parts through the root.
-            K::AllToAll => a + transfer_ns((p - 1) * bytes / p, bw),
-            K::Gather { .. } | K::Scatter { .. } => a + transfer_ns((p - 1) * bytes, bw),
+            K::AllToAll => cost(1, (p128 - 1) * n / p128),
+            K::Gather { .. } | K::Scatter { .. } => cost(1, (p128 - 1) * n),
         };
         let tree = match kind {
-            K::AllReduce => 2 * log2p * a + transfer_ns(2 * bytes, bw),
-            K::Broadcast { .. } | K::Reduce { .. } => log2p * a + transfer_ns(bytes, bw),
+            K::AllReduce => cost(2 * log2p, 2 * n),
+            K::Broadcast { .. } | K::Reduce { .. } => cost(log2p, n),
             K::AllGather | K::ReduceScatter | K::AllToAll | K::Gather { .. } | K::Scatter { .. } => ring,
         };
         match self.collective_algorithm {

@@ -291,21 +291,21 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
                     let r: u64 = reads.iter().map(|x| x.len).sum();
                     let w: u64 = writes.iter().map(|x| x.len).sum();
                     let d = (*duration_ns)
-                        .max(transfer_ns(r, costs.kernel_read_bytes_per_s) + transfer_ns(w, costs.kernel_write_bytes_per_s));
-                    costs.item_overhead_ns + d
+                        .max(transfer_ns(r, costs.kernel_read_bytes_per_s).saturating_add(transfer_ns(w, costs.kernel_write_bytes_per_s)));
+                    costs.item_overhead_ns.saturating_add(d)
                 }
                 (ItemKind::Work, OpKind::Memset { dst, .. }) => {
-                    costs.item_overhead_ns + transfer_ns(dst.len, costs.copy_device_bytes_per_s)
+                    costs.item_overhead_ns.saturating_add(transfer_ns(dst.len, costs.copy_device_bytes_per_s))
                 }
                 (ItemKind::Work | ItemKind::StagedCopy, OpKind::Memcpy { dst, src, .. }) => {
                     let space = |b| sem.program.buffer(b).space;
                     let bw = copy_bandwidth(costs, space(dst.buf), space(src.buf));
-                    costs.item_overhead_ns + transfer_ns(dst.len, bw)
+                    costs.item_overhead_ns.saturating_add(transfer_ns(dst.len, bw))
                 }
                 // A host function runs on the driver's callback thread for its duration (S8).
-                (ItemKind::Work, OpKind::HostFunc { duration_ns, .. }) => costs.item_overhead_ns + duration_ns,
+                (ItemKind::Work, OpKind::HostFunc { duration_ns, .. }) => costs.item_overhead_ns.saturating_add(*duration_ns),
                 (ItemKind::Work, OpKind::Expect { range, .. }) => {
-                    costs.item_overhead_ns + transfer_ns(range.len, costs.kernel_read_bytes_per_s)
+                    costs.item_overhead_ns.saturating_add(transfer_ns(range.len, costs.kernel_read_bytes_per_s))
                 }
                 (ItemKind::Launch { .. }, _) => costs.nccl_launch_ns,
                 _ => 0,
@@ -344,7 +344,7 @@ pub fn step_cost(sem: &Semantics, costs: &CostModel, st: &State, step: &Step) ->
                 Some(cuorder_model::semantics::Wait::Connect { need, .. }) => need.get(&(*comm, *ra, *rb)).map_or(1, |d| d.len()),
                 _ => 1,
             };
-            costs.connect_ns * dirs.max(1) as u64
+            costs.connect_ns.saturating_mul(dirs.max(1) as u64)
         }
         // N9: the watchdog fires its timeout after the hang (timed runs measure it from the oldest unfinished work:
         // `timed_run`).
