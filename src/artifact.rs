@@ -141,7 +141,7 @@ pub fn replay_artifact(sem: &Semantics, a: &Artifact) -> Replayed {
                 Ok(st) => st,
                 Err(d) => return Replayed::Diverged(d),
             };
-            if cuorder_sim::explore::problems_at(sem, &st).contains(&a.key) {
+            if cuorder_sim::explore::problems_at(sem, &st).iter().any(|k| k.matches(&a.key)) {
                 Replayed::Reproduced(t)
             } else {
                 Replayed::Vanished(t)

@@ -195,6 +195,33 @@ fn n9_watchdog_turns_a_hang_into_an_abort() {
     assert!(t.contains("has no matching send: r1 never issues one (N3)"), "{t}");
 }
 
+/// N9: one hang is one finding, whichever hung rank's watchdog fires first, and it happens in every execution.
+/// Keyed by the rank that fired, four ranks hung in a collective (one member skips it) were 12 findings, each "in
+/// some executions": three ranks could fire first, and the later firings of the same hang after the first abort
+/// counted as findings of their own.
+#[test]
+fn n9_one_hang_was_reported_once_per_rank_whose_watchdog_fired_first() {
+    let text = r#"Program(
+    ranks: 4,
+    streams: [Stream("s", NonBlocking)],
+    buffers: [Buffer("x", "4 KiB")],
+    comms: [Comm("world", watchdog: "5 s")],
+    threads: [Thread("main", ops: [
+        AllReduce(buf: "x", stream: "s"), StreamSync("s"),
+        If(rank < 3, [AllReduce(buf: "x", stream: "s"), StreamSync("s")]),
+    ])],
+)"#;
+    let r = check_text("N9-four-ranks", text, "portable");
+    assert_eq!(kinds(&r), vec!["timeout always"], "{}", r.to_text());
+    assert!(r.findings[0].text.contains("r3 never issues its part (C1)"), "{}", r.findings[0].text);
+    // Artifacts saved before carry the rank that fired in the key; replay still matches them by the positions.
+    use cuorder_model::verdict::ProblemKey;
+    let at = vec![(0, 3), (1, 3), (2, 3)];
+    assert!(ProblemKey::Hang(at.clone()).matches(&ProblemKey::Timeout(1, at.clone())));
+    assert!(ProblemKey::Hang(at.clone()).matches(&ProblemKey::Hang(at.clone())));
+    assert!(!ProblemKey::Hang(at[1..].to_vec()).matches(&ProblemKey::Timeout(1, at)));
+}
+
 /// N9: a timed run fires the watchdog at its time: the run completes, and the abort comes 30 s after the recv
 /// started.
 #[test]

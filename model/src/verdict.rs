@@ -51,8 +51,24 @@ pub enum ProblemKey {
     Undefined(Rule, Vec<OpLoc>),
     /// The failed value assertion.
     StaleRead(OpLoc),
-    /// A watchdog firing: its rank and where every unfinished thread was (thread, pc).
+    /// The key artifacts saved before 2026-12 carry for a watchdog firing: its rank and where every unfinished
+    /// thread was (thread, pc). It made one hang as many findings as there were ranks whose watchdog could fire
+    /// first; [`ProblemKey::matches`] reads it as the [`ProblemKey::Hang`] of the same positions.
     Timeout(u32, Vec<(u32, u32)>),
+    /// A hang that a watchdog turned into an abort (N9): where every unfinished thread was (thread, pc) when the
+    /// watchdog fired, whichever rank's it was, as a deadlock is keyed by where the threads are stuck.
+    Hang(Vec<(u32, u32)>),
+}
+
+impl ProblemKey {
+    /// Whether `self` (a key found now) is the problem `saved` names, a key from an artifact: equal keys, or a
+    /// saved [`ProblemKey::Timeout`] and the [`ProblemKey::Hang`] of the same positions.
+    pub fn matches(&self, saved: &ProblemKey) -> bool {
+        match (self, saved) {
+            (ProblemKey::Hang(at), ProblemKey::Timeout(_, old)) => at == old,
+            _ => self == saved,
+        }
+    }
 }
 
 impl Problem {

@@ -229,9 +229,15 @@ impl Collector {
                 present.push(ProblemKey::StaleRead(s.check));
             }
         }
-        // N9: every hang a watchdog turned into an abort on the way here.
-        for to in &st.nccl.timeouts {
-            let key = ProblemKey::Timeout(to.rank, to.at.clone());
+        // N9: every hang a watchdog turned into an abort on the way here, keyed by where the threads were, not by
+        // which rank's watchdog fired: any of the hung ranks' can fire first, and that is one problem (four ranks
+        // hung in a collective were 12 findings, each "in some executions"). A firing whose threads are some of an
+        // earlier firing's, at the same ops, is that hang going on after the first abort, not a new one.
+        let cascade = |to: &cuorder_model::semantics::Timeout| {
+            st.nccl.timeouts.iter().any(|o| o.at.len() > to.at.len() && to.at.iter().all(|p| o.at.contains(p)))
+        };
+        for to in st.nccl.timeouts.iter().filter(|to| !cascade(to)) {
+            let key = ProblemKey::Hang(to.at.clone());
             self.record(key.clone(), || Problem::Timeout(to.clone()), path);
             if empty {
                 present.push(key);
