@@ -72,6 +72,7 @@ pub fn outcome_text(run: &TimedRun) -> String {
 pub fn has_finding(run: &TimedRun) -> bool {
     !run.races.is_empty()
         || !run.stale.is_empty()
+        || !run.overdue.is_empty()
         || matches!(run.outcome, Outcome::Deadlock(_) | Outcome::Undefined(_))
         || timed_out(run)
 }
@@ -110,6 +111,9 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     }
     for (at_ns, text) in timeouts(sem, run) {
         let _ = writeln!(s, "timeout at {}: {text}", fmt_ns(at_ns));
+    }
+    for o in &run.overdue {
+        let _ = writeln!(s, "overdue at {}: {}", fmt_ns(o.fires_ns()), overdue_text(sem, o));
     }
     let _ = writeln!(s, "makespan: {} ({} ns)\n", fmt_ns(sum.makespan_ns), sum.makespan_ns);
     let _ = writeln!(s, "{:<8} {:>14} {:>8}", "rank", "compute", "bubble");
@@ -255,7 +259,8 @@ pub struct TimeOut {
     pub makespan_ns: u64,
     pub steps: u64,
     pub races: u64,
-    /// What this execution found, in time order: races, stale reads, then a deadlock, undefined behaviour or a timeout.
+    /// What this execution found: races, stale reads, then a deadlock, undefined behaviour or a timeout, then work
+    /// a watchdog would abort (`overdue`).
     pub findings: Vec<TimeFinding>,
     pub ranks: Vec<RankOut>,
     pub streams: Vec<StreamOut>,
@@ -266,7 +271,7 @@ pub struct TimeOut {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TimeFinding {
-    /// `data race`, `stale read`, `deadlock`, `undefined` or `timeout`.
+    /// `data race`, `stale read`, `deadlock`, `undefined`, `timeout` or `overdue` ([`cuorder_sim::timed::Overdue`]).
     pub kind: String,
     /// When: a race, the later start of its two accesses; a deadlock or undefined behaviour, when the last step
     /// happened before the stall.
@@ -344,6 +349,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
                 _ => None,
             })
             .chain(timeouts(sem, run).into_iter().map(|(at_ns, text)| TimeFinding { kind: "timeout".into(), at_ns, text }))
+            .chain(run.overdue.iter().map(|o| TimeFinding { kind: "overdue".into(), at_ns: o.fires_ns(), text: overdue_text(sem, o) }))
             .collect(),
         ranks: sum.ranks.iter().map(|r| RankOut { rank: r.rank, compute_ns: r.compute_ns, bubble_fraction: r.bubble_fraction }).collect(),
         streams: sum
@@ -491,6 +497,10 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
     for (at_ns, text) in timeouts(sem, run) {
         ev.push(json!({"name": "timeout", "cat": "finding", "ph": "i", "s": "g", "pid": 0, "tid": 0, "ts": us(at_ns), "args": {"timeout": text}}));
     }
+    for o in &run.overdue {
+        let lane = Lane::Stream(o.stream);
+        ev.push(json!({"name": "overdue", "cat": "finding", "ph": "i", "s": "t", "pid": o.rank, "tid": tid(lane), "ts": us(o.fires_ns()), "args": {"overdue": overdue_text(sem, o)}}));
+    }
     json!({
         "traceEvents": ev,
         "displayTimeUnit": "ns",
@@ -615,6 +625,20 @@ pub fn accuracy(sem: &Semantics, run: &TimedRun, obs: &cuorder_model::observatio
 }
 
 /// The watchdog firings of a timed run (N9): when, and what they aborted.
+/// A watched launch that outlived its watchdog's timeout ([`cuorder_sim::timed::Overdue`]), in words.
+fn overdue_text(sem: &Semantics, o: &cuorder_sim::timed::Overdue) -> String {
+    format!(
+        "{} (its launch on {}) ran {} from its call ({} to {}), past the watchdog's {}: ProcessGroupNCCL aborts \
+         work older than its timeout (N9); the model fires a watchdog only on a hang, so this run goes on",
+        sem.op_label(o.item.loc()),
+        sem.comm_name(o.comm),
+        fmt_ns(o.ended_ns - o.issued_ns),
+        fmt_ns(o.issued_ns),
+        fmt_ns(o.ended_ns),
+        fmt_ns(o.timeout_ns)
+    )
+}
+
 fn timeouts(sem: &Semantics, run: &TimedRun) -> Vec<(u64, String)> {
     run.schedule
         .iter()

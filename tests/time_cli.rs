@@ -129,6 +129,49 @@ fn watchdog_timeout_said_completed_and_exited_0() {
 }
 
 #[test]
+fn watched_collective_outliving_its_timeout_completed_without_a_word() {
+    // After a warm-up (its lazy connection set-up takes 200 ms under h200-nvlink), rank 0 computes 1 s before an
+    // all-reduce that rank 1 is already in; the communicator's watchdog times out after 500 ms. ProcessGroupNCCL
+    // times work from its call and aborts it once older than the timeout (N9): both ranks' second all-reduces are
+    // 1 s old when they end. `time` said "completed" and exited 0; the model fires a watchdog only on a hang, so
+    // the run still completes, and the overdue work is reported.
+    let text = |timeout: &str| {
+        format!(
+            "Program(ranks: 2, streams: [Stream(\"s\", NonBlocking)], buffers: [Buffer(\"x\", \"4 KiB\")], \
+             comms: [Comm(\"world\", watchdog: \"{timeout}\")], threads: [Thread(\"main\", [AllReduce(buf: \"x\", stream: \"s\"), \
+             StreamSync(\"s\"), OnRanks([0], [Kernel(\"compute\", stream: \"s\", writes: [\"x\"], duration: \"1 s\")]), \
+             AllReduce(buf: \"x\", stream: \"s\"), StreamSync(\"s\")])])\n"
+        )
+    };
+    let prog = program_file("overdue.ron", &text("500 ms"));
+    let p = prog.to_str().unwrap();
+    let trace = tmp("overdue.json");
+    let (code, out, err) = cli(&["time", p, "--timeline", trace.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("outcome: completed"), "{out}");
+    let overdue: Vec<&str> = out.lines().filter(|l| l.starts_with("overdue at ")).collect();
+    assert_eq!(overdue.len(), 2, "{out}");
+    assert!(overdue.iter().any(|l| l.contains("r0 main #3 all_reduce")) && overdue.iter().any(|l| l.contains("r1 main #2 all_reduce")), "{out}");
+    assert!(overdue.iter().all(|l| l.contains("past the watchdog's 500.000 ms")), "{out}");
+    let (code, json, _) = cli(&["time", p, "--format", "json"]);
+    assert_eq!(code, 1);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let found: Vec<&serde_json::Value> = j["time"]["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == "overdue").collect();
+    assert_eq!(found.len(), 2, "{json}");
+    // Each fires 500 ms after its call (at about 200 ms), long before the all-reduce ends (about 1.2 s).
+    let makespan = j["time"]["makespan_ns"].as_u64().unwrap();
+    assert!(found.iter().all(|f| (700_000_000..710_000_000).contains(&f["at_ns"].as_u64().unwrap())), "{json}");
+    assert!(makespan > 1_200_000_000, "{json}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(v["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "overdue" && e["cat"] == "finding").count(), 2);
+    // With a timeout longer than the wait, nothing is overdue.
+    let prog = program_file("watched-in-time.ron", &text("2 s"));
+    let (code, out, err) = cli(&["time", prog.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("overdue at"), "{out}");
+}
+
+#[test]
 fn time_json_errors_after_loading_printed_nothing() {
     // A cost model that does not load, a trace path that cannot be written, a run past 2^64 - 1 ns: exit 2 with
     // nothing on stdout under --format json (docs/json.md promises an `errors` array).

@@ -119,6 +119,32 @@ pub struct StaleMark {
     pub at_ns: u64,
 }
 
+/// An NCCL launch on a communicator with a watchdog (N9) that had not ended when ProcessGroupNCCL's watchdog would
+/// abort it. ProcessGroupNCCL times a work item from the start of the host call that issues it (`WorkNCCL` sets
+/// `workStartTime_` when the work is created, before the NCCL call), watches it once the call has returned (the
+/// work is queued for the watchdog then; a host blocked inside the call is not watched), and aborts the
+/// communicators of unfinished work older than the timeout (`checkTimeout`): at [`Overdue::fires_ns`]. The model
+/// fires a watchdog only on a hang, when nothing else can happen (docs/semantics.md N9), so the timed run goes on.
+/// It is a prediction of the cost model: `check` knows no time and does not report it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overdue {
+    /// The launch: the op that issued it (a group's end for the ops of a group) and the sub-index of its
+    /// communicator (N4).
+    pub item: ItemKey,
+    pub rank: RankId,
+    /// The stream it ran on (its first, for a launch naming several).
+    pub stream: StreamRef,
+    pub comm: cuorder_model::program::CommId,
+    /// When the host call that issued it began, ns.
+    pub issued_ns: u64,
+    /// When that call returned, ns.
+    pub returned_ns: u64,
+    /// When it ended, ns.
+    pub ended_ns: u64,
+    /// The watchdog's timeout, ns.
+    pub timeout_ns: u64,
+}
+
 /// A timed execution: the schedule (replayable), the fire time of each step, and what ran when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimedRun {
@@ -148,6 +174,10 @@ pub struct TimedRun {
     pub race_marks: Vec<RaceMark>,
     /// Failed value assertions (V1), in the order found.
     pub stale: Vec<StaleMark>,
+    /// Watched NCCL launches that ended later than their watchdog's timeout after their call ([`Overdue`]), in
+    /// the order they ended.
+    #[serde(default)]
+    pub overdue: Vec<Overdue>,
     pub outcome: Outcome,
     /// When the last step fired (a deadlock: when the last thing happened before the stall), ns.
     pub makespan_ns: u64,
@@ -184,6 +214,14 @@ impl StepMeta {
     /// For a host step, the index of the op the thread was at and whether the step returned from a blocking call.
     pub fn host_op(self) -> Option<(u32, bool)> {
         (self.host != Self::NONE).then_some((self.host >> 1, self.host & 1 == 1))
+    }
+}
+
+impl Overdue {
+    /// When ProcessGroupNCCL's watchdog would abort it: its timeout after the call began, or the call's return if
+    /// that is later, ns.
+    pub fn fires_ns(&self) -> u64 {
+        self.issued_ns.saturating_add(self.timeout_ns).max(self.returned_ns)
     }
 }
 
@@ -381,6 +419,11 @@ struct Recorder {
     blocked_since: Vec<Option<(u64, u32)>>,
     /// Eager deliveries not yet drained: send op → (lane, rank, time).
     eager: HashMap<OpLoc, (Lane, RankId, u64)>,
+    /// Whether some communicator has a watchdog (N9); if so, `issued` holds when each unended launch on such a
+    /// communicator was issued (the start of the host call), and `overdue` the ended ones past their timeout.
+    watched: bool,
+    issued: HashMap<ItemKey, (u64, u64)>,
+    overdue: Vec<Overdue>,
 }
 
 impl Recorder {
@@ -395,6 +438,9 @@ impl Recorder {
             item_start: HashMap::default(),
             record_end: HashMap::default(),
             blocked_since: vec![None; sem.thread_of.len()],
+            watched: sem.program.comms.iter().any(|c| c.watchdog_ns.is_some()),
+            issued: HashMap::default(),
+            overdue: vec![],
             eager: HashMap::default(),
         }
     }
@@ -430,8 +476,11 @@ impl Recorder {
             let th = *thread as usize;
             let lane = Lane::Thread(*thread);
             let op = OpLoc { thread: *thread, op: pc };
+            // When the call began (a blocking call: its first step).
+            let mut call_ns = t - cost;
             if waiting {
                 if let Some((since, pc0)) = self.blocked_since[th].take() {
+                    call_ns = since;
                     let op = OpLoc { thread: *thread, op: pc0 };
                     self.spans.push(Span { lane, op, kind: SpanKind::HostBlocked, start_ns: since, end_ns: t, answer: None, unfinished: false });
                 }
@@ -439,6 +488,16 @@ impl Recorder {
                 self.blocked_since[th] = Some((t - cost, pc));
             } else {
                 self.spans.push(Span { lane, op, kind: SpanKind::HostCall, start_ns: t - cost, end_ns: t, answer: fx.answer, unfinished: false });
+            }
+            // N9: the launches this call issued on watched communicators, once it has returned (`Overdue`).
+            if self.watched && st.host.threads[th].wait.is_none() {
+                for (k, item) in st.streams.items.subs(*thread, pc) {
+                    if let ItemKind::Launch { comm, .. } = item.kind {
+                        if sem.program.comms[comm.0 as usize].watchdog_ns.is_some() && item.status != ItemStatus::Done {
+                            self.issued.entry(*k).or_insert((call_ns, t));
+                        }
+                    }
+                }
             }
         }
         // When an item this step starts begins: a finite item's step fires at its end, after the launch overhead and
@@ -468,6 +527,14 @@ impl Recorder {
         for k in &fx.ended {
             let item = st.item(*k);
             let start = self.item_start.remove(k).unwrap_or(t);
+            if let (Some((issued_ns, returned_ns)), ItemKind::Launch { comm, .. }) = (self.issued.remove(k), &item.kind) {
+                let timeout_ns = sem.program.comms[comm.0 as usize].watchdog_ns.unwrap_or(u64::MAX);
+                let o = Overdue { item: *k, rank: item.rank(), stream: item.streams[0], comm: *comm, issued_ns, returned_ns, ended_ns: t, timeout_ns };
+                // A launch the watchdog itself aborted is the timeout the run already reports.
+                if !matches!(step, Step::Watchdog { .. }) && t > o.fires_ns() {
+                    self.overdue.push(o);
+                }
+            }
             if item.kind == ItemKind::Record {
                 self.record_end.insert(*k, (t, item.streams[0]));
             }
@@ -653,6 +720,7 @@ impl Log {
             races: self.rec.races,
             race_marks: self.rec.race_marks,
             stale: self.rec.stale,
+            overdue: self.rec.overdue,
             outcome,
         }
     }
