@@ -112,8 +112,16 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     for (at_ns, text) in timeouts(sem, run) {
         let _ = writeln!(s, "timeout at {}: {text}", fmt_ns(at_ns));
     }
-    for o in &run.overdue {
-        let _ = writeln!(s, "overdue at {}: {}", fmt_ns(o.fires_ns()), overdue_text(sem, o));
+    // A pipeline issued ahead under a short timeout can have thousands: the first few in time, then a count.
+    let overdue = &run.overdue;
+    for o in overdue.iter().take(MAX_OVERDUE_LINES) {
+        let _ = writeln!(s, "overdue at {}: {}", fmt_ns(o.fires_ns()), overdue_what(sem, o));
+    }
+    if overdue.len() > MAX_OVERDUE_LINES {
+        let _ = writeln!(s, "… {} more overdue launches (--format json lists all)", overdue.len() - MAX_OVERDUE_LINES);
+    }
+    if !overdue.is_empty() {
+        let _ = writeln!(s, "  ({OVERDUE_WHY})");
     }
     let _ = writeln!(s, "makespan: {} ({} ns)\n", fmt_ns(sum.makespan_ns), sum.makespan_ns);
     let _ = writeln!(s, "{:<8} {:>14} {:>8}", "rank", "compute", "bubble");
@@ -625,11 +633,16 @@ pub fn accuracy(sem: &Semantics, run: &TimedRun, obs: &cuorder_model::observatio
 }
 
 /// The watchdog firings of a timed run (N9): when, and what they aborted.
-/// A watched launch that outlived its watchdog's timeout ([`cuorder_sim::timed::Overdue`]), in words.
-fn overdue_text(sem: &Semantics, o: &cuorder_sim::timed::Overdue) -> String {
+/// Overdue launches the text report lists one by one.
+const MAX_OVERDUE_LINES: usize = 10;
+
+/// What an overdue launch means, said once under the list (and in each JSON finding).
+const OVERDUE_WHY: &str = "ProcessGroupNCCL aborts work older than its timeout (N9); the model fires a watchdog only on a hang, so this run goes on";
+
+/// A watched launch that outlived its watchdog's timeout ([`cuorder_sim::timed::Overdue`]): which, and how long.
+fn overdue_what(sem: &Semantics, o: &cuorder_sim::timed::Overdue) -> String {
     format!(
-        "{} (its launch on {}) ran {} from its call ({} to {}), past the watchdog's {}: ProcessGroupNCCL aborts \
-         work older than its timeout (N9); the model fires a watchdog only on a hang, so this run goes on",
+        "{} (its launch on {}) ran {} from its call ({} to {}), past the watchdog's {}",
         sem.op_label(o.item.loc()),
         sem.comm_name(o.comm),
         fmt_ns(o.ended_ns - o.issued_ns),
@@ -637,6 +650,11 @@ fn overdue_text(sem: &Semantics, o: &cuorder_sim::timed::Overdue) -> String {
         fmt_ns(o.ended_ns),
         fmt_ns(o.timeout_ns)
     )
+}
+
+/// [`overdue_what`] and why it matters, for a JSON finding or a trace event.
+fn overdue_text(sem: &Semantics, o: &cuorder_sim::timed::Overdue) -> String {
+    format!("{}: {OVERDUE_WHY}", overdue_what(sem, o))
 }
 
 fn timeouts(sem: &Semantics, run: &TimedRun) -> Vec<(u64, String)> {

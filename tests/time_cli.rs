@@ -153,6 +153,7 @@ fn watched_collective_outliving_its_timeout_completed_without_a_word() {
     assert_eq!(overdue.len(), 2, "{out}");
     assert!(overdue.iter().any(|l| l.contains("r0 main #3 all_reduce")) && overdue.iter().any(|l| l.contains("r1 main #2 all_reduce")), "{out}");
     assert!(overdue.iter().all(|l| l.contains("past the watchdog's 500.000 ms")), "{out}");
+    assert_eq!(out.matches("ProcessGroupNCCL aborts work older than its timeout (N9)").count(), 1, "said once: {out}");
     let (code, json, _) = cli(&["time", p, "--format", "json"]);
     assert_eq!(code, 1);
     let j: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -164,6 +165,22 @@ fn watched_collective_outliving_its_timeout_completed_without_a_word() {
     assert!(makespan > 1_200_000_000, "{json}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     assert_eq!(v["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "overdue" && e["cat"] == "finding").count(), 2);
+    // A 16-stage pipeline issued ahead under a 10 ms watchdog: 183 overdue launches; the text lists the first 10
+    // in time, then a count (the JSON lists all).
+    let pipe = tmp("overdue-pipeline.ron");
+    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "16", "--microbatches", "8", "-o", pipe.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let pipe_text = std::fs::read_to_string(&pipe).unwrap().replace("Comm(\"pp\")", "Comm(\"pp\", watchdog: \"10 ms\")");
+    std::fs::write(&pipe, pipe_text).unwrap();
+    let (code, out, _) = cli(&["time", pipe.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert_eq!(out.lines().filter(|l| l.starts_with("overdue at ")).count(), 10, "{out}");
+    assert!(out.contains("… 173 more overdue launches (--format json lists all)"), "{out}");
+    let (_, json, _) = cli(&["time", pipe.to_str().unwrap(), "--format", "json"]);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let at: Vec<u64> = j["time"]["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == "overdue").map(|f| f["at_ns"].as_u64().unwrap()).collect();
+    assert_eq!(at.len(), 183);
+    assert!(at.windows(2).all(|w| w[0] <= w[1]), "in time order");
     // With a timeout longer than the wait, nothing is overdue.
     let prog = program_file("watched-in-time.ron", &text("2 s"));
     let (code, out, err) = cli(&["time", prog.to_str().unwrap()]);

@@ -174,8 +174,8 @@ pub struct TimedRun {
     pub race_marks: Vec<RaceMark>,
     /// Failed value assertions (V1), in the order found.
     pub stale: Vec<StaleMark>,
-    /// Watched NCCL launches that ended later than their watchdog's timeout after their call ([`Overdue`]), in
-    /// the order they ended.
+    /// Watched NCCL launches still running when ProcessGroupNCCL's watchdog would abort them ([`Overdue`]), in
+    /// the order of [`Overdue::fires_ns`] (then item).
     #[serde(default)]
     pub overdue: Vec<Overdue>,
     pub outcome: Outcome,
@@ -720,7 +720,11 @@ impl Log {
             races: self.rec.races,
             race_marks: self.rec.race_marks,
             stale: self.rec.stale,
-            overdue: self.rec.overdue,
+            overdue: {
+                let mut o = self.rec.overdue;
+                o.sort_by_key(|o| (o.fires_ns(), o.item));
+                o
+            },
             outcome,
         }
     }
