@@ -641,13 +641,21 @@ const OVERDUE_WHY: &str = "ProcessGroupNCCL aborts work older than its timeout (
 
 /// A watched launch that outlived its watchdog's timeout ([`cuorder_sim::timed::Overdue`]): which, and how long.
 fn overdue_what(sem: &Semantics, o: &cuorder_sim::timed::Overdue) -> String {
+    let (r, t) = sem.thread_of[o.op.thread as usize];
+    let enqueued = if o.item.loc() != o.op {
+        format!(", enqueued by #{} {}", o.item.op, sem.program.op_label(r, &sem.op(o.item.loc()).kind))
+    } else {
+        String::new()
+    };
     format!(
-        "{} (its launch on {}) ran {} from its call ({} to {}), past the watchdog's {}",
-        sem.op_label(o.item.loc()),
+        "{}{} (its launch on {}{enqueued}) ran {} from its call ({} to {}{}), past the watchdog's {}",
+        sem.op_label(o.op),
+        sem.program.op_where(r, t, o.op.op),
         sem.comm_name(o.comm),
         fmt_ns(o.ended_ns - o.issued_ns),
         fmt_ns(o.issued_ns),
         fmt_ns(o.ended_ns),
+        if o.unfinished { ", still running when the run stopped" } else { "" },
         fmt_ns(o.timeout_ns)
     )
 }

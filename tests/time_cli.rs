@@ -189,6 +189,47 @@ fn watched_collective_outliving_its_timeout_completed_without_a_word() {
 }
 
 #[test]
+fn overdue_missed_work_the_model_aborted_later_deferred_work_and_work_cut_by_the_step_limit() {
+    // Found by a fresh tester of the first version of `overdue` (N9).
+    let overdue = |file: &str, text: &str, args: &[&str]| -> Vec<String> {
+        let p = program_file(file, text);
+        let mut a = vec!["time", p.to_str().unwrap(), "--costs", "ideal"];
+        a.extend_from_slice(args);
+        let (_, out, err) = cli(&a);
+        assert!(err.is_empty() || !err.contains("panicked"), "{err}");
+        out.lines().filter(|l| l.starts_with("overdue at ")).map(str::to_string).collect()
+    };
+    // 1. Rank 0's send waits 1 s behind a kernel, then hangs (rank 1 never receives): ProcessGroupNCCL aborts it
+    //    500 ms after the call; the model's watchdog aborts the hang at 1.5 s. Skipped as "the timeout the run
+    //    already reports", it was never said that the abort comes a second earlier.
+    let hang = "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"x\", \"64 MiB\"), Buffer(\"y\", \"64 MiB\")], \
+        comms: [Comm(\"world\", watchdog: \"500 ms\")], threads: [Thread(\"main\", [Group([Send(to: Next, buf: \"x\", stream: \"s0\"), \
+        Recv(from: Prev, buf: \"y\", stream: \"s0\")]), StreamSync(\"s0\"), OnRanks([0], [Kernel(\"long\", stream: \"s0\", duration: \"1 s\"), \
+        Send(to: Rank(1), buf: \"x\", stream: \"s0\")]), StreamSync(\"s0\")])])\n";
+    let o = overdue("overdue-hang.ron", hang, &["--profile", "eager"]);
+    assert_eq!(o.len(), 1, "{o:?}");
+    assert!(o[0].starts_with("overdue at 500.000 ms: r0 main #6 send(to r1"), "{o:?}");
+    // 2. A non-blocking communicator defers the work to the poll (N12): it was timed from the poll (rank 0 polls
+    //    after sleeping 1 s, so its send was not reported) and named after it.
+    let nb = "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"x\", \"64 MiB\")], \
+        comms: [Comm(\"nb\", config: NonBlocking, watchdog: \"300 ms\")], threads: [Thread(\"main\", [\
+        OnRanks([0], [Send(to: Rank(1), buf: \"x\", stream: \"s0\"), Sleep(\"1 s\"), Poll(\"nb\")]), \
+        OnRanks([1], [Recv(from: Rank(0), buf: \"x\", stream: \"s0\"), Poll(\"nb\")]), StreamSync(\"s0\")])])\n";
+    let o = overdue("overdue-nb.ron", nb, &[]);
+    assert_eq!(o.len(), 2, "{o:?}");
+    assert!(o[0].starts_with("overdue at 300.000 ms: r0 main #0 send(to r1") && o[0].contains("enqueued by #2 poll(nb)"), "{o:?}");
+    assert!(o[1].starts_with("overdue at 300.000 ms: r1 main #0 recv(from r0") && o[1].contains("enqueued by #1 poll(nb)"), "{o:?}");
+    // 3. Work still running when --max-steps stops the run was dropped, though past its deadline.
+    let slow = "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"g\", \"4 KiB\")], \
+        comms: [Comm(\"world\", watchdog: \"500 ms\")], threads: [Thread(\"main\", [OnRanks([0], [Kernel(\"k\", stream: \"s0\", duration: \"1 s\")]), \
+        AllReduce(buf: \"g\", stream: \"s0\"), StreamSync(\"s0\")])])\n";
+    let o = overdue("overdue-cut.ron", slow, &["--max-steps", "10"]);
+    assert_eq!(o.len(), 2, "{o:?}");
+    assert!(o.iter().all(|l| l.contains("still running when the run stopped")), "{o:?}");
+    assert_eq!(overdue("overdue-whole.ron", slow, &[]).len(), 2);
+}
+
+#[test]
 fn time_json_errors_after_loading_printed_nothing() {
     // A cost model that does not load, a trace path that cannot be written, a run past 2^64 - 1 ns: exit 2 with
     // nothing on stdout under --format json (docs/json.md promises an `errors` array).

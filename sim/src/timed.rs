@@ -16,6 +16,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use cuorder_model::op_info::NcclRole;
 use cuorder_model::program::{MemSpace, OpKind, RankId, StreamRef};
 use cuorder_model::semantics::{Accessor, CommOpKind, ItemKey, ItemKind, ItemStatus, OpLoc, P2pKey, Race, Semantics, State, Step};
 
@@ -128,9 +129,12 @@ pub struct StaleMark {
 /// It is a prediction of the cost model: `check` knows no time and does not report it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Overdue {
-    /// The launch: the op that issued it (a group's end for the ops of a group) and the sub-index of its
-    /// communicator (N4).
+    /// The launch: the op that enqueued it (a group's end for the ops of a group; a `Poll` for work a
+    /// non-blocking communicator deferred, N12) and the sub-index of its communicator (N4).
     pub item: ItemKey,
+    /// The call that issued it, whose start the watchdog times from: the group's end for the ops of a group, the
+    /// first NCCL call of deferred work (N12).
+    pub op: OpLoc,
     pub rank: RankId,
     /// The stream it ran on (its first, for a launch naming several).
     pub stream: StreamRef,
@@ -139,8 +143,11 @@ pub struct Overdue {
     pub issued_ns: u64,
     /// When that call returned, ns.
     pub returned_ns: u64,
-    /// When it ended, ns.
+    /// When it ended, ns; the end of the run if it was still running then (`unfinished`).
     pub ended_ns: u64,
+    /// It had not ended when the run stopped (the step limit, a deadlock).
+    #[serde(default)]
+    pub unfinished: bool,
     /// The watchdog's timeout, ns.
     pub timeout_ns: u64,
 }
@@ -422,7 +429,10 @@ struct Recorder {
     /// Whether some communicator has a watchdog (N9); if so, `issued` holds when each unended launch on such a
     /// communicator was issued (the start of the host call), and `overdue` the ended ones past their timeout.
     watched: bool,
-    issued: HashMap<ItemKey, (u64, u64)>,
+    issued: HashMap<ItemKey, (OpLoc, u64, u64)>,
+    /// For NCCL calls on watched communicators: when each began and returned (work a non-blocking communicator
+    /// deferred is enqueued by a later `Poll`, but timed from its call; N12).
+    calls: HashMap<OpLoc, (u64, u64)>,
     overdue: Vec<Overdue>,
 }
 
@@ -440,6 +450,7 @@ impl Recorder {
             blocked_since: vec![None; sem.thread_of.len()],
             watched: sem.program.comms.iter().any(|c| c.watchdog_ns.is_some()),
             issued: HashMap::default(),
+            calls: HashMap::default(),
             overdue: vec![],
             eager: HashMap::default(),
         }
@@ -491,10 +502,24 @@ impl Recorder {
             }
             // N9: the launches this call issued on watched communicators, once it has returned (`Overdue`).
             if self.watched && st.host.threads[th].wait.is_none() {
+                let watched = |c: cuorder_model::program::CommId| sem.program.comms[c.0 as usize].watchdog_ns.is_some();
+                let info = sem.info(op);
+                let nccl_call = matches!(info.nccl, Some(NcclRole::Send { .. } | NcclRole::Recv { .. } | NcclRole::Collective { .. }));
+                if nccl_call && info.comm.is_some_and(watched) {
+                    self.calls.insert(op, (call_ns, t));
+                }
+                // An NCCL call or a group's end issues its launches itself; a `Poll` enqueues deferred work (N12),
+                // which is timed from the first of its NCCL calls.
+                let issuer = nccl_call || matches!(sem.op(op).kind, OpKind::GroupEnd);
                 for (k, item) in st.streams.items.subs(*thread, pc) {
-                    if let ItemKind::Launch { comm, .. } = item.kind {
-                        if sem.program.comms[comm.0 as usize].watchdog_ns.is_some() && item.status != ItemStatus::Done {
-                            self.issued.entry(*k).or_insert((call_ns, t));
+                    if let ItemKind::Launch { comm, ops, .. } = &item.kind {
+                        if watched(*comm) && item.status != ItemStatus::Done && !self.issued.contains_key(k) {
+                            let first = ops.iter().filter_map(|o| self.calls.get(&o.loc).map(|c| (c.0, c.1, o.loc))).min();
+                            let at = match first {
+                                Some((start, ret, loc)) if !issuer => (loc, start, ret),
+                                _ => (op, call_ns, t),
+                            };
+                            self.issued.insert(*k, at);
                         }
                     }
                 }
@@ -527,13 +552,10 @@ impl Recorder {
         for k in &fx.ended {
             let item = st.item(*k);
             let start = self.item_start.remove(k).unwrap_or(t);
-            if let (Some((issued_ns, returned_ns)), ItemKind::Launch { comm, .. }) = (self.issued.remove(k), &item.kind) {
-                let timeout_ns = sem.program.comms[comm.0 as usize].watchdog_ns.unwrap_or(u64::MAX);
-                let o = Overdue { item: *k, rank: item.rank(), stream: item.streams[0], comm: *comm, issued_ns, returned_ns, ended_ns: t, timeout_ns };
-                // A launch the watchdog itself aborted is the timeout the run already reports.
-                if !matches!(step, Step::Watchdog { .. }) && t > o.fires_ns() {
-                    self.overdue.push(o);
-                }
+            if let Some(o) = self.overdue_if_late(sem, st, *k, t, false) {
+                // A launch the model's watchdog aborts is overdue too if ProcessGroupNCCL's would have fired
+                // earlier (it times from the call, the model from the launch's start; N9).
+                self.overdue.push(o);
             }
             if item.kind == ItemKind::Record {
                 self.record_end.insert(*k, (t, item.streams[0]));
@@ -619,7 +641,25 @@ impl Recorder {
     /// Draws the work still in progress at `end` ns (the run stopped): every started item that has not ended, and every
     /// host call still blocked, as an unfinished span to `end`, so a hang shows where it is (items by key, threads by
     /// id: the same bytes every time).
+    /// The [`Overdue`] record of launch `k`, ending (or still running, `unfinished`) at `t`, if it was issued on a
+    /// watched communicator and ProcessGroupNCCL's watchdog would have fired before `t`; forgets its issue.
+    fn overdue_if_late(&mut self, sem: &Semantics, st: &State, k: ItemKey, t: u64, unfinished: bool) -> Option<Overdue> {
+        let (op, issued_ns, returned_ns) = self.issued.remove(&k)?;
+        let item = st.streams.items.get(&k)?;
+        let ItemKind::Launch { comm, .. } = &item.kind else { return None };
+        let timeout_ns = sem.program.comms[comm.0 as usize].watchdog_ns?;
+        let o = Overdue { item: k, op, rank: item.rank(), stream: item.streams[0], comm: *comm, issued_ns, returned_ns, ended_ns: t, unfinished, timeout_ns };
+        (t > o.fires_ns()).then_some(o)
+    }
+
     fn close_unfinished(&mut self, sem: &Semantics, st: &State, end: u64) {
+        let mut waiting: Vec<ItemKey> = self.issued.keys().copied().collect();
+        waiting.sort_unstable();
+        for k in waiting {
+            if let Some(o) = self.overdue_if_late(sem, st, k, end, true) {
+                self.overdue.push(o);
+            }
+        }
         let mut items: Vec<(ItemKey, u64)> = self.item_start.iter().map(|(k, t)| (*k, *t)).collect();
         items.sort_unstable();
         for (k, start) in items {
