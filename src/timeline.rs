@@ -34,6 +34,10 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
     }
     s.push('\n');
     match &trace.outcome {
+        // N9: the run ended, but only because a watchdog aborted a hang (as `time` and `check` say).
+        Outcome::Completed if trace.schedule.iter().any(|st| matches!(st, cuorder_model::semantics::Step::Watchdog { .. })) => {
+            s.push_str("outcome: timeout: a watchdog aborted a hang (the \"watchdog\" event above); without it this is a deadlock\n")
+        }
         Outcome::Completed => s.push_str("outcome: completed\n"),
         Outcome::StepLimit(n) if trace.scheduler == "replay" => {
             s.push_str(&format!("outcome: end of the replayed schedule ({n} steps)\n"))

@@ -126,6 +126,9 @@ fn watchdog_timeout_said_completed_and_exited_0() {
     assert!(j["time"]["findings"].as_array().unwrap().iter().any(|f| f["kind"] == "timeout" && f["at_ns"].as_u64() > Some(30_000_000_000)), "{json}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     assert!(v["traceEvents"].as_array().unwrap().iter().any(|e| e["name"] == "timeout" && e["cat"] == "finding"));
+    // `run` of the same program said "outcome: completed" too.
+    let (_, out, _) = cli(&["run", p]);
+    assert!(out.contains("outcome: timeout: a watchdog aborted a hang"), "{out}");
 }
 
 #[test]
