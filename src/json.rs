@@ -148,7 +148,9 @@ pub fn check(sem: &Semantics, rep: &Report, file: &str) -> Output {
                     locs.push(r.second.who.loc());
                 }
                 Problem::Timeout(to) => {
+                    // The watchdog (N9) aborts the communicators (N13), as the finding's text cites.
                     rules.push(cuorder_model::rule::Rule::N9.id().to_string());
+                    rules.push(cuorder_model::rule::Rule::N13.id().to_string());
                     for e in &to.stuck.cycle {
                         rules.push(e.reason.rule().id().to_string());
                         if let Node::Item(k) = e.from {

@@ -114,6 +114,11 @@ fn watchdog_timeout_said_completed_and_exited_0() {
     let p = prog.to_str().unwrap();
     let (check_code, _, _) = cli(&["check", p]);
     assert_eq!(check_code, 1);
+    // Its JSON rules named N9 but not N13, which the finding's text cites (the abort).
+    let (_, json, _) = cli(&["check", p, "--format", "json"]);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let rules = j["check"]["findings"][0]["rules"].as_array().unwrap();
+    assert!(rules.contains(&"N9".into()) && rules.contains(&"N13".into()), "{json}");
     let trace = tmp("watchdog.json");
     let (code, out, err) = cli(&["time", p, "--timeline", trace.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}{err}");
