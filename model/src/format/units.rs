@@ -42,6 +42,10 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
 
 fn parse_quantity(s: &str, units: &[(&str, u64)], default_unit: &str, whole: &str) -> Result<u64, String> {
     let s = s.trim();
+    // "-5 ms" read as the unit `-5 ms`.
+    if s.starts_with('-') {
+        return Err("it is negative; sizes and durations are zero or more".to_string());
+    }
     let number_end = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(s.len());
     let (number, unit) = (&s[..number_end], s[number_end..].trim_start());
     let unit = if unit.is_empty() { default_unit } else { unit };
@@ -93,6 +97,9 @@ mod tests {
         assert_eq!(parse_size(".5 KiB"), Ok(512));
         assert!(parse_size("1.3 B").unwrap_err().contains("whole number of bytes"));
         assert!(parse_size("2 GB/s").unwrap_err().contains("unknown unit"));
+        // A negative duration was reported as an unknown unit `-5 ms`.
+        assert_eq!(parse_duration("-5 ms").unwrap_err(), "invalid duration `-5 ms`: it is negative; sizes and durations are zero or more");
+        assert!(parse_size(" -1").unwrap_err().contains("negative"));
         assert!(parse_size("").is_err());
         assert!(parse_size("KiB").is_err());
         assert!(parse_size("1.2.3 KiB").is_err());
