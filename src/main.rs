@@ -321,7 +321,8 @@ enum Command {
     },
     /// Time one execution with a cost model (a discrete-event run over the model's steps): makespan, per-rank
     /// bubble fraction, per-stream busy and idle time, the critical path. Exit 0 the execution completed with no
-    /// finding, 1 it raced, deadlocked or broke a rule, 2 bad input, 3 it stopped at --max-steps.
+    /// finding, 1 it raced, deadlocked, broke a rule, read a stale value, timed out or left watched work overdue
+    /// (N9), also if it then stopped at --max-steps, 2 bad input, 3 it stopped at --max-steps with no finding.
     Time {
         program: PathBuf,
         /// A built-in profile (portable, eager) or a profile file (RON).
@@ -842,10 +843,13 @@ fn main() -> ExitCode {
                 );
             }
             let sum = cuorder_sim::timed::summarize(&sem, &run);
-            let code = if matches!(run.outcome, cuorder_sim::run::Outcome::StepLimit(_)) {
+            // As `check` at a limit: 1 if something was found before it, else 3.
+            let code = if cuorder::timing::has_finding(&run) {
+                1
+            } else if matches!(run.outcome, cuorder_sim::run::Outcome::StepLimit(_)) {
                 3
             } else {
-                u8::from(cuorder::timing::has_finding(&run))
+                0
             };
             if let Some(path) = &timeline {
                 if let Err(e) = cuorder::timing::write_chrome_trace(&sem, &run, path) {

@@ -233,6 +233,10 @@ fn overdue_missed_work_the_model_aborted_later_deferred_work_and_work_cut_by_the
         AllReduce(buf: \"g\", stream: \"s0\"), StreamSync(\"s0\")])])\n";
     let o = overdue("overdue-cut.ron", slow, &["--max-steps", "10"]);
     assert_eq!(o.len(), 2, "{o:?}");
+    // What was found before the limit decides the exit code, as in `check`: 1, not the limit's 3.
+    let cut = tmp("overdue-cut.ron");
+    assert_eq!(cli(&["time", cut.to_str().unwrap(), "--costs", "ideal", "--max-steps", "10"]).0, 1);
+    assert_eq!(cli(&["time", cut.to_str().unwrap(), "--costs", "ideal", "--max-steps", "2"]).0, 3);
     assert!(o.iter().all(|l| l.contains("still running when the run stopped")), "{o:?}");
     assert_eq!(overdue("overdue-whole.ron", slow, &[]).len(), 2);
 }
