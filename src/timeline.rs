@@ -33,9 +33,14 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
         s.push_str(&format!("{:>5}  {:<width$}  {}\n", e.step, lane(&e.lane), e.text));
     }
     s.push('\n');
+    let watchdog = trace.schedule.iter().any(|st| matches!(st, cuorder_model::semantics::Step::Watchdog { .. }));
     match &trace.outcome {
-        // N9: the run ended, but only because a watchdog aborted a hang (as `time` and `check` say).
-        Outcome::Completed if trace.schedule.iter().any(|st| matches!(st, cuorder_model::semantics::Step::Watchdog { .. })) => {
+        // N9: the run ended (or a witness's schedule, `--witness`, did), but only because a watchdog aborted a hang
+        // (as `time` and `check` say).
+        Outcome::Completed if watchdog => {
+            s.push_str("outcome: timeout: a watchdog aborted a hang (the \"watchdog\" event above); without it this is a deadlock\n")
+        }
+        Outcome::StepLimit(_) if watchdog && trace.scheduler == "replay" => {
             s.push_str("outcome: timeout: a watchdog aborted a hang (the \"watchdog\" event above); without it this is a deadlock\n")
         }
         Outcome::Completed => s.push_str("outcome: completed\n"),

@@ -109,16 +109,19 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     for m in &run.stale {
         let _ = writeln!(s, "stale read at {}: {}", fmt_ns(m.at_ns), crate::timeline::stale_text(sem, &m.read));
     }
-    for (at_ns, text) in timeouts(sem, run) {
-        let _ = writeln!(s, "timeout at {}: {text}", fmt_ns(at_ns));
-    }
-    // A pipeline issued ahead under a short timeout can have thousands: the first few in time, then a count.
+    // Timeouts and overdue work in time order. A pipeline issued ahead under a short timeout can have thousands of
+    // overdue launches: the first few in time, then a count.
     let overdue = &run.overdue;
-    for o in overdue.iter().take(MAX_OVERDUE_LINES) {
-        let _ = writeln!(s, "overdue at {}: {}", fmt_ns(o.fires_ns()), overdue_what(sem, o));
+    let mut watchdog: Vec<(u64, String)> =
+        timeouts(sem, run).into_iter().map(|(at, text)| (at, format!("timeout at {}: {text}", fmt_ns(at)))).collect();
+    watchdog.extend(overdue.iter().take(MAX_OVERDUE_LINES).map(|o| (o.fires_ns(), format!("overdue at {}: {}", fmt_ns(o.fires_ns()), overdue_what(sem, o)))));
+    watchdog.sort_by_key(|(at, _)| *at);
+    for (_, line) in &watchdog {
+        let _ = writeln!(s, "{line}");
     }
     if overdue.len() > MAX_OVERDUE_LINES {
-        let _ = writeln!(s, "… {} more overdue launches (--format json lists all)", overdue.len() - MAX_OVERDUE_LINES);
+        let more = overdue.len() - MAX_OVERDUE_LINES;
+        let _ = writeln!(s, "… {more} more overdue launch{} (--format json lists all)", if more == 1 { "" } else { "es" });
     }
     if !overdue.is_empty() {
         let _ = writeln!(s, "  ({OVERDUE_WHY})");
@@ -267,8 +270,8 @@ pub struct TimeOut {
     pub makespan_ns: u64,
     pub steps: u64,
     pub races: u64,
-    /// What this execution found: races, stale reads, then a deadlock, undefined behaviour or a timeout, then work
-    /// a watchdog would abort (`overdue`).
+    /// What this execution found, in time order (at the same time: races, stale reads, a deadlock, undefined
+    /// behaviour, timeouts, then work a watchdog would abort, `overdue`).
     pub findings: Vec<TimeFinding>,
     pub ranks: Vec<RankOut>,
     pub streams: Vec<StreamOut>,
@@ -321,6 +324,27 @@ pub struct CriticalOut {
 
 /// The `time` object of the JSON output.
 pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> TimeOut {
+    // In time order (docs/json.md); findings at the same time in this order (a stable sort).
+    let mut findings: Vec<TimeFinding> = run
+        .race_marks
+        .iter()
+        .map(|m| TimeFinding { kind: "data race".into(), at_ns: m.at_ns, text: crate::timeline::race_text(sem, &run.races[m.race]) })
+        .chain(run.stale.iter().map(|m| TimeFinding { kind: "stale read".into(), at_ns: m.at_ns, text: crate::timeline::stale_text(sem, &m.read) }))
+        .chain(match &run.outcome {
+            Outcome::Deadlock(d) => {
+                Some(TimeFinding { kind: "deadlock".into(), at_ns: run.makespan_ns, text: crate::timeline::stuck_text(d).trim_end().to_string() })
+            }
+            Outcome::Undefined(u) => Some(TimeFinding {
+                kind: "undefined".into(),
+                at_ns: run.makespan_ns,
+                text: format!("rule {}: {}", u.rule, u.message),
+            }),
+            _ => None,
+        })
+        .chain(timeouts(sem, run).into_iter().map(|(at_ns, text)| TimeFinding { kind: "timeout".into(), at_ns, text }))
+        .chain(run.overdue.iter().map(|o| TimeFinding { kind: "overdue".into(), at_ns: o.fires_ns(), text: overdue_text(sem, o) }))
+        .collect();
+    findings.sort_by_key(|f| f.at_ns);
     TimeOut {
         program: run.program.clone(),
         file: file.to_string(),
@@ -340,25 +364,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
         makespan_ns: sum.makespan_ns,
         steps: run.schedule.len() as u64,
         races: run.races.len() as u64,
-        findings: run
-            .race_marks
-            .iter()
-            .map(|m| TimeFinding { kind: "data race".into(), at_ns: m.at_ns, text: crate::timeline::race_text(sem, &run.races[m.race]) })
-            .chain(run.stale.iter().map(|m| TimeFinding { kind: "stale read".into(), at_ns: m.at_ns, text: crate::timeline::stale_text(sem, &m.read) }))
-            .chain(match &run.outcome {
-                Outcome::Deadlock(d) => {
-                    Some(TimeFinding { kind: "deadlock".into(), at_ns: run.makespan_ns, text: crate::timeline::stuck_text(d).trim_end().to_string() })
-                }
-                Outcome::Undefined(u) => Some(TimeFinding {
-                    kind: "undefined".into(),
-                    at_ns: run.makespan_ns,
-                    text: format!("rule {}: {}", u.rule, u.message),
-                }),
-                _ => None,
-            })
-            .chain(timeouts(sem, run).into_iter().map(|(at_ns, text)| TimeFinding { kind: "timeout".into(), at_ns, text }))
-            .chain(run.overdue.iter().map(|o| TimeFinding { kind: "overdue".into(), at_ns: o.fires_ns(), text: overdue_text(sem, o) }))
-            .collect(),
+        findings,
         ranks: sum.ranks.iter().map(|r| RankOut { rank: r.rank, compute_ns: r.compute_ns, bubble_fraction: r.bubble_fraction }).collect(),
         streams: sum
             .streams

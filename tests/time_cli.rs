@@ -242,6 +242,47 @@ fn overdue_missed_work_the_model_aborted_later_deferred_work_and_work_cut_by_the
 }
 
 #[test]
+fn overdue_after_the_models_abort_findings_out_of_time_order_and_a_witness_not_called_a_timeout() {
+    // Found by a second fresh tester.
+    // 1. Rank 0 hangs in an all-reduce (rank 1 skips it), then calls another 8 us later; the model's watchdog
+    //    aborts the communicator at 1.2 s, before ProcessGroupNCCL's deadline for the second (1 s after its call):
+    //    the abort ends it, so it is not overdue (it was, 2 us after the abort, because the launch itself only
+    //    ended when it started, after the abort).
+    let p = program_file(
+        "overdue-after-abort.ron",
+        "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"g\", \"4 KiB\")], \
+         comms: [Comm(\"w\", watchdog: \"1 s\")], threads: [Thread(\"main\", [AllReduce(buf: \"g\", stream: \"s0\"), StreamSync(\"s0\"), \
+         OnRanks([0], [AllReduce(buf: \"g\", stream: \"s0\"), Sleep(\"8 us\"), AllReduce(buf: \"g\", stream: \"s0\"), StreamSync(\"s0\")])])])\n",
+    );
+    let (code, json, _) = cli(&["time", p.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 1);
+    let j: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let f = j["time"]["findings"].as_array().unwrap();
+    let abort = f.iter().find(|f| f["kind"] == "timeout").expect("the watchdog fires")["at_ns"].as_u64().unwrap();
+    assert!(f.iter().filter(|f| f["kind"] == "overdue").all(|f| f["at_ns"].as_u64().unwrap() < abort), "{json}");
+    // 2. Findings in time order (docs/json.md): overdue work came after the timeouts, though earlier.
+    let at: Vec<u64> = f.iter().map(|f| f["at_ns"].as_u64().unwrap()).collect();
+    assert!(at.windows(2).all(|w| w[0] <= w[1]), "{json}");
+    let (_, out, _) = cli(&["time", p.to_str().unwrap()]);
+    let kinds: Vec<&str> = out.lines().filter_map(|l| l.split_once(" at ").map(|x| x.0)).filter(|k| *k == "timeout" || *k == "overdue").collect();
+    assert_eq!(kinds, ["overdue", "timeout"], "{out}");
+    // 3. `run --witness` of the timeout said "end of the replayed schedule".
+    let (_, out, _) = cli(&["run", p.to_str().unwrap(), "--witness", "1"]);
+    assert!(out.contains("outcome: timeout: a watchdog aborted a hang"), "{out}");
+    // 4. A run stopped exactly when ProcessGroupNCCL would fire (the call's return: set-up outlasts the 100 ms
+    //    watchdog) with the launch unfinished was not reported.
+    let p = program_file(
+        "overdue-at-the-stop.ron",
+        "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"g\", \"4 KiB\")], \
+         comms: [Comm(\"w\", watchdog: \"100 ms\")], threads: [Thread(\"main\", [Kernel(\"long\", stream: \"s0\", duration: \"1 s\"), \
+         AllReduce(buf: \"g\", stream: \"s0\"), StreamSync(\"s0\")])])\n",
+    );
+    let (code, out, _) = cli(&["time", p.to_str().unwrap(), "--max-steps", "7"]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("overdue at 200.008 ms") && l.contains("still running when the run stopped")).count(), 2, "{out}");
+}
+
+#[test]
 fn time_json_errors_after_loading_printed_nothing() {
     // A cost model that does not load, a trace path that cannot be written, a run past 2^64 - 1 ns: exit 2 with
     // nothing on stdout under --format json (docs/json.md promises an `errors` array).

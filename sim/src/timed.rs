@@ -433,6 +433,9 @@ struct Recorder {
     /// For NCCL calls on watched communicators: when each began and returned (work a non-blocking communicator
     /// deferred is enqueued by a later `Poll`, but timed from its call; N12).
     calls: HashMap<OpLoc, (u64, u64)>,
+    /// When a rank's communicator was aborted (its watchdog, N9, or `CommAbort`, N13): its launches end there as far
+    /// as ProcessGroupNCCL's watchdog is concerned, whenever the model ends them.
+    aborted_at: HashMap<(cuorder_model::program::CommId, RankId), u64>,
     overdue: Vec<Overdue>,
 }
 
@@ -451,6 +454,7 @@ impl Recorder {
             watched: sem.program.comms.iter().any(|c| c.watchdog_ns.is_some()),
             issued: HashMap::default(),
             calls: HashMap::default(),
+            aborted_at: HashMap::default(),
             overdue: vec![],
             eager: HashMap::default(),
         }
@@ -547,6 +551,26 @@ impl Recorder {
                         self.flows.push(Flow { kind: FlowKind::RecordWait, from, from_rank, from_ns, to, to_rank, to_ns: start });
                     }
                 }
+            }
+        }
+        if self.watched {
+            let aborted: Vec<(cuorder_model::program::CommId, RankId)> = match (step, before) {
+                (Step::Watchdog { rank }, _) => sem
+                    .program
+                    .comms
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.watchdog_ns.is_some() && c.position(*rank).is_some())
+                    .map(|(i, _)| (cuorder_model::program::CommId(i as u32), *rank))
+                    .collect(),
+                (Step::Host { thread, .. }, Some((pc, _))) => match sem.op(OpLoc { thread: *thread, op: pc }).kind {
+                    OpKind::CommAbort { comm } => vec![(comm, sem.rank_of(*thread))],
+                    _ => vec![],
+                },
+                _ => vec![],
+            };
+            for a in aborted {
+                self.aborted_at.entry(a).or_insert(t);
             }
         }
         for k in &fx.ended {
@@ -649,7 +673,11 @@ impl Recorder {
         let ItemKind::Launch { comm, .. } = &item.kind else { return None };
         let timeout_ns = sem.program.comms[comm.0 as usize].watchdog_ns?;
         let o = Overdue { item: k, op, rank: item.rank(), stream: item.streams[0], comm: *comm, issued_ns, returned_ns, ended_ns: t, unfinished, timeout_ns };
-        (t > o.fires_ns()).then_some(o)
+        // Overdue if ProcessGroupNCCL's check finds it unfinished: before it ended (or before an abort of its
+        // communicator ended it first), or at the moment the run stopped with it still running.
+        let until = self.aborted_at.get(&(*comm, item.rank())).map_or(t, |&a| a.min(t));
+        let late = if unfinished { until >= o.fires_ns() } else { until > o.fires_ns() };
+        late.then_some(o)
     }
 
     fn close_unfinished(&mut self, sem: &Semantics, st: &State, end: u64) {
