@@ -244,28 +244,40 @@ fn overdue_missed_work_the_model_aborted_later_deferred_work_and_work_cut_by_the
 #[test]
 fn overdue_after_the_models_abort_findings_out_of_time_order_and_a_witness_not_called_a_timeout() {
     // Found by a second fresh tester.
-    // 1. Rank 0 hangs in an all-reduce (rank 1 skips it), then calls another 8 us later; the model's watchdog
-    //    aborts the communicator at 1.2 s, before ProcessGroupNCCL's deadline for the second (1 s after its call):
-    //    the abort ends it, so it is not overdue (it was, 2 us after the abort, because the launch itself only
-    //    ended when it started, after the abort).
+    // 1. Rank 0 hangs in an all-reduce (rank 1 skips it), then calls another 8 us later. The watchdog aborts the
+    //    communicator when the first is due (1 s after its call, as ProcessGroupNCCL times it; it fired 1 s after
+    //    the launch started, a few us later), before the second is due: the abort ends both, so neither is overdue
+    //    (the second was reported 2 us after the abort, and the first a few us before it, twice for one hang).
     let p = program_file(
         "overdue-after-abort.ron",
         "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"g\", \"4 KiB\")], \
          comms: [Comm(\"w\", watchdog: \"1 s\")], threads: [Thread(\"main\", [AllReduce(buf: \"g\", stream: \"s0\"), StreamSync(\"s0\"), \
          OnRanks([0], [AllReduce(buf: \"g\", stream: \"s0\"), Sleep(\"8 us\"), AllReduce(buf: \"g\", stream: \"s0\"), StreamSync(\"s0\")])])])\n",
     );
-    let (code, json, _) = cli(&["time", p.to_str().unwrap(), "--format", "json"]);
+    let (code, out, _) = cli(&["time", p.to_str().unwrap()]);
     assert_eq!(code, 1);
+    assert!(out.contains("timeout at 1.200 s") && !out.contains("overdue at"), "{out}");
+    // 2. Findings in time order (docs/json.md): rank 0 hangs on communicator w1 (1 s watchdog) while a 20 s kernel
+    //    keeps the run going; work on w2 (10 s) waits behind the kernel. ProcessGroupNCCL aborts at 1.4 s and
+    //    10.4 s; the model's watchdog only once everything is stuck, at 20.4 s. The overdue work came after the
+    //    timeout in the text and the JSON.
+    let p2 = program_file(
+        "overdue-order.ron",
+        "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking), Stream(\"s1\", NonBlocking)], buffers: [Buffer(\"g\", \"4 KiB\"), Buffer(\"h\", \"4 KiB\")], \
+         comms: [Comm(\"w1\", watchdog: \"1 s\"), Comm(\"w2\", watchdog: \"10 s\")], threads: [Thread(\"main\", [\
+         AllReduce(buf: \"g\", stream: \"s0\", comm: \"w1\"), AllReduce(buf: \"h\", stream: \"s1\", comm: \"w2\"), StreamSync(\"s0\"), StreamSync(\"s1\"), \
+         Kernel(\"slow\", stream: \"s1\", duration: \"20 s\"), AllReduce(buf: \"h\", stream: \"s1\", comm: \"w2\"), \
+         OnRanks([0], [AllReduce(buf: \"g\", stream: \"s0\", comm: \"w1\")]), StreamSync(\"s0\")])])\n",
+    );
+    let (_, out, _) = cli(&["time", p2.to_str().unwrap()]);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("timeout at") || l.starts_with("overdue at")).collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(lines[0].starts_with("overdue at 1.400 s: r0 main #6") && lines[3].starts_with("timeout at 20.400 s"), "{out}");
+    let (_, json, _) = cli(&["time", p2.to_str().unwrap(), "--format", "json"]);
     let j: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let f = j["time"]["findings"].as_array().unwrap();
-    let abort = f.iter().find(|f| f["kind"] == "timeout").expect("the watchdog fires")["at_ns"].as_u64().unwrap();
-    assert!(f.iter().filter(|f| f["kind"] == "overdue").all(|f| f["at_ns"].as_u64().unwrap() < abort), "{json}");
-    // 2. Findings in time order (docs/json.md): overdue work came after the timeouts, though earlier.
-    let at: Vec<u64> = f.iter().map(|f| f["at_ns"].as_u64().unwrap()).collect();
+    let at: Vec<u64> = j["time"]["findings"].as_array().unwrap().iter().map(|f| f["at_ns"].as_u64().unwrap()).collect();
+    assert_eq!(at.len(), 4, "{json}");
     assert!(at.windows(2).all(|w| w[0] <= w[1]), "{json}");
-    let (_, out, _) = cli(&["time", p.to_str().unwrap()]);
-    let kinds: Vec<&str> = out.lines().filter_map(|l| l.split_once(" at ").map(|x| x.0)).filter(|k| *k == "timeout" || *k == "overdue").collect();
-    assert_eq!(kinds, ["overdue", "timeout"], "{out}");
     // 3. `run --witness` of the timeout said "end of the replayed schedule".
     let (_, out, _) = cli(&["run", p.to_str().unwrap(), "--witness", "1"]);
     assert!(out.contains("outcome: timeout: a watchdog aborted a hang"), "{out}");

@@ -577,8 +577,8 @@ impl Recorder {
             let item = st.item(*k);
             let start = self.item_start.remove(k).unwrap_or(t);
             if let Some(o) = self.overdue_if_late(sem, st, *k, t, false) {
-                // A launch the model's watchdog aborts is overdue too if ProcessGroupNCCL's would have fired
-                // earlier (it times from the call, the model from the launch's start; N9).
+                // A launch the model's watchdog aborts later is overdue too if it was due before the abort (a hang
+                // that began after it was due; N9).
                 self.overdue.push(o);
             }
             if item.kind == ItemKind::Record {
@@ -916,16 +916,27 @@ fn watchdog_at(sem: &Semantics, st: &State, log: &Log, now: u64) -> Option<(Step
         .filter_map(|s| {
             let Step::Watchdog { rank } = s else { return None };
             let (timeout, comms) = sem.watchdog_due(st, rank)?;
-            let since = st
+            // As ProcessGroupNCCL times work (`Overdue`): each unfinished watched launch is due its communicator's
+            // timeout after the call that issued it began, or when that call returned if later; the earliest due
+            // fires (now at the soonest). A launch whose call was not seen is due its timeout after it started.
+            let due = st
                 .streams
                 .items
                 .iter()
                 .filter(|(_, i)| i.status != ItemStatus::Done && i.rank() == rank)
-                .filter(|(_, i)| matches!(&i.kind, ItemKind::Launch { comm, .. } if comms.contains(comm)))
-                .map(|(k, _)| log.rec.item_start.get(k).copied().unwrap_or(now))
+                .filter_map(|(k, i)| match &i.kind {
+                    ItemKind::Launch { comm, .. } if comms.contains(comm) => {
+                        let t = sem.program.comms[comm.0 as usize].watchdog_ns.unwrap_or(timeout);
+                        Some(match log.rec.issued.get(k) {
+                            Some(&(_, issued, returned)) => issued.saturating_add(t).max(returned),
+                            None => log.rec.item_start.get(k).copied().unwrap_or(now).saturating_add(t),
+                        })
+                    }
+                    _ => None,
+                })
                 .min()
-                .unwrap_or(now);
-            let fire = since.saturating_add(timeout).max(now);
+                .unwrap_or(now.saturating_add(timeout));
+            let fire = due.max(now);
             Some((s, Pending { fire, cost: fire - now, by }))
         })
         .min_by_key(|(s, p)| (p.fire, s.clone()))
