@@ -426,8 +426,9 @@ struct Recorder {
     blocked_since: Vec<Option<(u64, u32)>>,
     /// Eager deliveries not yet drained: send op → (lane, rank, time).
     eager: HashMap<OpLoc, (Lane, RankId, u64)>,
-    /// Whether some communicator has a watchdog (N9); if so, `issued` holds when each unended launch on such a
-    /// communicator was issued (the start of the host call), and `overdue` the ended ones past their timeout.
+    /// Whether some communicator has a watchdog (N9); if so, `issued` holds, for each unended launch on such a
+    /// communicator, the call that issued it and when that call began and returned, and `overdue` the launches
+    /// found unfinished when due.
     watched: bool,
     issued: HashMap<ItemKey, (OpLoc, u64, u64)>,
     /// For NCCL calls on watched communicators: when each began and returned (work a non-blocking communicator
@@ -662,9 +663,6 @@ impl Recorder {
         }
     }
 
-    /// Draws the work still in progress at `end` ns (the run stopped): every started item that has not ended, and every
-    /// host call still blocked, as an unfinished span to `end`, so a hang shows where it is (items by key, threads by
-    /// id: the same bytes every time).
     /// The [`Overdue`] record of launch `k`, ending (or still running, `unfinished`) at `t`, if it was issued on a
     /// watched communicator and ProcessGroupNCCL's watchdog would have fired before `t`; forgets its issue.
     fn overdue_if_late(&mut self, sem: &Semantics, st: &State, k: ItemKey, t: u64, unfinished: bool) -> Option<Overdue> {
@@ -680,6 +678,9 @@ impl Recorder {
         late.then_some(o)
     }
 
+    /// Draws the work still in progress at `end` ns (the run stopped): every started item that has not ended, and every
+    /// host call still blocked, as an unfinished span to `end`, so a hang shows where it is (items by key, threads by
+    /// id: the same bytes every time); and records the watched launches still running then that were due by then.
     fn close_unfinished(&mut self, sem: &Semantics, st: &State, end: u64) {
         let mut waiting: Vec<ItemKey> = self.issued.keys().copied().collect();
         waiting.sort_unstable();
