@@ -33,18 +33,17 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
         s.push_str(&format!("{:>5}  {:<width$}  {}\n", e.step, lane(&e.lane), e.text));
     }
     s.push('\n');
-    let watchdog = trace.schedule.iter().any(|st| matches!(st, cuorder_model::semantics::Step::Watchdog { .. }));
+    let replay = trace.scheduler == "replay";
     match &trace.outcome {
         // N9: the run ended (or a witness's schedule, `--witness`, did), but only because a watchdog aborted a hang
         // (as `time` and `check` say).
-        Outcome::Completed if watchdog => {
-            s.push_str("outcome: timeout: a watchdog aborted a hang (the \"watchdog\" event above); without it this is a deadlock\n")
-        }
-        Outcome::StepLimit(_) if watchdog && trace.scheduler == "replay" => {
+        Outcome::Completed | Outcome::StepLimit(_)
+            if watchdog_fired(&trace.schedule) && (replay || matches!(trace.outcome, Outcome::Completed)) =>
+        {
             s.push_str("outcome: timeout: a watchdog aborted a hang (the \"watchdog\" event above); without it this is a deadlock\n")
         }
         Outcome::Completed => s.push_str("outcome: completed\n"),
-        Outcome::StepLimit(n) if trace.scheduler == "replay" => {
+        Outcome::StepLimit(n) if replay => {
             s.push_str(&format!("outcome: end of the replayed schedule ({n} steps)\n"))
         }
         Outcome::StepLimit(n) => s.push_str(&format!("outcome: stopped at the step limit ({n} steps)\n")),
@@ -87,6 +86,12 @@ pub fn stuck_lines(d: &cuorder_model::semantics::Stuck, indent: &str, when: &str
 /// [`stuck_lines`] indented by two spaces (`run`, `time`).
 pub fn stuck_text(d: &cuorder_model::semantics::Stuck) -> String {
     stuck_lines(d, "  ", "")
+}
+
+/// Whether a watchdog fired in this schedule (N9): the execution ended because it aborted a hang (`run`'s and
+/// `time`'s outcome "timeout").
+pub fn watchdog_fired(schedule: &[cuorder_model::semantics::Step]) -> bool {
+    schedule.iter().any(|s| matches!(s, cuorder_model::semantics::Step::Watchdog { .. }))
 }
 
 /// A failed value assertion in one line (V1): "OP expects what OP wrote, but that write does not happen before it".

@@ -79,7 +79,7 @@ pub fn has_finding(run: &TimedRun) -> bool {
 
 /// Whether a watchdog fired (N9): the run ends, as `check`'s "timeout" verdict says, with the hang aborted.
 pub fn timed_out(run: &TimedRun) -> bool {
-    run.schedule.iter().any(|s| matches!(s, cuorder_model::semantics::Step::Watchdog { .. }))
+    crate::timeline::watchdog_fired(&run.schedule)
 }
 
 /// The text report of `cuorder time`.
@@ -638,7 +638,6 @@ pub fn accuracy(sem: &Semantics, run: &TimedRun, obs: &cuorder_model::observatio
     })
 }
 
-/// The watchdog firings of a timed run (N9): when, and what they aborted.
 /// Overdue launches the text report lists one by one.
 const MAX_OVERDUE_LINES: usize = 10;
 
@@ -671,6 +670,7 @@ fn overdue_text(sem: &Semantics, o: &cuorder_sim::timed::Overdue) -> String {
     format!("{}: {OVERDUE_WHY}", overdue_what(sem, o))
 }
 
+/// The watchdog firings of a timed run (N9): when, and what they aborted.
 fn timeouts(sem: &Semantics, run: &TimedRun) -> Vec<(u64, String)> {
     run.schedule
         .iter()

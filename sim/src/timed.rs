@@ -519,11 +519,8 @@ impl Recorder {
                 for (k, item) in st.streams.items.subs(*thread, pc) {
                     if let ItemKind::Launch { comm, ops, .. } = &item.kind {
                         if watched(*comm) && item.status != ItemStatus::Done && !self.issued.contains_key(k) {
-                            let first = ops.iter().filter_map(|o| self.calls.get(&o.loc).map(|c| (c.0, c.1, o.loc))).min();
-                            let at = match first {
-                                Some((start, ret, loc)) if !issuer => (loc, start, ret),
-                                _ => (op, call_ns, t),
-                            };
+                            let deferred = if issuer { None } else { ops.iter().filter_map(|o| self.calls.get(&o.loc).map(|c| (c.0, c.1, o.loc))).min() };
+                            let at = deferred.map_or((op, call_ns, t), |(start, ret, loc)| (loc, start, ret));
                             self.issued.insert(*k, at);
                         }
                     }
