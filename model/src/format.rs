@@ -128,10 +128,11 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
     let mut groups = BTreeMap::new();
     let mut flats: BTreeMap<String, u64> = BTreeMap::new();
     let mut paths = expand::PathCache::default();
+    let torch_names = torch::TorchNames::new(&decls);
     for r in 0..ranks {
         for (ti, &t) in decls.rank_threads[r as usize].iter().enumerate() {
             let decl = &decls.threads[t];
-            let mut tcx = torch::TorchCx::new(&torch_decls, &decls);
+            let mut tcx = torch::TorchCx::new(&torch_decls, &torch_names, &decls);
             let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut tcx, &mut issues, &mut paths);
             pairs.append(&mut tcx.pairs);
             groups.append(&mut tcx.lazy_groups);
@@ -178,10 +179,13 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
     }
 
     let lines = LineIndex::new(text);
-    let mut origins: BTreeMap<Rc<str>, Origin> = BTreeMap::new();
+    // Keyed by the path's allocation: expansion shares one `Rc` per written op (`PathCache`), so this finds an op's
+    // origin without comparing long path strings (a million times for a 1,024-rank pipeline; issue 9). Two `Rc`s
+    // holding equal text only resolve the same path twice.
+    let mut origins: rustc_hash::FxHashMap<*const u8, Origin> = Default::default();
     let mut origin = |path: &Rc<str>| -> Origin {
         origins
-            .entry(path.clone())
+            .entry(Rc::as_ptr(path) as *const u8)
             .or_insert_with(|| match index.resolve(path) {
                 Some((_, node)) => {
                     let (line, column) = lines.line_col(node.span.start);

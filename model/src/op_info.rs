@@ -3,7 +3,12 @@
 //! the resources its host step reads and writes (for partial-order reduction). Every `match` here lists every
 //! `OpKind` without a `_ =>` arm, so adding an operation fails to compile until this table answers for it.
 
+use smallvec::SmallVec;
+
 use crate::program::*;
+
+/// An op's footprint while [`OpKind::info`] builds it.
+type Fp = SmallVec<[(Resource, Use); 8]>;
 
 /// A memory access an op makes (by its item, or by the host for host accesses): `range` in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,8 +139,10 @@ impl OpKind {
 
     /// What this op touches, when called by a thread of `caller` in `program` (a validated program).
     pub fn info(&self, program: &Program, caller: RankId) -> OpInfo {
-        let mut fp: Vec<(Resource, Use)> = vec![];
-        let pooled_uses = |ranges: &[BufRange], fp: &mut Vec<(Resource, Use)>| {
+        // Built on the stack and boxed once at their final length: this runs for every op of every rank at load
+        // (a 1,024-rank pipeline has 1.5 M), and growing heap vectors was a quarter of what it cost (issue 9).
+        let mut fp: Fp = SmallVec::new();
+        let pooled_uses = |ranges: &mut dyn Iterator<Item = &BufRange>, fp: &mut Fp| {
             for r in ranges {
                 if program.buffer(r.buf).pooled {
                     fp.push((Resource::Alloc(r.buf), Use::Read));
@@ -143,7 +150,7 @@ impl OpKind {
             }
         };
         // S2: an enqueue appends to its stream and captures the tails of the streams it implicitly waits for.
-        let enqueue = |s: StreamRef, fp: &mut Vec<(Resource, Use)>| {
+        let enqueue = |s: StreamRef, fp: &mut Fp| {
             fp.push((Resource::Stream(s), Use::Write));
             match program.stream(s).kind {
                 StreamKind::LegacyDefault => {
@@ -157,7 +164,7 @@ impl OpKind {
                 StreamKind::NonBlocking => {}
             }
         };
-        let nccl = |comm: CommId, stream: StreamRef, ranges: &[BufRange], fp: &mut Vec<(Resource, Use)>| {
+        let nccl = |comm: CommId, stream: StreamRef, ranges: &[BufRange], fp: &mut Fp| {
             fp.push((Resource::Comm(comm), Use::Write));
             fp.push((Resource::NcclIssuer(stream.rank), Use::Write));
             fp.push((Resource::Stream(stream), Use::Write));
@@ -170,7 +177,7 @@ impl OpKind {
         let device_of = |ranges: &[&BufRange]| {
             ranges.iter().find(|r| program.buffer(r.buf).space == MemSpace::Device).map(|r| r.buf.rank).unwrap_or(caller)
         };
-        let implicit_sync = |fp: &mut Vec<(Resource, Use)>, ranks: &mut Vec<RankId>| {
+        let implicit_sync = |fp: &mut Fp, ranks: &mut SmallVec<[RankId; 8]>| {
             for (r, rank) in program.ranks.iter().enumerate() {
                 for i in 0..rank.streams.len() as u32 {
                     fp.push((Resource::Stream(StreamRef { rank: r as RankId, index: i }), Use::Read));
@@ -178,26 +185,25 @@ impl OpKind {
                 ranks.push(r as RankId);
             }
         };
-        let mut ranks: Vec<RankId> = vec![];
+        let mut ranks: SmallVec<[RankId; 8]> = SmallVec::new();
         let info = match self {
             OpKind::Kernel { stream, reads, writes, .. } => {
                 enqueue(*stream, &mut fp);
-                let all: Vec<BufRange> = reads.iter().chain(writes).copied().collect();
-                pooled_uses(&all, &mut fp);
-                ranks.extend(all.iter().map(|r| r.buf.rank));
+                pooled_uses(&mut reads.iter().chain(writes), &mut fp);
+                ranks.extend(reads.iter().chain(writes).map(|r| r.buf.rank));
                 OpInfo::base(Some(stream.rank), Some(*stream), reads_writes(reads, writes))
             }
             OpKind::Memset { stream, dst } => {
                 let s = stream.unwrap_or(legacy(dst.buf.rank));
                 enqueue(s, &mut fp);
-                pooled_uses(&[*dst], &mut fp);
+                pooled_uses(&mut [*dst].iter(), &mut fp);
                 ranks.push(dst.buf.rank);
                 OpInfo::base(Some(s.rank), Some(s), vec![MemAccess { range: *dst, write: true }])
             }
             OpKind::Memcpy { stream, dst, src } => {
                 let s = stream.unwrap_or(legacy(device_of(&[dst, src])));
                 enqueue(s, &mut fp);
-                pooled_uses(&[*dst, *src], &mut fp);
+                pooled_uses(&mut [*dst, *src].iter(), &mut fp);
                 ranks.extend([dst.buf.rank, src.buf.rank]);
                 let acc = vec![MemAccess { range: *src, write: false }, MemAccess { range: *dst, write: true }];
                 OpInfo::base(Some(s.rank), Some(s), acc)
@@ -238,7 +244,7 @@ impl OpKind {
             }
             OpKind::HostSleep { .. } => OpInfo::base(None, None, vec![]),
             OpKind::HostAccess { range, write } => {
-                pooled_uses(&[*range], &mut fp);
+                pooled_uses(&mut [*range].iter(), &mut fp);
                 ranks.push(range.buf.rank);
                 OpInfo::base(None, None, vec![MemAccess { range: *range, write: *write }])
             }
@@ -342,7 +348,7 @@ impl OpKind {
             // V1: a read like a kernel's (on a stream) or a host read (without one). Whether it sees its writer's
             // value depends only on happens-before, never on how far a device has got: it observes nothing.
             OpKind::Expect { range, stream, .. } => {
-                pooled_uses(&[*range], &mut fp);
+                pooled_uses(&mut [*range].iter(), &mut fp);
                 ranks.push(range.buf.rank);
                 let read = vec![MemAccess { range: *range, write: false }];
                 match stream {
@@ -380,9 +386,8 @@ impl OpKind {
             // by the driver's thread when the item runs.
             OpKind::HostFunc { stream, reads, writes, .. } => {
                 enqueue(*stream, &mut fp);
-                let all: Vec<BufRange> = reads.iter().chain(writes).copied().collect();
-                pooled_uses(&all, &mut fp);
-                ranks.extend(all.iter().map(|r| r.buf.rank));
+                pooled_uses(&mut reads.iter().chain(writes), &mut fp);
+                ranks.extend(reads.iter().chain(writes).map(|r| r.buf.rank));
                 OpInfo::base(Some(stream.rank), Some(*stream), reads_writes(reads, writes))
             }
         };
@@ -392,7 +397,7 @@ impl OpKind {
         ranks.dedup();
         fp.sort_unstable();
         fp.dedup();
-        OpInfo { footprint: fp.into_boxed_slice(), ranks: ranks.into_boxed_slice(), ..info }
+        OpInfo { footprint: Box::from(&fp[..]), ranks: Box::from(&ranks[..]), ..info }
     }
 }
 

@@ -263,6 +263,8 @@ fn end_event(site: u32, work: usize) -> String {
 /// the works by name, and whether the process group exists yet.
 pub struct TorchCx<'t> {
     pub decls: &'t TorchDecls,
+    /// What the declarations say, shared by every thread of every rank ([`TorchNames::new`]).
+    names: &'t TorchNames,
     /// The current stream: `sL` (PyTorch's default stream is the legacy default stream) unless inside `WithStream`.
     pub current: Vec<String>,
     /// Work name -> its end events.
@@ -270,8 +272,6 @@ pub struct TorchCx<'t> {
     pub initialized: bool,
     /// The communicator of the default process group (`world`; `None`: the program's only one).
     pub comm: Option<String>,
-    /// The names of `Pooled` buffers (caching-allocator tensors, P4).
-    pub pooled: BTreeSet<String>,
     /// Pair communicators this thread has created (lazy init, P2).
     pub inited_pairs: BTreeSet<(u32, u32)>,
     /// Pair communicators some thread uses: declared after expansion (`declare_pairs`).
@@ -285,15 +285,6 @@ pub struct TorchCx<'t> {
     /// The flat temporaries this thread used (`dist.all_gather` / `dist.reduce_scatter` with equal sizes), with the
     /// largest size in bytes: declared after expansion (`declare_flats`).
     pub flats: BTreeMap<String, u64>,
-    /// The names of host buffers (pinned or pageable): NCCL collectives refuse them.
-    host: BTreeSet<String>,
-    /// Declared names and their kinds (stream, event, communicator, buffer): to say so when a name of another kind
-    /// is used as a tensor, and to stay silent about a buffer whose size did not parse (reported at the buffer).
-    other_names: BTreeMap<String, &'static str>,
-    /// Bytes of every declared buffer whose size is known (split sizes of `all_to_all` are checked against them).
-    sizes: BTreeMap<String, u64>,
-    /// The members of the default group's communicator, in communicator order.
-    default_members: Vec<u32>,
     /// `TORCH_NCCL_AVOID_RECORD_STREAMS` (P4): the stash id of each work name (`WorkNCCL::stashed_for_allocator_safety_`).
     work_stash: BTreeMap<String, u32>,
     /// Stash id -> the pooled tensors it holds until its work's `wait()`.
@@ -305,20 +296,25 @@ pub struct TorchCx<'t> {
     next_stash: u32,
 }
 
-impl<'t> TorchCx<'t> {
-    pub fn new(decls: &'t TorchDecls, d: &Decls) -> TorchCx<'t> {
-        let comm = d.comm_idx.contains_key(WORLD).then(|| WORLD.to_string());
-        TorchCx {
-            decls,
-            current: vec!["sL".to_string()],
-            works: BTreeMap::new(),
-            initialized: false,
-            comm,
-            inited_pairs: BTreeSet::new(),
-            pairs: BTreeSet::new(),
-            groups: BTreeMap::new(),
-            inited_groups: BTreeSet::new(),
-            lazy_groups: BTreeMap::new(),
+/// What lowering reads from the declarations, made once per program: every rank's threads share it (it held a copy
+/// of every buffer name per thread, a tenth of loading a 1,024-rank pipeline; issue 9).
+pub struct TorchNames {
+    /// The names of `Pooled` buffers (caching-allocator tensors, P4).
+    pooled: BTreeSet<String>,
+    /// The names of host buffers (pinned or pageable): NCCL collectives refuse them.
+    host: BTreeSet<String>,
+    /// Declared names and their kinds (stream, event, communicator, buffer): to say so when a name of another kind
+    /// is used as a tensor, and to stay silent about a buffer whose size did not parse (reported at the buffer).
+    other_names: BTreeMap<String, &'static str>,
+    /// Bytes of every declared buffer whose size is known (split sizes of `all_to_all` are checked against them).
+    sizes: BTreeMap<String, u64>,
+    /// The members of the default group's communicator, in communicator order.
+    default_members: Vec<u32>,
+}
+
+impl TorchNames {
+    pub fn new(d: &Decls) -> TorchNames {
+        TorchNames {
             pooled: d.buffers.iter().filter(|b| b.pooled).map(|b| b.name.clone()).collect(),
             sizes: d
                 .buffers
@@ -331,7 +327,6 @@ impl<'t> TorchCx<'t> {
                 Some(&c) => d.comms[c as usize].members.clone(),
                 None => (0..d.ranks).collect(),
             },
-            flats: BTreeMap::new(),
             host: d.buffers.iter().filter(|b| b.space != crate::program::MemSpace::Device).map(|b| b.name.clone()).collect(),
             other_names: d
                 .streams
@@ -341,6 +336,26 @@ impl<'t> TorchCx<'t> {
                 .chain(d.events.iter().map(|e| (e.clone(), "event")))
                 .chain(d.comms.iter().map(|c| (c.name.clone(), "communicator")))
                 .collect(),
+        }
+    }
+}
+
+impl<'t> TorchCx<'t> {
+    pub fn new(decls: &'t TorchDecls, names: &'t TorchNames, d: &Decls) -> TorchCx<'t> {
+        let comm = d.comm_idx.contains_key(WORLD).then(|| WORLD.to_string());
+        TorchCx {
+            decls,
+            names,
+            current: vec!["sL".to_string()],
+            works: BTreeMap::new(),
+            initialized: false,
+            comm,
+            inited_pairs: BTreeSet::new(),
+            pairs: BTreeSet::new(),
+            groups: BTreeMap::new(),
+            inited_groups: BTreeSet::new(),
+            lazy_groups: BTreeMap::new(),
+            flats: BTreeMap::new(),
             work_stash: BTreeMap::new(),
             stashes: BTreeMap::new(),
             holders: BTreeMap::new(),
@@ -441,7 +456,7 @@ pub fn lower<'a>(
     let record = |out: &mut Vec<Item<'a>>, tensor: &BufArg, stream: &str| {
         let name = super::expr::interpolate(tensor.name(), &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v));
         if let Ok(n) = name {
-            if tcx.pooled.contains(n.as_ref()) {
+            if tcx.names.pooled.contains(n.as_ref()) {
                 if avoid {
                     stashed.borrow_mut().push(n.into_owned());
                 } else {
@@ -632,7 +647,7 @@ pub fn lower<'a>(
             let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, issues, group) else { return Some(0) };
             let members = match &group {
                 Some(g) => tcx.groups.get(g).cloned().unwrap_or_default(),
-                None => tcx.default_members.clone(),
+                None => tcx.names.default_members.clone(),
             };
             let gather = matches!(op, SOp::DistAllGatherList { .. });
             let (list, one, list_name, one_name, call) = match op {
@@ -658,18 +673,18 @@ pub fn lower<'a>(
                 return Some(0);
             }
             let scope = Scope { rank, ranks, env: env.as_deref() };
-            let len = |b: &BufArg, at: String, issues: &mut Issues| match extent(b, &scope, &tcx.sizes) {
+            let len = |b: &BufArg, at: String, issues: &mut Issues| match extent(b, &scope, &tcx.names.sizes) {
                 Some(e) => Some(e.2),
                 None => {
                     let name = super::expr::interpolate(b.name(), &|v| scope.lookup(v)).map(|s| s.into_owned()).unwrap_or_else(|_| b.name().to_string());
                     // A declared buffer whose size did not parse: that error is reported where it is declared.
-                    if tcx.other_names.get(&name) == Some(&"buffer") {
+                    if tcx.names.other_names.get(&name) == Some(&"buffer") {
                         return None;
                     }
-                    let known = tcx.sizes.keys().map(String::as_str);
+                    let known = tcx.names.sizes.keys().map(String::as_str);
                     let help = if name.contains('@') {
                         Some("a PyTorch call names this rank's own tensors: `x`, not `x@1`".to_string())
-                    } else if let Some(kind) = tcx.other_names.get(&name).filter(|k| **k != "buffer") {
+                    } else if let Some(kind) = tcx.names.other_names.get(&name).filter(|k| **k != "buffer") {
                         Some(format!("`{name}` is a {kind}, not a tensor"))
                     } else {
                         super::diagnostic::did_you_mean(&name, known).map(|s| format!("did you mean `{s}`?"))
@@ -699,7 +714,7 @@ pub fn lower<'a>(
             // NCCL collectives take CUDA tensors only (PyTorch raises for a host tensor).
             for (at, t) in list.iter().enumerate().map(|(j, t)| (index(&field(path, list_name), j), t)).chain([(field(path, one_name), one)]) {
                 let name = super::expr::interpolate(t.name(), &|v| scope.lookup(v)).map(|s| s.into_owned()).unwrap_or_default();
-                if tcx.host.contains(&name) {
+                if tcx.names.host.contains(&name) {
                     issues.push(
                         Issue::new(at, format!("`{name}` is host memory; {call} takes CUDA tensors"))
                             .help("NCCL collectives read and write device memory: use a device Buffer or Pooled tensor")
@@ -805,10 +820,10 @@ pub fn lower<'a>(
                 SOp::DistAllToAllSingle { .. } | SOp::DistAllToAll { .. } => {
                     let members = match &group {
                         Some(g) => tcx.groups.get(g).cloned().unwrap_or_default(),
-                        None => tcx.default_members.clone(),
+                        None => tcx.names.default_members.clone(),
                     };
                     let scope = Scope { rank, ranks, env: env.as_deref() };
-                    all_to_all_parts(op, path, rank, &members, &scope, &tcx.sizes, issues)
+                    all_to_all_parts(op, path, rank, &members, &scope, &tcx.names.sizes, issues)
                 }
                 _ => None,
             };

@@ -13,6 +13,10 @@ use std::collections::BTreeSet;
 
 use crate::op_info::NcclRole;
 
+/// A few ranks, sorted and without repeats: what [`Semantics::step_ranks`] returns. On the stack for up to 4 (a
+/// step touches one or two ranks but for collectives and connection set-ups); it runs for every step of a timed run.
+pub type RankSet = smallvec::SmallVec<[RankId; 4]>;
+
 use super::*;
 
 /// Groups of ranks whose enabled steps may depend on each other's state (module docs), deduplicated.
@@ -69,13 +73,13 @@ impl<'p> Semantics<'p> {
         for r in 0..n as RankId {
             set.insert(vec![r]);
         }
-        let mut g = vec![];
+        let mut g = RankSet::new();
         for (t, &(home, _)) in self.thread_of.iter().enumerate() {
             for i in 0..self.ops_of(t as ThreadId).len() {
                 self.op_ranks_into(OpLoc { thread: t as ThreadId, op: i as u32 }, home, &mut g);
                 // Most ops touch their own rank only: that group is already in.
-                if g.len() > 1 && !set.contains(&g) {
-                    set.insert(g.clone());
+                if g.len() > 1 && !set.contains(&g[..]) {
+                    set.insert(g.to_vec());
                 }
             }
         }
@@ -135,40 +139,43 @@ impl<'p> Semantics<'p> {
 
     /// The ranks one op's steps may read or write, sorted: the thread's rank, every rank the op names, its acting
     /// rank, a P2P peer, a collective's or init's communicator members.
-    fn op_ranks(&self, loc: OpLoc, home: RankId) -> Vec<RankId> {
-        let mut g = vec![];
+    fn op_ranks(&self, loc: OpLoc, home: RankId) -> RankSet {
+        let mut g = RankSet::new();
         self.op_ranks_into(loc, home, &mut g);
         g
     }
 
     /// [`Self::op_ranks`] into `g` (cleared first), so that a pass over every op of a program reuses one buffer.
-    fn op_ranks_into(&self, loc: OpLoc, home: RankId, g: &mut Vec<RankId>) {
+    fn op_ranks_into(&self, loc: OpLoc, home: RankId, g: &mut RankSet) {
         let info = self.info(loc);
         g.clear();
         g.push(home);
-        g.extend(info.ranks.iter().copied());
-        g.extend(info.acting_rank);
-        g.extend(info.stream.map(|s| s.rank));
-        g.extend(info.observes);
+        // `info.ranks` holds the acting rank and the stream's rank too (`OpKind::info`). Most ops name their own
+        // rank only: pushing only the others keeps the common case free of sorting.
+        let mut add = |r: RankId| {
+            if r != home {
+                g.push(r);
+            }
+        };
+        info.ranks.iter().for_each(|&r| add(r));
+        info.observes.into_iter().for_each(&mut add);
         match info.nccl {
-            Some(NcclRole::Send { peer } | NcclRole::Recv { peer }) => g.push(peer),
+            Some(NcclRole::Send { peer } | NcclRole::Recv { peer }) => add(peer),
             Some(NcclRole::Collective { .. } | NcclRole::Init) => {
                 if let Some(c) = info.comm {
-                    g.extend(self.program.comms[c.0 as usize].members.iter().copied());
+                    self.program.comms[c.0 as usize].members.iter().for_each(|&r| add(r));
                 }
             }
             None => {}
         }
-        if g.iter().all(|&r| r == home) {
-            g.truncate(1);
-            return;
+        if g.len() > 1 {
+            g.sort_unstable();
+            g.dedup();
         }
-        g.sort_unstable();
-        g.dedup();
     }
 
     /// The ranks whose state `step` may write, computed before it is applied (module docs).
-    pub fn step_ranks(&self, st: &State, step: &Step) -> Vec<RankId> {
+    pub fn step_ranks(&self, st: &State, step: &Step) -> RankSet {
         match step {
             Step::Host { thread, .. } => {
                 let t = *thread;
@@ -197,7 +204,7 @@ impl<'p> Semantics<'p> {
             }
             // The watchdog aborts the rank's watched communicators, which their other members' steps depend on.
             Step::Watchdog { rank } => {
-                let mut v = vec![*rank];
+                let mut v = RankSet::from_elem(*rank, 1);
                 for c in self.program.comms.iter().filter(|c| c.watchdog_ns.is_some() && c.position(*rank).is_some()) {
                     v.extend(c.members.iter().copied());
                 }
@@ -205,22 +212,22 @@ impl<'p> Semantics<'p> {
                 v.dedup();
                 v
             }
-            Step::Item(k) => vec![st.item(*k).rank()],
+            Step::Item(k) => RankSet::from_elem(st.item(*k).rank(), 1),
             Step::Transfer { send, recv } => {
-                let mut v = vec![self.acting_rank(*send), self.acting_rank(*recv)];
+                let mut v: RankSet = [self.acting_rank(*send), self.acting_rank(*recv)].into_iter().collect();
                 v.sort_unstable();
                 v.dedup();
                 v
             }
-            Step::Eager { send } => vec![self.acting_rank(*send)],
-            Step::Drain { recv } => vec![self.acting_rank(*recv)],
+            Step::Eager { send } => RankSet::from_elem(self.acting_rank(*send), 1),
+            Step::Drain { recv } => RankSet::from_elem(self.acting_rank(*recv), 1),
             Step::Collective { comm, .. } | Step::RootEarly { comm, .. } => {
-                let mut v = self.program.comms[comm.0 as usize].members.clone();
+                let mut v = RankSet::from_slice(&self.program.comms[comm.0 as usize].members);
                 v.sort_unstable();
                 v
             }
             Step::Connect { a, b, ra, rb, .. } => {
-                let mut v = vec![self.rank_of(*a), self.rank_of(*b), *ra, *rb];
+                let mut v = RankSet::from_slice(&[self.rank_of(*a), self.rank_of(*b), *ra, *rb]);
                 v.sort_unstable();
                 v.dedup();
                 v
@@ -243,10 +250,16 @@ impl<'p> Semantics<'p> {
         let s0 = self.stream_base[r as usize] as usize;
         let s1 = self.stream_base.get(r as usize + 1).map_or(self.agents - self.thread_of.len(), |x| *x as usize);
         // On the stack for up to 8 streams: this runs for every rank a step affects.
-        let mut heads: smallvec::SmallVec<[ItemKey; 8]> =
-            st.streams.queues[s0..s1].iter().filter_map(|(q, head)| q.get(*head as usize).copied()).collect();
+        // Pushed one by one: SmallVec's `collect` of a filtered iterator cost more than the rest of this function.
+        let mut heads: smallvec::SmallVec<[ItemKey; 8]> = smallvec::SmallVec::new();
+        for (q, head) in &st.streams.queues[s0..s1] {
+            if let Some(k) = q.get(*head as usize) {
+                if !heads.contains(k) {
+                    heads.push(*k);
+                }
+            }
+        }
         heads.sort_unstable();
-        heads.dedup();
         self.item_steps(st, &heads, out);
         self.comm_steps(st, &heads, out);
         for t in threads {

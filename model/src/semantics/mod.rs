@@ -75,6 +75,9 @@ pub struct Semantics<'p> {
     nccl_threads_of: Vec<Vec<ThreadId>>,
     /// Whether some communicator has a host watchdog (N9).
     watched: bool,
+    /// Whether some communicator is non-blocking (N12): when none is, a group end has one outcome and defers
+    /// nothing, which `host_choices` answers without looking at the group's communicators.
+    nonblocking: bool,
 }
 
 impl<'p> Semantics<'p> {
@@ -176,6 +179,7 @@ impl<'p> Semantics<'p> {
         }
         Semantics {
             watched: program.comms.iter().any(|c| c.watchdog_ns.is_some()),
+            nonblocking: program.comms.iter().any(|c| c.nonblocking),
             nccl_threads_of,
             stream_ranks,
             program,

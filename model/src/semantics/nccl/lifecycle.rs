@@ -25,6 +25,9 @@ impl<'p> Semantics<'p> {
     /// `ncclInProgress` with the work deferred (choice 1); 1 when it needs new connections, which are set up in the
     /// background (in progress). `None` when the group's communicators are blocking.
     pub(crate) fn nonblocking_outcomes(&self, st: &State, t: ThreadId, ops: &[u32]) -> Option<u32> {
+        if !self.nonblocking {
+            return None;
+        }
         let comms = self.group_comms(t, ops);
         if comms.is_empty() || !comms.iter().all(|c| self.is_nonblocking(*c)) {
             return None;
@@ -41,6 +44,9 @@ impl<'p> Semantics<'p> {
     /// The outermost group end (or ungrouped call) of `ops`, of which some are on non-blocking communicators (N12).
     /// Returns `false` when the communicators are all blocking (the caller goes on as usual).
     pub(crate) fn nonblocking_group_end(&self, st: &mut State, t: ThreadId, ops: &[u32], choice: u32) -> bool {
+        if !self.nonblocking {
+            return false;
+        }
         let comms = self.group_comms(t, ops);
         let nb: Vec<bool> = comms.iter().map(|c| self.is_nonblocking(*c)).collect();
         if !nb.iter().any(|x| *x) {
