@@ -35,6 +35,10 @@ pub struct Resolver<'a, 'i> {
     barrier_idx: BTreeMap<String, u32>,
     /// The help of "unknown KIND `name`" by (kind, name): computed once, however many ranks and repetitions meet it.
     unknown_help: BTreeMap<(String, String), String>,
+    /// The paths of an op's fields (`threads[0].ops[3].stream`), by (address of the op's shared path, address and
+    /// length of the field's name): every rank resolves the same written op, and building each path afresh was a
+    /// tenth of loading a 1,024-rank pipeline (issue 9). Addresses are stable: the expanded ops outlive the resolver.
+    field_paths: std::cell::RefCell<rustc_hash::FxHashMap<(usize, usize, usize), Rc<str>>>,
 }
 
 /// At most this many names are listed in a "known streams: ..." help.
@@ -57,7 +61,15 @@ fn list_ranks(rs: &[RankId]) -> String {
 
 impl<'a, 'i> Resolver<'a, 'i> {
     pub fn new(d: &'a Decls<'a>, index: &'a SpanIndex, issues: &'i mut Issues) -> Resolver<'a, 'i> {
-        Resolver { d, index, issues, barriers: Vec::new(), barrier_idx: BTreeMap::new(), unknown_help: BTreeMap::new() }
+        Resolver {
+            d,
+            index,
+            issues,
+            barriers: Vec::new(),
+            barrier_idx: BTreeMap::new(),
+            unknown_help: BTreeMap::new(),
+            field_paths: Default::default(),
+        }
     }
 
     fn err(&mut self, cx: &Ctx, issue: Issue) {
@@ -450,6 +462,21 @@ impl<'a, 'i> Resolver<'a, 'i> {
     /// Resolves one expanded op; `None` when it has errors (all reported). `earlier`: the thread's ops resolved so
     /// far, in order (what an `Expect` names its writer among).
     pub fn op(&mut self, cx: &Ctx, item: &Item, earlier: &[(OpKind, Rc<str>)]) -> Option<OpKind> {
+        let cache = std::mem::take(&mut self.field_paths);
+        let r = self.op_with(cx, item, earlier, &cache);
+        self.field_paths = cache;
+        r
+    }
+
+    /// [`Self::op`], with the field paths cached in `cache` (taken out of `self` so that the path closure and the
+    /// resolver's methods can be used together).
+    fn op_with(
+        &mut self,
+        cx: &Ctx,
+        item: &Item,
+        earlier: &[(OpKind, Rc<str>)],
+        cache: &std::cell::RefCell<rustc_hash::FxHashMap<(usize, usize, usize), Rc<str>>>,
+    ) -> Option<OpKind> {
         let p: &str = &item.path;
         let op = match item.leaf {
             Leaf::GroupStart => return Some(OpKind::GroupStart),
@@ -460,7 +487,11 @@ impl<'a, 'i> Resolver<'a, 'i> {
         let scope = Scope { rank: cx.rank, ranks: self.d.ranks, env: item.env.as_deref() };
         let instantiated = instantiate(op, &scope, p, self.issues)?;
         let op = &instantiated;
-        let f = |name: &str| field(p, name);
+        // `name` is a literal: its address names it in the cache.
+        let f = |name: &'static str| -> Rc<str> {
+            let key = (Rc::as_ptr(&item.path) as *const u8 as usize, name.as_ptr() as usize, name.len());
+            cache.borrow_mut().entry(key).or_insert_with(|| Rc::from(field(p, name))).clone()
+        };
         match op {
             SOp::Kernel { name, stream, reads, writes, duration } => {
                 let s = self.stream(cx, stream, &f("stream"));
@@ -535,7 +566,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                     self.err(
                         cx,
                         Issue::new(
-                            f("stream"),
+                            &*f("stream"),
                             format!(
                                 "event `{event}` of rank {} cannot be recorded on stream `{stream}` of rank {}",
                                 e.rank, s.rank
@@ -569,7 +600,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 if r.space == MemSpace::Device {
                     self.err(
                         cx,
-                        Issue::new(&path, format!("{what} of device memory `{}`", arg.name())).help(
+                        Issue::new(&*path, format!("{what} of device memory `{}`", arg.name())).help(
                             "the host cannot touch device memory directly: copy it with Memcpy to a PinnedHost or PageableHost buffer",
                         ),
                     );
@@ -681,12 +712,12 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 } else if decl.space != MemSpace::Device {
                     self.err(
                         cx,
-                        Issue::new(&path, format!("Free of `{buf}`, which is neither a Pooled buffer nor device memory"))
+                        Issue::new(&*path, format!("Free of `{buf}`, which is neither a Pooled buffer nor device memory"))
                             .help("Free applies to caching-allocator buffers (`Pooled`, P4) and to device buffers (cudaFree, S7)"),
                     );
                     None
                 } else if b.rank != cx.rank {
-                    self.err(cx, Issue::new(&path, format!("cudaFree of `{buf}`, a buffer of rank {}, by rank {}", b.rank, cx.rank)));
+                    self.err(cx, Issue::new(&*path, format!("cudaFree of `{buf}`, a buffer of rank {}, by rank {}", b.rank, cx.rank)));
                     None
                 } else {
                     Some(OpKind::CudaFree { buf: b })
@@ -703,7 +734,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             SOp::EmptyCache => Some(OpKind::EmptyCache { rank: cx.rank }),
             SOp::LoadModule { module } => {
                 if module.trim().is_empty() {
-                    self.err(cx, Issue::new(f("0"), "LoadModule needs a module name".to_string()));
+                    self.err(cx, Issue::new(&*f("0"), "LoadModule needs a module name".to_string()));
                     return None;
                 }
                 Some(OpKind::LoadModule { rank: cx.rank, module: module.clone() })
