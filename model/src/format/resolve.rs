@@ -39,6 +39,8 @@ pub struct Resolver<'a, 'i> {
     /// length of the field's name): every rank resolves the same written op, and building each path afresh was a
     /// tenth of loading a 1,024-rank pipeline (issue 9). Addresses are stable: the expanded ops outlive the resolver.
     field_paths: std::cell::RefCell<rustc_hash::FxHashMap<(usize, usize, usize), Rc<str>>>,
+    /// By the address of a written op: whether it is the same for every rank and iteration (`op_with`).
+    constant_ops: rustc_hash::FxHashMap<usize, bool>,
 }
 
 /// At most this many names are listed in a "known streams: ..." help.
@@ -69,6 +71,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             barrier_idx: BTreeMap::new(),
             unknown_help: BTreeMap::new(),
             field_paths: Default::default(),
+            constant_ops: Default::default(),
         }
     }
 
@@ -478,15 +481,28 @@ impl<'a, 'i> Resolver<'a, 'i> {
         cache: &std::cell::RefCell<rustc_hash::FxHashMap<(usize, usize, usize), Rc<str>>>,
     ) -> Option<OpKind> {
         let p: &str = &item.path;
-        let op = match item.leaf {
+        let (op, written) = match item.leaf {
             Leaf::GroupStart => return Some(OpKind::GroupStart),
             Leaf::GroupEnd => return Some(OpKind::GroupEnd),
-            Leaf::Op(op) => op,
-            Leaf::Owned(ref op) => op,
+            Leaf::Op(op) => (op, true),
+            Leaf::Owned(ref op) => (&**op, false),
         };
         let scope = Scope { rank: cx.rank, ranks: self.d.ranks, env: item.env.as_deref() };
-        let instantiated = instantiate(op, &scope, p, self.issues)?;
-        let op = &instantiated;
+        // A written op with nothing to fill in (no `{name}` in its text, no expression but integer literals) is the
+        // same for every rank and iteration: it is used as written once one instantiation has shown that (an
+        // interpolation always drops its braces and an evaluated expression becomes a literal, so any op that has
+        // something to fill in differs from its instantiation). Two thirds of a pipeline's ops are such (issue 9).
+        let key = op as *const SOp as usize;
+        let instantiated;
+        let op = if written && self.constant_ops.get(&key) == Some(&true) {
+            op
+        } else {
+            instantiated = instantiate(op, &scope, p, self.issues)?;
+            if written {
+                self.constant_ops.insert(key, instantiated == *op);
+            }
+            &instantiated
+        };
         // `name` is a literal: its address names it in the cache.
         let f = |name: &'static str| -> Rc<str> {
             let key = (Rc::as_ptr(&item.path) as *const u8 as usize, name.as_ptr() as usize, name.len());

@@ -260,7 +260,7 @@ pub struct SThread {
 }
 
 /// One operation as written, including the control forms expanded at load time.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename = "operation", deny_unknown_fields)]
 pub enum SOp {
     Kernel {
@@ -768,7 +768,7 @@ pub enum SOp {
 }
 
 /// `dist.P2POp(dist.isend, tensor, peer)` or `dist.P2POp(dist.irecv, tensor, peer)`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename = "P2POp", deny_unknown_fields)]
 pub struct SP2POp {
     #[serde(rename = "_0", alias = "op")]
