@@ -142,7 +142,7 @@ impl<'p> Semantics<'p> {
         }
         for k in candidates {
             if !named.contains(&k) {
-                st.streams.items.remove(&k);
+                st.streams.items.discard(&k);
             }
         }
     }

@@ -168,6 +168,29 @@ impl ItemMap {
         old
     }
 
+    /// Drops the item under `k` where it lies (no move out of its box, which [`Self::remove`] makes); returns
+    /// whether there was one. Forgetting drops thousands of items a pass (issue 9).
+    pub fn discard(&mut self, k: &ItemKey) -> bool {
+        let Some(w) = self.threads.get_mut(k.thread as usize) else { return false };
+        let Some(slot) = w.slot_mut(k.op) else { return false };
+        let found = if k.sub == 0 {
+            slot.first.take().is_some()
+        } else {
+            match slot.more.binary_search_by_key(&k.sub, |(k, _)| k.sub) {
+                Ok(j) => {
+                    slot.more.remove(j);
+                    true
+                }
+                Err(_) => false,
+            }
+        };
+        if found {
+            self.len -= 1;
+            w.trim();
+        }
+        found
+    }
+
     /// Every (key, item), in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&ItemKey, &Item)> + '_ {
         self.threads.iter().flat_map(|w| w.slots.iter().flat_map(Slot::iter)).map(|(k, i)| (k, i))

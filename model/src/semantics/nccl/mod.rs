@@ -160,8 +160,8 @@ impl<'p> Semantics<'p> {
     }
 
     /// The (communicator, acting rank) pairs of a group's ops, in first-call order: one launch each (N4).
-    pub(crate) fn launch_keys(&self, t: ThreadId, ops: &[u32]) -> Vec<(CommId, RankId)> {
-        let mut keys: Vec<(CommId, RankId)> = vec![];
+    pub(crate) fn launch_keys(&self, t: ThreadId, ops: &[u32]) -> smallvec::SmallVec<[(CommId, RankId); 2]> {
+        let mut keys: smallvec::SmallVec<[(CommId, RankId); 2]> = smallvec::SmallVec::new();
         for &i in ops {
             let loc = OpLoc { thread: t, op: i };
             let k = (self.info(loc).comm.expect("an NCCL op has a communicator"), self.acting_rank(loc));
@@ -258,7 +258,8 @@ impl<'p> Semantics<'p> {
             }
             self.assign_plans(comm, rank, &mut cops);
             self.check_matching(st, comm, rank, &cops);
-            let all: Vec<BufRange> = cops.iter().flat_map(|o| self.info(o.loc).accesses.iter().map(|a| a.range)).collect();
+            let all: smallvec::SmallVec<[BufRange; 4]> =
+                cops.iter().flat_map(|o| self.info(o.loc).accesses.iter().map(|a| a.range)).collect();
             if !self.check_allocated(st, at, &all) {
                 return;
             }
