@@ -74,12 +74,23 @@ impl<'p> Semantics<'p> {
             set.insert(vec![r]);
         }
         let mut g = RankSet::new();
+        // Per rank `r`: `r` and the ranks that ops outside NCCL and barriers name together with it (`local`); made in
+        // the same pass over the ops as the groups.
+        let mut local: Vec<Vec<RankId>> = (0..n as RankId).map(|r| vec![r]).collect();
         for (t, &(home, _)) in self.thread_of.iter().enumerate() {
-            for i in 0..self.ops_of(t as ThreadId).len() {
-                self.op_ranks_into(OpLoc { thread: t as ThreadId, op: i as u32 }, home, &mut g);
+            for (i, op) in self.ops_of(t as ThreadId).iter().enumerate() {
+                let loc = OpLoc { thread: t as ThreadId, op: i as u32 };
+                self.op_ranks_into(loc, home, &mut g);
                 // Most ops touch their own rank only: that group is already in.
-                if g.len() > 1 && !set.contains(&g[..]) {
-                    set.insert(g.to_vec());
+                if g.len() > 1 {
+                    if !set.contains(&g[..]) {
+                        set.insert(g.to_vec());
+                    }
+                    if self.info(loc).comm.is_none() && !matches!(op.kind, OpKind::Barrier { .. }) {
+                        for &r in &g {
+                            local[r as usize].extend(g.iter().copied());
+                        }
+                    }
                 }
             }
         }
@@ -94,21 +105,6 @@ impl<'p> Semantics<'p> {
         for (i, g) in groups.iter().enumerate() {
             for &r in g {
                 of_rank[r as usize].push(i as u32);
-            }
-        }
-        let mut local: Vec<Vec<RankId>> = (0..n as RankId).map(|r| vec![r]).collect();
-        for (t, &(home, _)) in self.thread_of.iter().enumerate() {
-            for (i, op) in self.ops_of(t as ThreadId).iter().enumerate() {
-                let loc = OpLoc { thread: t as ThreadId, op: i as u32 };
-                if self.info(loc).comm.is_some() || matches!(op.kind, OpKind::Barrier { .. }) {
-                    continue;
-                }
-                self.op_ranks_into(loc, home, &mut g);
-                if g.len() > 1 {
-                    for &r in &g {
-                        local[r as usize].extend(g.iter().copied());
-                    }
-                }
             }
         }
         for l in &mut local {
