@@ -130,15 +130,20 @@ pub fn check(sem: &Semantics, rep: &Report, file: &str) -> Output {
                     for e in &d.cycle {
                         rules.push(e.reason.rule().id().to_string());
                         for n in [e.from, e.to] {
-                            match n {
-                                Node::Item(k) => locs.push(k.loc()),
-                                Node::Thread(t) | Node::Never(t) => {
-                                    if let Some(st) = &end {
-                                        if let Some(th) = st.host.threads.get(t as usize) {
-                                            locs.push(OpLoc { thread: t, op: th.pc });
-                                        }
-                                    }
+                            // A rank that never does it stands where its first thread is, if it runs one.
+                            let t = match n {
+                                Node::Item(k) => {
+                                    locs.push(k.loc());
+                                    continue;
                                 }
+                                Node::Thread(t) => t,
+                                Node::Never(r) => match sem.rank_threads(r).next() {
+                                    Some(t) => t,
+                                    None => continue,
+                                },
+                            };
+                            if let Some(th) = end.as_ref().and_then(|st| st.host.threads.get(t as usize)) {
+                                locs.push(OpLoc { thread: t, op: th.pc });
                             }
                         }
                     }

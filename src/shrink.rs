@@ -196,7 +196,8 @@ pub fn signature(sem: &Semantics, f: &RenderedFinding) -> Signature {
                 .iter()
                 .flat_map(|e| [e.from, e.to])
                 .map(|n| match n {
-                    Node::Thread(t) | Node::Never(t) => sem.rank_of(t),
+                    Node::Thread(t) => sem.rank_of(t),
+                    Node::Never(r) => r,
                     Node::Item(k) => sem.rank_of(k.thread),
                 })
                 .collect();

@@ -182,3 +182,55 @@ fn an_spmd_pipeline_shrinks_and_shrink_says_loops_remain() {
     assert!(out.starts_with("found no smaller program than "), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Regression (2026-12-03, a differential tester): `shrink` panicked (index out of bounds in `Semantics::rank_of`)
+/// on a race found in a program whose rank 1 runs no thread of its own (rank 0's thread drives both devices). A
+/// candidate without the recv deadlocks on "r1 never issues one", and the wait-for graph named rank 1 by its first
+/// thread, which does not exist (for a rank in the middle it was the next rank's thread). `Node::Never` now names the
+/// rank.
+#[test]
+fn shrinking_a_program_whose_peer_rank_runs_no_thread_panicked() {
+    let dir = std::env::temp_dir().join(format!("cuorder-shrink-nothread-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", ranks: [0], ops: [
+            Kernel("k1", stream: "s0@1", writes: ["y"]),
+            Group([Send(to: Rank(1), buf: "x", stream: "s0"), Recv(from: Rank(0), buf: "x@1", stream: "s0@1")]),
+            Kernel("k0", stream: "s0", writes: ["y"]),
+            StreamSync("s0"), StreamSync("s0@1"),
+        ])])
+"#;
+    let prog_path = dir.join("p.ron");
+    std::fs::write(&prog_path, text).unwrap();
+    let p = prog_path.to_str().unwrap();
+    let (code, out, err) = cli(&["explore", p, "--executions", "10", "--jobs", "1", "--first", "--save", dir.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    let (code, out, err) = cli(&["shrink", dir.join("finding-1-data-race.ron").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("\ndata race: "), "{out}");
+    // A deadlock on a rank in the middle that runs no thread: its wait-for graph names rank 1, not rank 2's thread.
+    let mid = r#"Program(ranks: 3, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB")], comms: [Comm("world")],
+        threads: [
+            Thread("a", ranks: [0], ops: [Send(to: Rank(1), buf: "x", stream: "s0"), StreamSync("s0")]),
+            Thread("b", ranks: [2], ops: [Kernel("k", stream: "s0", writes: ["x"]), StreamSync("s0")]),
+        ])"#;
+    let prog = cuorder_model::format::load("mid", mid).unwrap();
+    let portable = Profile::builtin("portable").unwrap();
+    let rep = cuorder::report::check(&prog, &portable, &Default::default());
+    let f = rep.findings.iter().find(|f| f.kind == "deadlock").expect("a deadlock");
+    let cuorder_model::verdict::Problem::Deadlock(d) = &f.finding.problem else { panic!("not a deadlock") };
+    let never: Vec<u32> = d
+        .cycle
+        .iter()
+        .filter_map(|e| match e.to {
+            cuorder_model::semantics::Node::Never(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(never, vec![1], "{}", rep.to_text());
+    let sem = Semantics::new(&prog, &portable);
+    assert_eq!(cuorder::shrink::signature(&sem, f).cross_rank, Some(true));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -14,8 +14,10 @@ use super::*;
 pub enum Node {
     Thread(ThreadId),
     Item(ItemKey),
-    /// Something that will never happen (a peer that finished without issuing the matching op).
-    Never(ThreadId),
+    /// Something rank `r` will never do (a peer that finished, or runs no thread at all, without issuing the
+    /// matching op). A rank, not a thread: a rank may run no thread of its own (another rank's thread may act for
+    /// it), and its first thread's id was then another rank's thread, or past the last thread (a panic in `shrink`).
+    Never(RankId),
 }
 
 /// Why one node of the wait-for graph waits for another.
@@ -145,7 +147,7 @@ impl<'p> Semantics<'p> {
         match n {
             Node::Thread(t) => self.thread_label(t),
             Node::Item(k) => self.item_label(st, k),
-            Node::Never(t) => format!("{} (finished)", self.thread_label(t)),
+            Node::Never(r) => format!("r{r} (never does it)"),
         }
     }
 
@@ -189,9 +191,9 @@ impl<'p> Semantics<'p> {
         })
     }
 
-    /// A node standing for "rank never does it": the first thread of the rank.
+    /// A node standing for "rank never does it".
     fn never(&self, rank: RankId) -> Node {
-        Node::Never(self.thread_base[rank as usize])
+        Node::Never(rank)
     }
 
     fn edges_of(&self, st: &State, n: Node, starved: bool) -> Vec<WaitEdge> {

@@ -13,11 +13,11 @@ use std::collections::BTreeSet;
 
 use crate::op_info::NcclRole;
 
+use super::*;
+
 /// A few ranks, sorted and without repeats: what [`Semantics::step_ranks`] returns. On the stack for up to 4 (a
 /// step touches one or two ranks but for collectives and connection set-ups); it runs for every step of a timed run.
 pub type RankSet = smallvec::SmallVec<[RankId; 4]>;
-
-use super::*;
 
 /// Groups of ranks whose enabled steps may depend on each other's state (module docs), deduplicated.
 #[derive(Clone, Debug)]

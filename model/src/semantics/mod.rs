@@ -333,7 +333,7 @@ impl<'p> Semantics<'p> {
     }
 
     /// The global ids of a rank's host threads.
-    pub(crate) fn rank_threads(&self, rank: RankId) -> std::ops::Range<ThreadId> {
+    pub fn rank_threads(&self, rank: RankId) -> std::ops::Range<ThreadId> {
         let t0 = self.thread_base[rank as usize];
         t0..self.thread_base.get(rank as usize + 1).copied().unwrap_or(self.thread_of.len() as u32)
     }
