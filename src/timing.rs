@@ -677,13 +677,7 @@ fn timeouts(sem: &Semantics, run: &TimedRun) -> Vec<(u64, String)> {
         .zip(&run.times_ns)
         .filter_map(|(step, at)| match step {
             cuorder_model::semantics::Step::Watchdog { rank } => {
-                let watched: Vec<&str> = sem
-                    .program
-                    .comms
-                    .iter()
-                    .filter(|c| c.watchdog_ns.is_some() && c.position(*rank).is_some())
-                    .map(|c| c.name.as_str())
-                    .collect();
+                let watched: Vec<&str> = sem.watched_comms(*rank).map(|(c, _)| sem.comm_name(c)).collect();
                 Some((
                     *at,
                     format!(

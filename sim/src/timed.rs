@@ -228,8 +228,14 @@ impl Overdue {
     /// When ProcessGroupNCCL's watchdog would abort it: its timeout after the call began, or the call's return if
     /// that is later, ns.
     pub fn fires_ns(&self) -> u64 {
-        self.issued_ns.saturating_add(self.timeout_ns).max(self.returned_ns)
+        watchdog_due_ns(self.issued_ns, self.returned_ns, self.timeout_ns)
     }
+}
+
+/// When ProcessGroupNCCL's watchdog aborts work whose host call began at `issued_ns` and returned at `returned_ns`
+/// (N9, [`Overdue`]): `timeout_ns` after the call began, or at its return if that is later, ns.
+pub fn watchdog_due_ns(issued_ns: u64, returned_ns: u64, timeout_ns: u64) -> u64 {
+    issued_ns.saturating_add(timeout_ns).max(returned_ns)
 }
 
 impl TimedRun {
@@ -452,7 +458,7 @@ impl Recorder {
             item_start: HashMap::default(),
             record_end: HashMap::default(),
             blocked_since: vec![None; sem.thread_of.len()],
-            watched: sem.program.comms.iter().any(|c| c.watchdog_ns.is_some()),
+            watched: sem.watched(),
             issued: HashMap::default(),
             calls: HashMap::default(),
             aborted_at: HashMap::default(),
@@ -553,14 +559,7 @@ impl Recorder {
         }
         if self.watched {
             let aborted: Vec<(cuorder_model::program::CommId, RankId)> = match (step, before) {
-                (Step::Watchdog { rank }, _) => sem
-                    .program
-                    .comms
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| c.watchdog_ns.is_some() && c.position(*rank).is_some())
-                    .map(|(i, _)| (cuorder_model::program::CommId(i as u32), *rank))
-                    .collect(),
+                (Step::Watchdog { rank }, _) => sem.watched_comms(*rank).map(|(c, _)| (c, *rank)).collect(),
                 (Step::Host { thread, .. }, Some((pc, _))) => match sem.op(OpLoc { thread: *thread, op: pc }).kind {
                     OpKind::CommAbort { comm } => vec![(comm, sem.rank_of(*thread))],
                     _ => vec![],
@@ -926,7 +925,7 @@ fn watchdog_at(sem: &Semantics, st: &State, log: &Log, now: u64) -> Option<(Step
                     ItemKind::Launch { comm, .. } if comms.contains(comm) => {
                         let t = sem.program.comms[comm.0 as usize].watchdog_ns.unwrap_or(timeout);
                         Some(match log.rec.issued.get(k) {
-                            Some(&(_, issued, returned)) => issued.saturating_add(t).max(returned),
+                            Some(&(_, issued, returned)) => watchdog_due_ns(issued, returned, t),
                             None => log.rec.item_start.get(k).copied().unwrap_or(now).saturating_add(t),
                         })
                     }

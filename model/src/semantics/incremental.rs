@@ -201,8 +201,8 @@ impl<'p> Semantics<'p> {
             // The watchdog aborts the rank's watched communicators, which their other members' steps depend on.
             Step::Watchdog { rank } => {
                 let mut v = RankSet::from_elem(*rank, 1);
-                for c in self.program.comms.iter().filter(|c| c.watchdog_ns.is_some() && c.position(*rank).is_some()) {
-                    v.extend(c.members.iter().copied());
+                for (c, _) in self.watched_comms(*rank) {
+                    v.extend(self.program.comms[c.0 as usize].members.iter().copied());
                 }
                 v.sort_unstable();
                 v.dedup();

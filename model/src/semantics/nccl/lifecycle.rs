@@ -327,15 +327,26 @@ impl<'p> Semantics<'p> {
     }
 
     // ----- the watchdog (N9) ---------------------------------------------------------------------------------------
+    /// Whether some communicator has a host watchdog (N9).
+    pub fn watched(&self) -> bool {
+        self.watched
+    }
+
+    /// The communicators `rank` is a member of that have a host watchdog (N9), with its timeout in ns, in
+    /// communicator order: what the rank's watchdog aborts when it fires (those not already ended).
+    pub fn watched_comms(&self, rank: RankId) -> impl Iterator<Item = (CommId, u64)> + '_ {
+        self.program.comms.iter().enumerate().filter_map(move |(i, c)| {
+            c.watchdog_ns.filter(|_| c.position(rank).is_some()).map(|ns| (CommId(i as u32), ns))
+        })
+    }
+
 
     /// The watched communicators of `rank` with a launch that has not ended, and their smallest timeout (ns).
     pub fn watchdog_due(&self, st: &State, rank: RankId) -> Option<(u64, Vec<CommId>)> {
         let mut timeout: Option<u64> = None;
         let mut comms = vec![];
-        for (ci, c) in self.program.comms.iter().enumerate() {
-            let comm = CommId(ci as u32);
-            let Some(ns) = c.watchdog_ns else { continue };
-            if st.nccl.ended.contains_key(&(comm, rank)) || c.position(rank).is_none() {
+        for (comm, ns) in self.watched_comms(rank) {
+            if st.nccl.ended.contains_key(&(comm, rank)) {
                 continue;
             }
             comms.push(comm);
