@@ -4,6 +4,8 @@
 
 use std::process::Command;
 
+mod common;
+
 use cuorder_model::profile::Profile;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::pipeline::{pipeline, PipelineOptions, Schedule, Variant};
@@ -193,17 +195,8 @@ fn shrinking_a_program_whose_peer_rank_runs_no_thread_panicked() {
     let dir = std::env::temp_dir().join(format!("cuorder-shrink-nothread-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let text = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
-        comms: [Comm("world")],
-        threads: [Thread("main", ranks: [0], ops: [
-            Kernel("k1", stream: "s0@1", writes: ["y"]),
-            Group([Send(to: Rank(1), buf: "x", stream: "s0"), Recv(from: Rank(0), buf: "x@1", stream: "s0@1")]),
-            Kernel("k0", stream: "s0", writes: ["y"]),
-            StreamSync("s0"), StreamSync("s0@1"),
-        ])])
-"#;
     let prog_path = dir.join("p.ron");
-    std::fs::write(&prog_path, text).unwrap();
+    std::fs::write(&prog_path, common::EAGER_ONLY_RACE).unwrap();
     let p = prog_path.to_str().unwrap();
     let (code, out, err) = cli(&["explore", p, "--executions", "10", "--jobs", "1", "--first", "--save", dir.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}{err}");

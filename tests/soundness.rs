@@ -203,17 +203,8 @@ fn n2_portable_explores_eager_and_rendezvous() {
         ])])"#;
     let r = check_text("n2-both", t, "portable");
     assert_eq!(kinds(&r), vec!["deadlock sometimes"], "{}", r.to_text());
-    // Treating every send as rendezvous hides races: a rendezvous orders the recv's start (and what precedes it on
-    // its stream) before the send's end. One thread driving both GPUs: k1 writes y (peer access) before the recv on
-    // GPU 1; k0 writes y after the send on GPU 0. Only an eager send leaves k0 unordered with k1.
-    let race = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
-        comms: [Comm("world")],
-        threads: [Thread("main", ranks: [0], ops: [
-            Kernel("k1", stream: "s0@1", writes: ["y"]),
-            Group([Send(to: Rank(1), buf: "x", stream: "s0"), Recv(from: Rank(0), buf: "x@1", stream: "s0@1")]),
-            Kernel("k0", stream: "s0", writes: ["y"]),
-            StreamSync("s0"), StreamSync("s0@1"),
-        ])])"#;
+    // Treating every send as rendezvous hides races (`common::EAGER_ONLY_RACE`).
+    let race = common::EAGER_ONLY_RACE;
     let r = check_text("n2-race", race, "portable");
     assert_eq!(kinds(&r), vec!["data race sometimes"], "{}", r.to_text());
     let rendezvous = Profile { eager_bytes_per_connection: 0, eager_bytes_guaranteed: None, ..Profile::portable() };

@@ -54,3 +54,16 @@ pub fn programs_in(dirs: &[&str]) -> Vec<(String, cuorder_model::program::Progra
     }
     out
 }
+
+/// A race only an eager send allows (N2), in a program whose rank 1 runs no thread of its own: one thread drives
+/// both GPUs. k1 writes y (peer access) before the recv on GPU 1; k0 writes y after the send on GPU 0. A rendezvous
+/// orders the recv's start (and what precedes it on its stream) before the send's end; only an eager send leaves k0
+/// unordered with k1.
+pub const EAGER_ONLY_RACE: &str = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", ranks: [0], ops: [
+            Kernel("k1", stream: "s0@1", writes: ["y"]),
+            Group([Send(to: Rank(1), buf: "x", stream: "s0"), Recv(from: Rank(0), buf: "x@1", stream: "s0@1")]),
+            Kernel("k0", stream: "s0", writes: ["y"]),
+            StreamSync("s0"), StreamSync("s0@1"),
+        ])])"#;
