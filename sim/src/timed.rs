@@ -818,54 +818,51 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         sem.enabled_for_rank(st, r, v);
         v.retain(|s| !matches!(s, Step::Host { choice, .. } if *choice != 0));
     };
-    let mut cache: Vec<Vec<Step>> = (0..nranks as RankId)
-        .map(|r| {
-            let mut v = vec![];
-            owned(&st, r, &mut v);
-            v
-        })
-        .collect();
-    // The buffer the next recomputed rank's steps go to (it swaps with that rank's old list).
+    // Per rank: its pending steps (the enabled steps it owns, less the one just fired), each with its fire time and
+    // tie-breaking draw. A heap entry is current while its rank still holds the step with the same time and draw.
+    let mut cache: Vec<Vec<Slot>> = vec![vec![]; nranks];
+    // The steps of the rank being recomputed, and the buffer its new slots go to (it swaps with the old list).
     let mut new: Vec<Step> = vec![];
-    let mut pending: HashMap<Step, (Pending, u64)> = HashMap::default();
-    let mut heap: BinaryHeap<Reverse<(u64, u64, Step)>> = BinaryHeap::new();
+    let mut next: Vec<Slot> = vec![];
+    let mut heap: BinaryHeap<Reverse<(u64, u64, Step, RankId)>> = BinaryHeap::new();
     let mut now = 0u64;
     let mut forget = crate::strategy::ForgetClock::new(sem);
-    let add = |st: &State, s: &Step, now: u64, last: Option<u32>, rng: &mut Rng, pending: &mut HashMap<Step, (Pending, u64)>, heap: &mut BinaryHeap<Reverse<(u64, u64, Step)>>| {
-        let mut c = step_cost(sem, costs, st, s);
+    let add = |st: &State, s: Step, r: RankId, now: u64, last: Option<u32>, rng: &mut Rng, heap: &mut BinaryHeap<Reverse<(u64, u64, Step, RankId)>>| {
+        let mut c = step_cost(sem, costs, st, &s);
         if opt.jitter_ns > 0 {
             c = c.saturating_add(rng.below(opt.jitter_ns.saturating_add(1).max(1)));
         }
         let tie = rng.below(u64::MAX);
         let p = Pending { fire: now.saturating_add(c), cost: c, by: last };
-        pending.insert(s.clone(), (p, tie));
-        heap.push(Reverse((p.fire, tie, s.clone())));
+        heap.push(Reverse((p.fire, tie, s.clone(), r)));
+        Slot { step: s, p, tie }
     };
-    for r in &cache {
-        for s in r {
-            add(&st, s, 0, None, &mut rng, &mut pending, &mut heap);
+    for r in 0..nranks as RankId {
+        owned(&st, r, &mut new);
+        for s in new.drain(..) {
+            let slot = add(&st, s, r, 0, None, &mut rng, &mut heap);
+            cache[r as usize].push(slot);
         }
     }
     let outcome = loop {
         if let Some(u) = &st.undefined {
             break Outcome::Undefined(u.clone());
         }
-        // The earliest pending step (heap entries of steps disabled or re-enabled since are stale).
-        let next = loop {
+        // The earliest pending step (heap entries of steps disabled or re-enabled since are stale). It leaves its
+        // rank's list: if it is enabled again after it fires, it is a new pending step.
+        let next_step = loop {
             match heap.pop() {
                 None => break None,
-                Some(Reverse((fire, tie, s))) => {
-                    if pending.get(&s).is_some_and(|(p, t)| p.fire == fire && *t == tie) {
-                        break Some(s);
+                Some(Reverse((fire, tie, s, r))) => {
+                    let list = &mut cache[r as usize];
+                    if let Some(i) = list.iter().position(|x| x.step == s && x.p.fire == fire && x.tie == tie) {
+                        break Some(list.swap_remove(i));
                     }
                 }
             }
         };
-        let (step, p) = match next {
-            Some(step) => {
-                let (p, _) = pending.remove(&step).expect("a popped step is pending");
-                (step, p)
-            }
+        let (step, p) = match next_step {
+            Some(slot) => (slot.step, slot.p),
             // N9: nothing left to do; a watchdog fires its timeout after the oldest unfinished work it watches began.
             None => match watchdog_at(sem, &st, &log, now) {
                 Some(x) => x,
@@ -884,17 +881,15 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         groups.affected_by_step(&written, local, &mut mark, &mut affected);
         for &r in &affected {
             owned(&st, r, &mut new);
-            for s in &cache[r as usize] {
-                if !new.contains(s) {
-                    pending.remove(s);
+            let old = &cache[r as usize];
+            next.clear();
+            for s in new.drain(..) {
+                match old.iter().find(|x| x.step == s) {
+                    Some(x) => next.push(x.clone()),
+                    None => next.push(add(&st, s, r, now, last, &mut rng, &mut heap)),
                 }
             }
-            for s in &new {
-                if !pending.contains_key(s) {
-                    add(&st, s, now, last, &mut rng, &mut pending, &mut heap);
-                }
-            }
-            std::mem::swap(&mut cache[r as usize], &mut new);
+            std::mem::swap(&mut cache[r as usize], &mut next);
         }
         if forget.step(sem, &mut st) {
             log.rec.forget(&st);
@@ -954,6 +949,14 @@ pub fn timed_replay(sem: &Semantics, costs: &CostModel, schedule: &[Step]) -> Re
         return Err(crate::run::Diverged { at, step: schedule[at].clone() });
     }
     Ok(r)
+}
+
+/// A pending step of a rank: the step, when it fires and its tie-breaking draw.
+#[derive(Clone)]
+struct Slot {
+    step: Step,
+    p: Pending,
+    tie: u64,
 }
 
 /// Pending enabled step: when it became enabled, after which step, and when it fires.
