@@ -45,7 +45,7 @@ fn sorted(mut v: Vec<Step>) -> Vec<Step> {
 
 #[test]
 fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
-    let mut checked = 0u64;
+    let (mut checked, mut host_only_steps) = (0u64, 0u64);
     for (name, prog) in programs() {
         for prof in ["portable", "eager"] {
             let prof = Profile::builtin(prof).unwrap();
@@ -74,19 +74,31 @@ fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
                     }
                     let step = full[rng.below(full.len() as u64) as usize].clone();
                     let written = sem.step_ranks(&st, &step);
+                    // As the timed engine does: a step that can change only its rank's host steps recomputes only
+                    // those there (`Semantics::host_only`) and keeps the rank's other steps.
+                    let host_only = sem.host_only(&st, &step);
+                    host_only_steps += u64::from(host_only.is_some());
                     sem.apply(&mut st, &step);
                     if i % 7 == 0 {
                         sem.forget(&mut st);
                     }
                     groups.affected(&written, &mut mark, &mut affected);
                     for &r in &affected {
-                        cache[r as usize] = owned(&st, r);
+                        cache[r as usize] = if host_only == Some(r) {
+                            let mut v = vec![];
+                            sem.host_steps_for_rank(&st, r, &mut v);
+                            v.extend(cache[r as usize].iter().filter(|s| !matches!(s, Step::Host { .. })).cloned());
+                            v
+                        } else {
+                            owned(&st, r)
+                        };
                     }
                 }
             }
         }
     }
     assert!(checked > 10_000, "only {checked} states checked");
+    assert!(host_only_steps > 1_000, "only {host_only_steps} steps took the host-only shortcut");
 }
 
 /// The frontier the walks and `run` keep (`Frontier`): at every step of random executions (taking steps through

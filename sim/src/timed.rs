@@ -875,12 +875,22 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         let t = p.fire.max(now);
         let written = sem.step_ranks(&st, &step);
         let local = sem.rank_local_step(&st, &step);
+        let host_only = sem.host_only(&st, &step);
         log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
         now = t;
         let last = Some(log.schedule.len() as u32 - 1);
         groups.affected_by_step(&written, local, &mut mark, &mut affected);
+        // The step's own rank keeps its item, communication and connection steps when the step could change only
+        // its host steps (`Semantics::host_only`).
         for &r in &affected {
-            owned(&st, r, &mut new);
+            let quiet = host_only == Some(r);
+            new.clear();
+            if quiet {
+                sem.host_steps_for_rank(&st, r, &mut new);
+                new.retain(|s| !matches!(s, Step::Host { choice, .. } if *choice != 0));
+            } else {
+                owned(&st, r, &mut new);
+            }
             let old = &cache[r as usize];
             next.clear();
             for s in new.drain(..) {
@@ -888,6 +898,9 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
                     Some(x) => next.push(x.clone()),
                     None => next.push(add(&st, s, r, now, last, &mut rng, &mut heap)),
                 }
+            }
+            if quiet {
+                next.extend(old.iter().filter(|x| !matches!(x.step, Step::Host { .. })).cloned());
             }
             std::mem::swap(&mut cache[r as usize], &mut next);
         }

@@ -233,21 +233,45 @@ impl<'p> Semantics<'p> {
 
     /// The enabled steps rank `r` owns (module docs), appended to `out`: host steps of its threads, item and
     /// communication steps of the items heading its streams, connection set-ups its threads start.
+    /// [`Self::host_steps_for_rank`] then [`Self::device_steps_for_rank`], in that order.
     pub fn enabled_for_rank(&self, st: &State, r: RankId, out: &mut Vec<Step>) {
+        self.host_steps_for_rank(st, r, out);
+        self.device_steps_for_rank(st, r, out);
+    }
+
+    /// The host steps rank `r` owns (every `Step::Host` of its threads, by thread and choice), appended to `out`.
+    pub fn host_steps_for_rank(&self, st: &State, r: RankId, out: &mut Vec<Step>) {
         if st.undefined.is_some() {
             return;
         }
-        let threads = self.rank_threads(r);
-        for t in threads.clone() {
+        for t in self.rank_threads(r) {
             for choice in 0..self.host_choices(st, t) {
                 out.push(Step::Host { thread: t, choice });
             }
         }
+    }
+
+    /// The other steps rank `r` owns, appended to `out`: item and communication steps of the items heading its
+    /// streams, then connection set-ups its threads start. None of them is a `Step::Host`.
+    pub fn device_steps_for_rank(&self, st: &State, r: RankId, out: &mut Vec<Step>) {
+        if st.undefined.is_some() {
+            return;
+        }
+        let heads = self.rank_heads(st, r);
+        self.item_steps(st, &heads, out);
+        self.comm_steps(st, &heads, out);
+        for t in self.rank_threads(r) {
+            self.connect_steps_from(st, t as usize, out);
+        }
+    }
+
+    /// The items heading rank `r`'s stream queues, each once, in item order.
+    fn rank_heads(&self, st: &State, r: RankId) -> Heads {
         let s0 = self.stream_base[r as usize] as usize;
         let s1 = self.stream_base.get(r as usize + 1).map_or(self.agents - self.thread_of.len(), |x| *x as usize);
         // On the stack for up to 8 streams: this runs for every rank a step affects.
         // Pushed one by one: SmallVec's `collect` of a filtered iterator cost more than the rest of this function.
-        let mut heads: smallvec::SmallVec<[ItemKey; 8]> = smallvec::SmallVec::new();
+        let mut heads = Heads::new();
         for (q, head) in &st.streams.queues[s0..s1] {
             if let Some(k) = q.get(*head as usize) {
                 if !heads.contains(k) {
@@ -256,13 +280,51 @@ impl<'p> Semantics<'p> {
             }
         }
         heads.sort_unstable();
-        self.item_steps(st, &heads, out);
-        self.comm_steps(st, &heads, out);
-        for t in threads {
-            self.connect_steps_from(st, t as usize, out);
+        heads
+    }
+
+    /// Asked before `step` is applied to `st`: `Some(rank)` when the step can change only the host steps of its
+    /// rank, so that an engine that keeps enabled steps by rank recomputes only [`Self::host_steps_for_rank`] for
+    /// it and keeps its item, communication and connection steps ([`Self::device_steps_for_rank`]). Such a step is
+    /// a host call, not a return from a wait, whose op names only its own rank ([`OpInfo::ranks`]) and that either
+    /// enqueues one item behind work already heading its stream — a kernel launch, an event record (S3: the binding
+    /// is read by later calls, not by queued items), a stream wait for an event — or enqueues nothing: a host
+    /// sleep, a group start, a send, recv or collective inside a group (N4: collected until the group ends). No
+    /// queue head moves, no item changes status, no NCCL table, connection or wait changes, and those are all the
+    /// device steps read (S6: a call that finds its queue full blocks, a host-side change). Every other step:
+    /// `None`. `tests/incremental.rs` checks the kept sets against [`Self::enabled`] at every step with this
+    /// shortcut (issue 9: a third of a pipeline's steps are such calls, and recomputing their ranks whole was a
+    /// fifth of a timed run).
+    pub fn host_only(&self, st: &State, step: &Step) -> Option<RankId> {
+        let Step::Host { thread, .. } = step else { return None };
+        let th = &st.host.threads[*thread as usize];
+        if th.wait.is_some() || self.thread_finished(st, *thread) {
+            return None;
         }
+        let loc = OpLoc { thread: *thread, op: th.pc };
+        let info = self.info(loc);
+        let rank = self.rank_of(*thread);
+        if !info.ranks.iter().all(|&r| r == rank) {
+            return None;
+        }
+        let behind_work = || {
+            info.stream.is_some_and(|s| {
+                let (q, head) = &st.streams.queues[self.stream_index(s)];
+                (*head as usize) < q.len()
+            })
+        };
+        let quiet = match self.op(loc).kind {
+            OpKind::Kernel { .. } | OpKind::EventRecord { .. } | OpKind::StreamWaitEvent { .. } => behind_work(),
+            OpKind::HostSleep { .. } | OpKind::GroupStart => true,
+            OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } => th.group_depth > 0,
+            _ => false,
+        };
+        quiet.then_some(rank)
     }
 }
+
+/// The items heading one rank's stream queues (on the stack for up to 8 streams).
+type Heads = smallvec::SmallVec<[ItemKey; 8]>;
 
 /// Counts per rank with O(log n) prefix sums and "which rank holds the i-th element" (a Fenwick tree).
 #[derive(Clone, Debug)]
