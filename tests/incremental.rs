@@ -20,6 +20,18 @@ fn programs() -> Vec<(String, Program)> {
           Poll("world"), StreamSync("s0"),
           OnRanks([0], [Recv(from: Rank(1), buf: "y", stream: "s0", comm: "world"), StreamSync("s0")])])])"#;
     out.push(("watchdog".into(), cuorder_model::format::load("watchdog", hung).unwrap()));
+    // A collective's first use sets up a connection with every other member (N7): many set-ups at once, some racing
+    // the other members' calls; with two communicators and a second collective after them.
+    for n in [3, 8] {
+        let text = format!(
+            r#"Program(ranks: {n}, streams: [Stream("s0", NonBlocking), Stream("s1", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
+            comms: [Comm("world"), Comm("evens", members: [0, 2])], threads: [Thread("main", [
+              AllReduce(buf: "x", stream: "s0", comm: "world"), StreamSync("s0"),
+              OnRanks([0, 2], [AllReduce(buf: "y", stream: "s1", comm: "evens")]),
+              AllReduce(buf: "x", stream: "s0", comm: "world"), StreamSync("s0"), StreamSync("s1")])])"#
+        );
+        out.push((format!("all-reduce x{n}"), cuorder_model::format::load("ar", &text).unwrap()));
+    }
     for (schedule, stages, mb) in [(Schedule::OneFOneB, 4, 4), (Schedule::Gpipe, 3, 3), (Schedule::Interleaved, 3, 3)] {
         for variant in [Variant::Correct, Variant::Bug, Variant::Race] {
             if schedule == Schedule::Gpipe && variant == Variant::Bug {
@@ -45,7 +57,7 @@ fn sorted(mut v: Vec<Step>) -> Vec<Step> {
 
 #[test]
 fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
-    let (mut checked, mut host_only_steps) = (0u64, 0u64);
+    let (mut checked, mut host_only_steps, mut connect_only_steps) = (0u64, 0u64, 0u64);
     for (name, prog) in programs() {
         for prof in ["portable", "eager"] {
             let prof = Profile::builtin(prof).unwrap();
@@ -78,16 +90,26 @@ fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
                     // those there (`Semantics::host_only`) and keeps the rank's other steps.
                     let host_only = sem.host_only(&st, &step);
                     host_only_steps += u64::from(host_only.is_some());
+                    // A connection set-up changes only its two threads' host steps, and is no longer enabled itself
+                    // (`Semantics::connect_only`).
+                    let connect_only = sem.connect_only(&st, &step);
+                    connect_only_steps += u64::from(connect_only.is_some());
                     sem.apply(&mut st, &step);
                     if i % 7 == 0 {
                         sem.forget(&mut st);
                     }
-                    groups.affected(&written, &mut mark, &mut affected);
+                    match connect_only {
+                        Some(pair) => {
+                            affected = pair.to_vec();
+                            affected.dedup();
+                        }
+                        None => groups.affected(&written, &mut mark, &mut affected),
+                    }
                     for &r in &affected {
-                        cache[r as usize] = if host_only == Some(r) {
+                        cache[r as usize] = if host_only == Some(r) || connect_only.is_some() {
                             let mut v = vec![];
                             sem.host_steps_for_rank(&st, r, &mut v);
-                            v.extend(cache[r as usize].iter().filter(|s| !matches!(s, Step::Host { .. })).cloned());
+                            v.extend(cache[r as usize].iter().filter(|s| !matches!(s, Step::Host { .. }) && **s != step).cloned());
                             v
                         } else {
                             owned(&st, r)
@@ -99,6 +121,7 @@ fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
     }
     assert!(checked > 10_000, "only {checked} states checked");
     assert!(host_only_steps > 1_000, "only {host_only_steps} steps took the host-only shortcut");
+    assert!(connect_only_steps > 1_000, "only {connect_only_steps} steps took the set-up shortcut");
 }
 
 /// The frontier the walks and `run` keep (`Frontier`): at every step of random executions (taking steps through

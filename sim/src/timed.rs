@@ -824,6 +824,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
     // The steps of the rank being recomputed, and the buffer its new slots go to (it swaps with the old list).
     let mut new: Vec<Step> = vec![];
     let mut next: Vec<Slot> = vec![];
+    let mut index: HashMap<Step, usize> = HashMap::default();
     let mut heap: BinaryHeap<Reverse<(u64, u64, Step, RankId)>> = BinaryHeap::new();
     let mut now = 0u64;
     let mut forget = crate::strategy::ForgetClock::new(sem);
@@ -876,14 +877,25 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         let written = sem.step_ranks(&st, &step);
         let local = sem.rank_local_step(&st, &step);
         let host_only = sem.host_only(&st, &step);
+        let connect_only = sem.connect_only(&st, &step);
         log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
         now = t;
         let last = Some(log.schedule.len() as u32 - 1);
-        groups.affected_by_step(&written, local, &mut mark, &mut affected);
+        match connect_only {
+            // A connection set-up changes only its two threads' host steps (and is itself no longer enabled: it left
+            // its rank's list when it was popped; `Semantics::connect_only`).
+            Some(pair) => {
+                affected.clear();
+                affected.extend_from_slice(&pair);
+                affected.sort_unstable();
+                affected.dedup();
+            }
+            None => groups.affected_by_step(&written, local, &mut mark, &mut affected),
+        }
         // The step's own rank keeps its item, communication and connection steps when the step could change only
         // its host steps (`Semantics::host_only`).
         for &r in &affected {
-            let quiet = host_only == Some(r);
+            let quiet = host_only == Some(r) || connect_only.is_some();
             new.clear();
             if quiet {
                 sem.host_steps_for_rank(&st, r, &mut new);
@@ -893,8 +905,14 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             }
             let old = &cache[r as usize];
             next.clear();
+            // A long list (a collective's first use lists a set-up with every other member) is looked up by hash.
+            index.clear();
+            if old.len() > 16 {
+                index.extend(old.iter().enumerate().map(|(i, x)| (x.step.clone(), i)));
+            }
             for s in new.drain(..) {
-                match old.iter().find(|x| x.step == s) {
+                let found = if old.len() > 16 { index.get(&s).map(|&i| &old[i]) } else { old.iter().find(|x| x.step == s) };
+                match found {
                     Some(x) => next.push(x.clone()),
                     None => next.push(add(&st, s, r, now, last, &mut rng, &mut heap)),
                 }

@@ -283,6 +283,24 @@ impl<'p> Semantics<'p> {
         heads
     }
 
+    /// Asked before a connection set-up `step` (N7, `Step::Connect`) is applied to `st`: `Some` with the ranks of
+    /// its two threads when, once it is applied, the enabled steps change only in the host steps of those ranks
+    /// and in the set-up itself no longer being enabled; `None` for every other step, and for a set-up that may do
+    /// more. The step removes one need from each thread (`connect`); another set-up is enabled by the two
+    /// threads' needs for its own pair of ranks, so only those of other threads acting for the same two ranks could
+    /// change, and a thread's second need for the same pair (a call in progress in the background, N12) could
+    /// keep this one enabled: both are excluded (each of the two acting ranks has one NCCL thread, and neither
+    /// thread has background calls). Nothing else reads the needs or the connections when steps are enabled (the
+    /// connections are read when a group ends). A collective's first use sets up a connection with every other
+    /// member, and the engines' recomputing every member after each of those N (N - 1) / 2 set-ups made a timed
+    /// all-reduce over 128 ranks take 10 s (issue 9). `tests/incremental.rs` checks the kept sets against
+    /// [`Self::enabled`] at every step with this shortcut.
+    pub fn connect_only(&self, st: &State, step: &Step) -> Option<[RankId; 2]> {
+        let Step::Connect { a, b, ra, rb, .. } = *step else { return None };
+        let alone = |t: ThreadId, r: RankId| self.nccl_threads_of[r as usize] == [t] && st.host.threads[t as usize].background.is_empty();
+        (alone(a, ra) && alone(b, rb)).then(|| [self.rank_of(a), self.rank_of(b)])
+    }
+
     /// Asked before `step` is applied to `st`: `Some(rank)` when the step can change only the host steps of its
     /// rank, so that an engine that keeps enabled steps by rank recomputes only [`Self::host_steps_for_rank`] for
     /// it and keeps its item, communication and connection steps ([`Self::device_steps_for_rank`]). Such a step is

@@ -7,6 +7,9 @@
 use super::super::*;
 use crate::op_info::NcclRole;
 
+/// The parts of one collective by member rank (`NcclState::coll`).
+type PartsOf = std::collections::BTreeMap<RankId, (ItemKey, u32)>;
+
 impl<'p> Semantics<'p> {
     /// The kind of the collective at `part`.
     fn coll_kind(&self, st: &State, part: (ItemKey, u32)) -> CollectiveKind {
@@ -34,41 +37,52 @@ impl<'p> Semantics<'p> {
     /// The pending, running parts of the n-th collective of `comm` whose needed parts all run (or have ended).
     fn ready_parts(&self, st: &State, comm: CommId, seq: u32) -> Vec<(RankId, (ItemKey, u32))> {
         let Some(parts) = st.nccl.coll.get(&(comm, seq)) else { return vec![] };
-        parts
-            .iter()
-            .filter(|(_, p)| st.comm_op(**p).1.status == CommOpStatus::Pending && Self::op_eligible(st.item(p.0), p.1 as usize))
-            .filter(|(r, p)| {
-                self.part_needs(self.coll_kind(st, **p), comm, **r)
-                    .iter()
-                    .all(|m| parts.get(m).is_some_and(|q| Self::part_started(st, *q)))
-            })
-            .map(|(r, p)| (*r, *p))
-            .collect()
+        let mut all = None;
+        parts.iter().filter(|(r, p)| self.part_ready(st, comm, parts, **r, **p, &mut all)).map(|(r, p)| (*r, *p)).collect()
+    }
+
+    /// Whether the part of `rank` at `p` is pending and running and the parts it needs run or have ended (C1).
+    /// `all` keeps, once asked, whether every member's part has started (what most kinds need), so that a pass over
+    /// the parts costs O(members), not O(members²): listing the steps of a 1,024-member all-reduce asked every
+    /// member about every member (issue 9).
+    fn part_ready(&self, st: &State, comm: CommId, parts: &PartsOf, rank: RankId, p: (ItemKey, u32), all: &mut Option<bool>) -> bool {
+        if st.comm_op(p).1.status != CommOpStatus::Pending || !Self::op_eligible(st.item(p.0), p.1 as usize) {
+            return false;
+        }
+        let kind = self.coll_kind(st, p);
+        let started = |m: &RankId| parts.get(m).is_some_and(|q| Self::part_started(st, *q));
+        if kind.needs_all(rank) {
+            *all.get_or_insert_with(|| self.program.comms[comm.0 as usize].members.iter().all(started))
+        } else {
+            self.part_needs(kind, comm, rank).iter().all(started)
+        }
     }
 
     /// The pending, running parts that may end on their own (C1, within the eager window of N2).
     fn alone_parts(&self, st: &State, comm: CommId, seq: u32) -> Vec<(RankId, (ItemKey, u32))> {
         let Some(parts) = st.nccl.coll.get(&(comm, seq)) else { return vec![] };
-        parts
-            .iter()
-            .filter(|(r, p)| {
-                st.comm_op(**p).1.status == CommOpStatus::Pending
-                    && Self::op_eligible(st.item(p.0), p.1 as usize)
-                    && self.coll_kind(st, **p).may_end_alone(**r)
-                    && st.comm_op(**p).1.bytes <= self.profile.eager_bytes_per_connection
-            })
-            .map(|(r, p)| (*r, *p))
-            .collect()
+        parts.iter().filter(|(r, p)| self.part_alone(st, **r, **p)).map(|(r, p)| (*r, *p)).collect()
+    }
+
+    /// Whether the part of `rank` at `p` is pending and running and may end on its own (C1, within the eager window
+    /// of N2).
+    fn part_alone(&self, st: &State, rank: RankId, p: (ItemKey, u32)) -> bool {
+        st.comm_op(p).1.status == CommOpStatus::Pending
+            && Self::op_eligible(st.item(p.0), p.1 as usize)
+            && self.coll_kind(st, p).may_end_alone(rank)
+            && st.comm_op(p).1.bytes <= self.profile.eager_bytes_per_connection
     }
 
     pub(crate) fn collective_steps(&self, st: &State, k: ItemKey, comm: CommId, rank: RankId, seq: u32, out: &mut Vec<Step>) {
         let Some(parts) = st.nccl.coll.get(&(comm, seq)) else { return };
         debug_assert_eq!(parts[&rank].0, k);
         // Each step is enumerated once: from the lowest-ranked part it would end.
-        if self.alone_parts(st, comm, seq).first().map(|(r, _)| *r) == Some(rank) {
+        // The first part found, not every part: this runs for each member whose part runs.
+        if parts.iter().find(|(r, p)| self.part_alone(st, **r, **p)).map(|(r, _)| *r) == Some(rank) {
             out.push(Step::RootEarly { comm, seq });
         }
-        if self.ready_parts(st, comm, seq).first().map(|(r, _)| *r) == Some(rank) {
+        let mut all = None;
+        if parts.iter().find(|(r, p)| self.part_ready(st, comm, parts, **r, **p, &mut all)).map(|(r, _)| *r) == Some(rank) {
             out.push(Step::Collective { comm, seq });
         }
     }

@@ -143,6 +143,12 @@ impl<'p> Semantics<'p> {
 
     /// The connection set-ups thread `a` starts (each pair once: from the side with the lower (thread, rank)).
     pub(crate) fn connect_steps_from(&self, st: &State, a: usize, out: &mut Vec<Step>) {
+        // Steps listed before this call are another thread's or not set-ups; within one need map the (communicator,
+        // pair, peer thread) are distinct. Only a thread with a second map (a call in progress in the background,
+        // N12) can list a set-up twice: only then is it looked for (a collective's first use lists every other
+        // member, and looking for each one made listing a rank's set-ups quadratic; issue 9).
+        let start = out.len();
+        let maps = self.connect_needs(st, a).count();
         for pa in self.connect_needs(st, a) {
             for ((comm, ra, rb), need_a) in pa {
                 // Only a thread with NCCL ops acting on `rb` can wait for this set-up (ascending, as the steps are
@@ -154,7 +160,7 @@ impl<'p> Semantics<'p> {
                     }
                     if self.connect_needs(st, b).any(|pb| pb.get(&(*comm, *rb, *ra)) == Some(need_a)) {
                         let s = Step::Connect { a: a as u32, b: b as u32, comm: *comm, ra: *ra, rb: *rb };
-                        if !out.contains(&s) {
+                        if maps == 1 || !out[start..].contains(&s) {
                             out.push(s);
                         }
                     }
