@@ -1,6 +1,7 @@
 //! `--format json`: the versioned, documented output for scripts (`docs/json.md`). Every op is named the way the
 //! program wrote it (rank, thread name, op number) with its file, line and column; every finding cites rule ids; no
-//! internal indices, vector clocks or witness steps appear. Load errors have the same envelope.
+//! internal indices, vector clocks or witness steps appear. Load errors have the same envelope. `check` and
+//! `explore` share one `check` object ([`check_object`]); `explore` adds how its strategy searched ([`ExploreOut`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +21,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub struct Output {
     /// Always [`SCHEMA_VERSION`].
     pub schema_version: u32,
-    /// `check` or `conform`.
+    /// `check`, `explore` or `time`.
     pub command: String,
     /// The process exit code that goes with this output (0, 1, 2 or 3; see `--help`).
     pub exit_code: u8,
@@ -31,6 +32,52 @@ pub struct Output {
     /// `time` only: the timed execution (absent from other commands' output).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<crate::timing::TimeOut>,
+    /// `explore` only: the strategy and what it adds about each finding (absent from other commands' output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explore: Option<ExploreOut>,
+}
+
+/// What `cuorder explore` adds to the `check` object: how its strategy searched, and per finding what showed it.
+/// A field that does not apply to the strategy is null (an array: empty).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExploreOut {
+    /// `exhaustive`, `random`, `pct`, `bounded` or `dpor`.
+    pub strategy: String,
+    /// `random`, `pct`: the seed of the first execution (execution i uses seed + i).
+    pub seed: Option<u64>,
+    /// `random`, `pct`: the executions run; `dpor`: the executions explored to a final state.
+    pub executions: Option<u64>,
+    /// `pct`: the bug depth (`--depth`).
+    pub depth: Option<u32>,
+    /// `bounded`: the most preemptions an execution may have (`--bound`).
+    pub bound: Option<u32>,
+    /// `bounded`: the states of each bound's pass, from bound 0.
+    pub states_per_bound: Vec<u64>,
+    /// `bounded`: the bound whose pass cut no execution (larger bounds add none), if one did.
+    pub saturated_at: Option<u32>,
+    /// `dpor`: executions cut short by sleep sets (an equivalent execution was explored).
+    pub sleep_blocked: Option<u64>,
+    /// The command-line settings that changed the program (PyTorch overrides), as `time` lists them.
+    pub settings: Vec<String>,
+    /// One per finding of the `check` object, in its order.
+    pub findings: Vec<ExploreFinding>,
+}
+
+/// What `explore` says of one finding beyond the `check` object's [`FindingOut`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExploreFinding {
+    /// The finding's `number` in the `check` object.
+    pub number: u32,
+    /// `random`, `pct`: the executions that showed it (out of `executions`).
+    pub seen_in: Option<u64>,
+    /// `random`, `pct`: the seed of the first execution that showed it.
+    pub first_seed: Option<u64>,
+    /// `bounded`: the bound at which it first appeared (the fewest preemptions of an execution that shows it).
+    pub first_bound: Option<u32>,
+    /// The artifact `--save` wrote for it (`cuorder replay FILE` reproduces it), null without `--save`.
+    pub artifact: Option<String>,
 }
 
 /// A load error.
@@ -117,6 +164,33 @@ fn op_out(sem: &Semantics, file: &str, loc: OpLoc) -> Option<OpOut> {
 
 /// The JSON of a `check` report of the program read from `file`.
 pub fn check(sem: &Semantics, rep: &Report, file: &str) -> Output {
+    Output {
+        schema_version: SCHEMA_VERSION,
+        command: "check".into(),
+        exit_code: rep.exit_code() as u8,
+        check: Some(check_object(sem, rep, file)),
+        time: None,
+        explore: None,
+        errors: None,
+    }
+}
+
+/// The JSON of an `explore` report of the program read from `file`: the `check` object as `check` prints it, with
+/// `explore`'s own exit code (a clean sampled or bounded search exits 3) and what its strategy adds.
+pub fn explore(sem: &Semantics, rep: &Report, file: &str, exit_code: u8, explore: ExploreOut) -> Output {
+    Output {
+        schema_version: SCHEMA_VERSION,
+        command: "explore".into(),
+        exit_code,
+        check: Some(check_object(sem, rep, file)),
+        time: None,
+        explore: Some(explore),
+        errors: None,
+    }
+}
+
+/// The `check` object of a report made by any strategy, its findings named as the program wrote them.
+pub fn check_object(sem: &Semantics, rep: &Report, file: &str) -> Check {
     let findings = rep
         .findings
         .iter()
@@ -192,24 +266,17 @@ pub fn check(sem: &Semantics, rep: &Report, file: &str) -> Output {
             }
         })
         .collect();
-    Output {
-        schema_version: SCHEMA_VERSION,
-        command: "check".into(),
-        exit_code: rep.exit_code() as u8,
-        check: Some(Check {
-            program: rep.program.clone(),
-            file: file.to_string(),
-            profile: rep.profile.clone(),
-            verdict: rep.verdict.clone(),
-            inconclusive: rep.limit_hit.is_some(),
-            limit_hit: rep.limit_hit.clone(),
-            states: rep.states as u64,
-            final_states: rep.final_states as u64,
-            completed_final_states: rep.completed_final_states as u64,
-            findings,
-        }),
-        time: None,
-        errors: None,
+    Check {
+        program: rep.program.clone(),
+        file: file.to_string(),
+        profile: rep.profile.clone(),
+        verdict: rep.verdict.clone(),
+        inconclusive: rep.limit_hit.is_some(),
+        limit_hit: rep.limit_hit.clone(),
+        states: rep.states as u64,
+        final_states: rep.final_states as u64,
+        completed_final_states: rep.completed_final_states as u64,
+        findings,
     }
 }
 
@@ -221,6 +288,7 @@ pub fn load_error(command: &str, issues: &[LoadIssue]) -> Output {
         exit_code: 2,
         check: None,
         time: None,
+        explore: None,
         errors: Some(
             issues
                 .iter()

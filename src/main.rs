@@ -411,6 +411,8 @@ enum Command {
         /// Save every finding as a replayable artifact `finding-N-KIND.ron` in this folder.
         #[arg(long)]
         save: Option<PathBuf>,
+        /// `text` for people, `json` for scripts (docs/json.md: `check`'s document and an `explore` object; load
+        /// errors too).
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
         #[command(flatten)]
@@ -656,17 +658,15 @@ fn step_words(sem: &Semantics, step: &cuorder_model::semantics::Step) -> String 
     }
 }
 
-/// `explore`'s report with each finding's witness hint pointing at `replay` of its saved artifact (`check`'s hint,
-/// `run --witness N`, re-runs `check`'s search, which numbers findings its own way and may not finish where
-/// sampling did; issue 10 review), or saying how to save it.
-fn replay_hints(text: &str, saved: &[PathBuf]) -> String {
+/// The text of one of `explore`'s findings with its witness hint pointing at `replay` of its saved artifact `saved`
+/// (`check`'s hint, `run --witness N`, re-runs `check`'s search, which numbers findings its own way and may not
+/// finish where sampling did; issue 10 review), or saying how to save it.
+fn replay_hint(text: &str, saved: Option<&PathBuf>) -> String {
     let mut out = String::with_capacity(text.len());
-    let mut n = 0;
     for line in text.split_inclusive('\n') {
         match (line.find("(`cuorder run PROGRAM --witness "), line.rfind("` prints it)")) {
             (Some(a), Some(b)) if b > a => {
-                n += 1;
-                let hint = match saved.get(n - 1) {
+                let hint = match saved {
                     Some(p) => format!("(`cuorder replay {}` prints it)", p.display()),
                     None => "(`--save DIR` keeps it; `cuorder replay DIR/finding-N-KIND.ron` prints it)".to_string(),
                 };
@@ -884,6 +884,7 @@ fn main() -> ExitCode {
                         check: None,
                         errors: None,
                         time: Some(cuorder::timing::time_out(&sem, &run, &sum, &file)),
+                        explore: None,
                     };
                     say(&out.to_json());
                 }
@@ -923,7 +924,7 @@ fn main() -> ExitCode {
         } => {
             let (prof, prog) = match load_both_with(&profile, &program, color, torch) {
                 Ok(x) => x,
-                Err(e) => return fail(e),
+                Err(e) => return fail_as(format, "explore", e),
             };
             let sem = Semantics::new(&prog, &prof);
             let max_time_ms = time_limit.map_or(cuorder_sim::explore::DEFAULT_MAX_TIME_MS, |s| (s * 1000.0) as u64);
@@ -949,22 +950,30 @@ fn main() -> ExitCode {
                 progress: Some(w.progress()),
             };
             // Per finding: how the report introduces it before the findings (sampling: executions that showed it;
-            // bounded: the bound at which it first appeared).
-            let (ex, header, seeds, notes, hits) = match strategy {
+            // bounded: the bound at which it first appeared); `info`: the same for `--format json` (docs/json.md).
+            use cuorder::json::{ExploreFinding, ExploreOut};
+            let numbered = |n: usize| (1..=n as u32).map(|number| ExploreFinding { number, ..Default::default() }).collect::<Vec<_>>();
+            let (ex, header, notes, hits, mut info) = match strategy {
                 StrategyArg::Exhaustive => {
                     let ex = cuorder_sim::explore::explore(&sem, &limits);
-                    let n = ex.findings.len();
-                    (ex, "strategy exhaustive".to_string(), vec![None; n], vec![], None)
+                    let info = ExploreOut { strategy: "exhaustive".into(), findings: numbered(ex.findings.len()), ..Default::default() };
+                    (ex, "strategy exhaustive".to_string(), vec![], None, info)
                 }
                 StrategyArg::Dpor => {
                     let d = cuorder_sim::dpor::explore_dpor(&sem, &limits);
-                    let n = d.exploration.findings.len();
+                    let info = ExploreOut {
+                        strategy: "dpor".into(),
+                        executions: Some(d.executions as u64),
+                        sleep_blocked: Some(d.sleep_blocked as u64),
+                        findings: numbered(d.exploration.findings.len()),
+                        ..Default::default()
+                    };
                     let header = format!(
                         "strategy dpor, {} to a final state, {} cut short by sleep sets (an equivalent execution was explored)",
                         cuorder_model::describe::count(d.executions as u64, "execution"),
                         d.sleep_blocked
                     );
-                    (d.exploration, header, vec![None; n], vec![], None)
+                    (d.exploration, header, vec![], None, info)
                 }
                 StrategyArg::Bounded => {
                     let b = cuorder_sim::explore::explore_bounded(&sem, &limits, bound);
@@ -988,8 +997,20 @@ fn main() -> ExitCode {
                             format!("  finding {} first at bound {k} (an execution with {k} preemption{} shows it)", i + 1, if *k == 1 { "" } else { "s" })
                         })
                         .collect();
-                    let n = b.exploration.findings.len();
-                    (b.exploration, header, vec![None; n], notes, None)
+                    let info = ExploreOut {
+                        strategy: "bounded".into(),
+                        bound: Some(bound),
+                        states_per_bound: b.pass_states.iter().map(|n| *n as u64).collect(),
+                        saturated_at: b.saturated_at,
+                        findings: b
+                            .first_bound
+                            .iter()
+                            .enumerate()
+                            .map(|(i, k)| ExploreFinding { number: i as u32 + 1, first_bound: Some(*k), ..Default::default() })
+                            .collect(),
+                        ..Default::default()
+                    };
+                    (b.exploration, header, notes, None, info)
                 }
                 StrategyArg::Random | StrategyArg::Pct => {
                     let s = if strategy == StrategyArg::Random {
@@ -1014,7 +1035,26 @@ fn main() -> ExitCode {
                         .map(|(i, (h, s))| format!("  finding {} seen in {h} of {} (first with seed {s})", i + 1, cuorder_model::describe::count(r.executions, "execution")))
                         .collect();
                     let hits = Some((r.hits.clone(), r.executions));
-                    (r.exploration, header, r.seeds.into_iter().map(Some).collect(), notes, hits)
+                    let info = ExploreOut {
+                        strategy: if strategy == StrategyArg::Random { "random" } else { "pct" }.into(),
+                        seed: Some(seed),
+                        executions: Some(r.executions),
+                        depth: (strategy == StrategyArg::Pct).then_some(depth.max(1)),
+                        findings: r
+                            .hits
+                            .iter()
+                            .zip(&r.seeds)
+                            .enumerate()
+                            .map(|(i, (h, s))| ExploreFinding {
+                                number: i as u32 + 1,
+                                seen_in: Some(*h),
+                                first_seed: Some(*s),
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    };
+                    (r.exploration, header, notes, hits, info)
                 }
             };
             w.finish();
@@ -1040,7 +1080,7 @@ fn main() -> ExitCode {
                         program_hash: cuorder::artifact::program_hash(&bytes),
                         profile: prof.clone(),
                         strategy: strategy_name.clone(),
-                        seed: seeds[i],
+                        seed: info.findings.get(i).and_then(|f| f.first_seed),
                         kind: f.kind.clone(),
                         summary: f.text.lines().next().unwrap_or("").to_string(),
                         key: ex.keys[i].clone(),
@@ -1052,11 +1092,28 @@ fn main() -> ExitCode {
                 match cuorder::artifact::save_all(dir, &artifacts) {
                     Ok(paths) => saved = paths,
                     Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::from(2);
+                        // `e` names the file it could not write; with --format json it is the `errors` document.
+                        let issue = cuorder::LoadIssue { file: dir.display().to_string(), line: None, column: None, message: e.clone(), help: None };
+                        return fail_as(format, "explore", LoadError { rendered: format!("error: {e}\n"), issues: vec![issue] });
                     }
                 }
             }
+            // Each finding's witness hint names its saved artifact (or how to save it), in the text and the JSON alike.
+            for (i, f) in rep.findings.iter_mut().enumerate() {
+                f.text = replay_hint(&f.text, saved.get(i));
+            }
+            for (f, path) in info.findings.iter_mut().zip(&saved) {
+                f.artifact = Some(path.display().to_string());
+            }
+            info.settings = torch.flags();
+            // A clean sampled run proves nothing; a clean bounded one only when a pass cut no execution.
+            let sampled_clean = rep.findings.is_empty()
+                && match strategy {
+                    StrategyArg::Exhaustive | StrategyArg::Dpor => false,
+                    StrategyArg::Bounded => rep.limit_hit.is_some(),
+                    StrategyArg::Random | StrategyArg::Pct => true,
+                };
+            let code = if sampled_clean { 3 } else { rep.exit_code() as u8 };
             match format {
                 Format::Text => {
                     let mut out = format!("{header}\n{}", torch.note());
@@ -1067,21 +1124,14 @@ fn main() -> ExitCode {
                         let n = cuorder_model::describe::count(rep.findings.len() as u64, "finding");
                         out.push_str(&format!("  saved {n} to {} (`cuorder replay FILE`)\n", dir.display()));
                     }
-                    out.push_str(&replay_hints(&rep.to_text(), &saved));
+                    out.push_str(&rep.to_text());
                     say(&out);
                 }
                 Format::Json => {
-                    say(&format!("{}\n", serde_json::to_string_pretty(&rep).expect("report serializes")));
+                    say(&cuorder::json::explore(&sem, &rep, &program.display().to_string(), code, info).to_json());
                 }
             }
-            // A clean sampled run proves nothing; a clean bounded one only when a pass cut no execution.
-            let sampled_clean = rep.findings.is_empty()
-                && match strategy {
-                    StrategyArg::Exhaustive | StrategyArg::Dpor => false,
-                    StrategyArg::Bounded => rep.limit_hit.is_some(),
-                    StrategyArg::Random | StrategyArg::Pct => true,
-                };
-            ExitCode::from(if sampled_clean { 3 } else { rep.exit_code() as u8 })
+            ExitCode::from(code)
         }
         Command::Replay { artifact, program } => {
             let (a, path, prog, text) = match artifact_and_program(&artifact, program, color) {

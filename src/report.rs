@@ -1,8 +1,6 @@
 //! `cuorder check`: explores a program and renders the verdict as text (for people) or JSON (for tools). The text
 //! names every op the way the program wrote it ("r0 main #3 send(to r1, x, 2 GiB, s0, world)") with its line.
 
-use serde::Serialize;
-
 use cuorder_model::program::{MemSpace, Program};
 use cuorder_model::profile::Profile;
 use cuorder_model::semantics::{Access, Accessor, ItemKind, Node, OpLoc, Race, Reason, Semantics, State, Stuck};
@@ -10,8 +8,10 @@ use cuorder_model::verdict::{Finding, Frequency, Problem};
 use cuorder_sim::explore::{explore, Exploration, Limits};
 use cuorder_sim::run::replay_state;
 
-/// The result of `check`, ready to print.
-#[derive(Clone, Debug, Serialize)]
+/// The result of `check` (or `explore`), ready to print: as text by [`Report::to_text`], as the documented JSON
+/// (`docs/json.md`) by `crate::json`. It holds internal structures (the findings' witnesses, thread ids), so it is
+/// not serializable itself: a raw dump of it was once `explore --format json`'s output.
+#[derive(Clone, Debug)]
 pub struct Report {
     pub program: String,
     pub profile: String,
@@ -31,7 +31,7 @@ pub struct Report {
 }
 
 /// One finding with its text.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct RenderedFinding {
     pub kind: String,
     /// "always" or "sometimes".
@@ -42,7 +42,6 @@ pub struct RenderedFinding {
     /// Of a sampling strategy (`explore --strategy random|pct`): the executions that showed it, and the executions
     /// run. The text then says "in 50 of 50 sampled executions" rather than "in some executions" (sampling cannot
     /// show that a problem is in every execution, but it should not hide that every sample had it).
-    #[serde(skip)]
     pub sampled: Option<(u64, u64)>,
 }
 
