@@ -50,7 +50,8 @@ enum StrategyArg {
     Random,
     /// Probabilistic concurrency testing (seeded walks with random agent priorities; --depth).
     Pct,
-    /// Every execution with at most --bound preemptions (systematic, no seed).
+    /// Preemption-bounded exhaustive search (CHESS): every execution with at most --bound preemptions (default 2),
+    /// bounds 0, 1, .. in turn; systematic, no seed.
     Bounded,
     /// Every execution up to equivalence: dynamic partial-order reduction (Source-DPOR with sleep sets), stateless,
     /// dependency from what steps touch. A proof like `exhaustive`, by another algorithm.
@@ -370,7 +371,7 @@ enum Command {
     /// bound at which it first appeared, or `dpor`: every execution up to equivalence (dynamic partial-order
     /// reduction, stateless; a proof like `exhaustive`, by another algorithm). Exit codes as `check`; sampling and
     /// bounded search never prove the absence of a problem (a bounded search says nothing of executions with more
-    /// preemptions), so a clean run exits 3.
+    /// preemptions, unless a bound cut none: it then says so, and exits as `check`), so a clean run exits 3.
     Explore {
         program: PathBuf,
         #[arg(long, value_enum, default_value = "random")]
@@ -387,8 +388,11 @@ enum Command {
         /// 1 to a few).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         depth: u32,
-        /// Bounded strategy: the most preemptions an execution may have (0 to 64). Searched by iterative deepening
-        /// from 0; the cost grows roughly like (steps x agents)^bound.
+        /// Bounded strategy: the most preemptions an execution may have (0 to 64). A preemption is a step of another
+        /// agent (a host thread, a stream, a communicator's collective) while the agent that took the last step could
+        /// still take one; switching away from a blocked or finished agent is free. Bounds 0, 1, .. up to this one
+        /// are searched in turn, each finding says the smallest that showed it, and the search stops early once a
+        /// bound cut no execution (it was then complete); the cost grows roughly like (steps x agents)^bound.
         #[arg(long, default_value_t = cuorder_sim::explore::DEFAULT_BOUND, value_parser = clap::value_parser!(u32).range(0..=64))]
         bound: u32,
         /// Stop at the first finding (sampling: the lowest-numbered execution with a finding, ended at that finding;

@@ -331,7 +331,7 @@ fn without_rank(text: &str, r: u32) -> Option<String> {
         if i < lists_end {
             continue;
         }
-        let refs: Vec<(usize, usize, u32)> = if !in_str && c == b'[' && (text[..i + 1].ends_with("ranks: [") || text[..i + 1].ends_with("members: [")) {
+        let refs: Vec<(usize, usize, u32)> = if !in_str && c == b'[' && is_rank_list(&text, i) {
             let Some((list, close)) = int_list(&text, i) else { continue };
             lists_end = close;
             list
@@ -353,6 +353,52 @@ fn without_rank(text: &str, r: u32) -> Option<String> {
     }
     edits.sort_unstable();
     Some(replaced(&text, &edits))
+}
+
+/// Whether the `[` at `open` begins a list of ranks: a `ranks:` list (a thread's, `OnRanks`', `NewGroup`'s), a
+/// `members:` list, `OnRanks`' first argument, or the second argument of `Comm("name", ..)` or `NewGroup("name", ..)`,
+/// in `Some(..)` or not. Not the split sizes of `DistAllToAllSingle`, whose repeated values mean something.
+fn is_rank_list(text: &str, open: usize) -> bool {
+    let before = text[..open].trim_end();
+    let before = before.strip_suffix("Some(").map_or(before, str::trim_end);
+    if before.ends_with("ranks:") || before.ends_with("members:") || before.ends_with("OnRanks(") {
+        return true;
+    }
+    // `Comm("w", [..])`, `NewGroup("g", [..])`: after the name and its comma.
+    let Some(name) = before.strip_suffix(',').map(str::trim_end).and_then(|b| b.strip_suffix('"')) else { return false };
+    name.rfind('"').is_some_and(|q| {
+        let form = name[..q].trim_end();
+        form.ends_with("Comm(") || form.ends_with("NewGroup(")
+    })
+}
+
+/// `text` with every list of ranks ([`is_rank_list`]) that names a rank more than once written with each rank once,
+/// in the order they first appear (`OnRanks([0, 0, 0], ..)` is `OnRanks([0], ..)`): lowering a number everywhere
+/// ([`lowered_numbers`]) lowers the ranks of such lists too, and a rank listed twice is at best noise (`OnRanks`) and
+/// at worst an error (a thread's `ranks:`, a communicator's members).
+fn dedup_rank_lists(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut at, mut lists_end) = (0usize, 0usize);
+    for (i, c, in_str) in code(text) {
+        if in_str || c != b'[' || i < lists_end || !is_rank_list(text, i) {
+            continue;
+        }
+        let Some((list, close)) = int_list(text, i) else { continue };
+        lists_end = close;
+        let mut once: Vec<u32> = Vec::with_capacity(list.len());
+        for &(_, _, r) in &list {
+            if !once.contains(&r) {
+                once.push(r);
+            }
+        }
+        if once.len() < list.len() {
+            out.push_str(&text[at..i + 1]);
+            out.push_str(&once.iter().map(u32::to_string).collect::<Vec<_>>().join(", "));
+            at = close;
+        }
+    }
+    out.push_str(&text[at..]);
+    out
 }
 
 /// `text` with each byte range `(start, end, value)` (in order, not overlapping) replaced by the value.
@@ -431,7 +477,8 @@ fn numbers(text: &str) -> Vec<(usize, usize, u64)> {
 
 /// Candidates that lower one number everywhere it is written (halved, then minus one): a loop's count in an SPMD
 /// program (`For(i, "0..8", ..)` with `8` also in `min(stages - stage - 1, 8)`) shrinks only when every place that
-/// says it changes at once. Largest values first.
+/// says it changes at once. Largest values first. A rank lowered onto another of its list is written once
+/// ([`dedup_rank_lists`]).
 fn lowered_numbers(text: &str) -> Vec<String> {
     let nums = numbers(text);
     let mut values: Vec<u64> = nums.iter().map(|n| n.2).filter(|&v| v > 0).collect();
@@ -445,7 +492,7 @@ fn lowered_numbers(text: &str) -> Vec<String> {
         }
         for to in targets {
             let edits: Vec<(usize, usize, u64)> = nums.iter().filter(|n| n.2 == v).map(|&(a, e, _)| (a, e, to)).collect();
-            out.push(replaced(text, &edits));
+            out.push(dedup_rank_lists(&replaced(text, &edits)));
         }
     }
     out
@@ -570,6 +617,24 @@ mod tests {
         assert!(lowered[0].contains("n: 6,"), "{}", lowered[0]);
         assert!(lowered.iter().any(|c| c.contains("0..min(stages - stage - 1, 4)")), "every 8 at once");
         assert!(lowered.iter().all(|c| c.contains("ranks: 4") && c.contains("// 7 comment") && c.contains("x1") && c.contains("\"8 MiB\"")));
+    }
+
+    #[test]
+    fn lowering_a_rank_onto_another_of_its_list_writes_it_once() {
+        let t = "Program(ranks: 4, comms: [Comm(\"w\", [0, 1, 2])], threads: [Thread(\"m\", ranks: [1, 2], ops: [\n\
+                 OnRanks([0, 1, 2], [Repeat(2, [DeviceSync])]), NewGroup(\"g\", ranks: Some([0, 2])),\n\
+                 DistAllToAllSingle(output: \"o\", input: \"i\", input_split_sizes: [2, 1, 1])])])";
+        // 2 -> 1 everywhere: every rank list says 1 once; the split sizes keep their repeated 1.
+        let c = lowered_numbers(t).into_iter().find(|c| c.contains("Repeat(1,")).unwrap();
+        assert!(c.contains("Comm(\"w\", [0, 1])") && c.contains("ranks: [1], ops") && c.contains("OnRanks([0, 1], ["), "{c}");
+        assert!(c.contains("ranks: Some([0, 1])") && c.contains("input_split_sizes: [1, 1, 1]"), "{c}");
+        // A list that names a rank once is left as written.
+        assert_eq!(dedup_rank_lists("OnRanks([0,  2], [])"), "OnRanks([0,  2], [])");
+        assert_eq!(dedup_rank_lists("// OnRanks([0, 0], [])\nOnRanks([1, 1, 0, 1], [])"), "// OnRanks([0, 0], [])\nOnRanks([1, 0], [])");
+        // `OnRanks` given positionally is renumbered when a rank below it goes, like a thread's `ranks:`.
+        let t = "Program(ranks: 3, threads: [Thread(\"m\", [OnRanks([0, 2], [DeviceSync])])])";
+        assert_eq!(without_rank(t, 1).as_deref(), Some("Program(ranks: 2, threads: [Thread(\"m\", [OnRanks([0, 1], [DeviceSync])])])"));
+        assert_eq!(without_rank(t, 0), None, "rank 0 is named");
     }
 
     #[test]

@@ -366,6 +366,22 @@ fn help_lists_the_exit_codes() {
     }
 }
 
+/// Reviewers found `--strategy bounded` unclear: its help names the method, says what the bound counts, and gives
+/// the default (the literal in the strategy's help is the constant's value).
+#[test]
+fn bounded_strategy_help_says_what_the_bound_counts_and_its_default() {
+    let (code, out, _) = cuorder(&["explore", "--help"]);
+    assert_eq!(code, 0);
+    let default = cuorder_sim::explore::DEFAULT_BOUND;
+    for want in [
+        format!("bounded:    Preemption-bounded exhaustive search (CHESS): every execution with at most --bound preemptions (default {default})"),
+        "A preemption is a step of another agent (a host thread, a stream, a communicator's collective)".to_string(),
+        format!("[default: {default}]"),
+    ] {
+        assert!(out.contains(&want), "no `{want}` in:\n{out}");
+    }
+}
+
 #[test]
 fn completions_and_man_page_are_generated() {
     for shell in ["bash", "zsh", "fish"] {

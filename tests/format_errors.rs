@@ -41,6 +41,27 @@ fn misspelled_op_variant() {
     insta::assert_snapshot!(rendered("misspelled.ron", text));
 }
 
+/// Regression: the unknown operation stopped loading, and was the only error shown; the unknown stream before it and
+/// the unknown buffer after it are now shown with it, in file order.
+#[test]
+fn misspelled_op_variant_does_not_hide_the_other_errors() {
+    let text = r#"Program(
+    ranks: 2,
+    streams: [Stream("s0", NonBlocking)],
+    buffers: [Buffer("x", "1 MiB")],
+    comms: [Comm("world")],
+    threads: [
+        Thread("main", ops: [
+            Kernel("k", stream: "s9", writes: ["x"]),
+            Kernal("k2", stream: "s0", writes: ["x"]),
+            Kernel("k3", stream: "s0", writes: ["zz"]),
+        ]),
+    ],
+)
+"#;
+    insta::assert_snapshot!(rendered("misspelled_among_others.ron", text));
+}
+
 #[test]
 fn unknown_stream_name() {
     let text = r#"Program(

@@ -227,3 +227,23 @@ fn shrinking_a_program_whose_peer_rank_runs_no_thread_panicked() {
     assert_eq!(cuorder::shrink::signature(&sem, f).cross_rank, Some(true));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Regression: lowering a number everywhere it is written (`2` -> `1`, then `1` -> `0`) lowered the ranks of a rank
+/// list too, and the shrunk program said `OnRanks([0, 0, 0], ..)`: each rank now stays once in the list (`[0]`), in
+/// every candidate, so the result is also the smallest list.
+#[test]
+fn shrinking_wrote_a_rank_list_with_duplicates() {
+    let text = r#"Program(ranks: 4, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "4 KiB", space: PinnedHost)],
+    threads: [
+        Thread("main", [
+            OnRanks([0, 1, 2], [Kernel("k", stream: "s0", writes: ["x"]), HostRead("x")]),
+        ]),
+        Thread("side", ranks: [0, 1, 2], ops: [DeviceSync]),
+    ])"#;
+    let portable = Profile::builtin("portable").unwrap();
+    let s = cuorder::shrink::shrink("dup", text, &portable, "data race", &Default::default()).unwrap();
+    assert!(s.text.contains("OnRanks([0], ["), "{}", s.text);
+    assert!(s.text.contains("ranks: 1,"), "{}", s.text);
+    assert!(!s.text.contains("ranks: [0, 0") && !s.text.contains("[0, 0"), "{}", s.text);
+    cuorder_model::format::load("dup-min", &s.text).unwrap_or_else(|_| panic!("the shrunk program loads:\n{}", s.text));
+}

@@ -2,8 +2,9 @@
 //! precise diagnostics, producing the resolved [`Program`]. The format is documented in `docs/program-format.md`.
 //!
 //! Pipeline: the span index records where every value is written; positional arguments are desugared into named
-//! fields (`desugar`); `ron` deserializes the result into the surface types (syntax errors stop here, with ron's
-//! position mapped back to the source); declarations are checked; every thread is expanded per rank
+//! fields (`desugar`); `ron` deserializes the result into the surface types (`recover`: an op that does not
+//! deserialize is reported and skipped, and the text read again; syntax errors stop here, with ron's position mapped
+//! back to the source); declarations are checked; every thread is expanded per rank
 //! (`OnRanks`, `Parity`, `Repeat`, `Group`); every op is resolved and checked; then the checks that span several ops
 //! run (groups, communicator init, point-to-point and collective matching). Every error is collected.
 
@@ -16,6 +17,7 @@ mod expr;
 mod instantiate;
 mod issues;
 mod resolve;
+mod recover;
 mod ron_error;
 mod span_index;
 mod split;
@@ -24,6 +26,7 @@ mod surface;
 mod units;
 
 pub use diagnostic::{Diagnostic, Related};
+pub use recover::MAX_SKIPPED_OPS;
 pub use surface::{STorchInit as TorchInit, STorchVersion as TorchVersion};
 pub use units::{parse_duration, parse_size};
 
@@ -33,11 +36,9 @@ use diagnostic::LineIndex;
 use expand::{expand, Budget};
 use issues::Issues;
 use resolve::{Ctx, Resolver};
-use ron::extensions::Extensions;
 use span_index::SpanIndex;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use surface::SProgram;
 
 /// At most this many ranks in a program (raised from 64 for pipelines of 1024+ stages, issue 8).
 pub const MAX_RANKS: u32 = 4096;
@@ -81,7 +82,8 @@ impl TorchOptions {
 }
 
 /// Parses, expands and validates the program `text`; `name` becomes [`Program::name`]. On failure, every error found
-/// (or the one syntax error that stopped parsing), in source order.
+/// (an op that does not deserialize is reported and skipped, `recover.rs`; a syntax error stops reading, and
+/// is reported with what was found before it), in source order.
 pub fn load(name: &str, text: &str) -> Result<Program, Vec<Diagnostic>> {
     load_with(name, text, &TorchOptions::default())
 }
@@ -95,15 +97,8 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
         index
     };
     let mut index = SpanIndex::build_light(text);
-    let desugared = desugar::desugar(text, &index);
-    let surface: SProgram = ron::Options::default()
-        .with_default_extension(Extensions::IMPLICIT_SOME)
-        .with_recursion_limit(MAX_NESTING_DEPTH)
-        .from_str(&desugared.text)
-        .map_err(|e| {
-            let at = diagnostic::offset_of_line_byte_col(&desugared.text, e.position.line, e.position.col);
-            vec![ron_error::diagnostic(text, &SpanIndex::build(text), desugared.original_offset(at), &e.code)]
-        })?;
+    // An op that does not read is reported and skipped (`recover.rs`): its errors come with the rest.
+    let recover::Parsed { surface, diagnostics: skipped, holes } = recover::parse(text, &index)?;
     index.alias_positional(surface::POSITIONAL);
     let mut issues = Issues::default();
     let mut decls = decls::check(&surface, &mut issues);
@@ -146,7 +141,10 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
     torch::declare_pairs(&pairs, &mut decls);
     torch::declare_groups(&groups, &mut decls);
     torch::declare_flats(&flats, &mut decls);
-    split::declare(&expanded, &mut decls, &mut issues);
+    // A skipped op that may have been a split leaves the splits' matching unknown: their errors are not reported.
+    let skipped_may_split = holes.iter().any(|h| h.could_be("CommSplit"));
+    let mut unreported = Issues::default();
+    split::declare(&expanded, &mut decls, if skipped_may_split { &mut unreported } else { &mut issues });
     // N9: ProcessGroupNCCL's watchdog covers every communicator of the program's process groups.
     if let Some(ns) = torch_decls.watchdog_ns {
         for c in &mut decls.comms {
@@ -155,27 +153,35 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
     }
     let decls = decls;
     if budget.exhausted {
-        return Err(issues.into_diagnostics(text, &full_index(), ranks_of_path));
+        return Err(with_skipped(skipped, issues.into_diagnostics(text, &full_index(), ranks_of_path)));
     }
 
     let mut resolver = Resolver::new(&decls, &index, &mut issues);
+    resolver.skipped_may_split = skipped_may_split;
     let mut threads = Vec::with_capacity(expanded.len());
     for (rank, thread, name, items) in &expanded {
-        let cx = Ctx { rank: *rank, thread: *thread };
+        let mut cx = Ctx { rank: *rank, thread: *thread, after_skip: false };
         let mut ops = Vec::with_capacity(items.len());
         let mut tainted = false;
         for item in items {
+            // A skipped op (reported) could have been anything: what comes after it in this thread is resolved, and
+            // checked alone; the checks that need the thread's whole sequence skip the thread.
+            if matches!(item.leaf, expand::Leaf::Op(surface::SOp::Skipped)) {
+                cx.after_skip = true;
+                tainted = true;
+                continue;
+            }
             match resolver.op(&cx, item, &ops) {
                 Some(kind) => ops.push((kind, item.path.clone())),
                 None => tainted |= takes_part_in_matching(item),
             }
         }
-        threads.push(ThreadOps { rank: *rank, thread: *thread, name, ops, tainted });
+        threads.push(ThreadOps { rank: *rank, thread: *thread, name, ops, tainted, incomplete: cx.after_skip });
     }
     let barriers = std::mem::take(&mut resolver.barriers);
     checks::check(&threads, &decls, &mut issues);
-    if !issues.is_empty() {
-        return Err(issues.into_diagnostics(text, &full_index(), ranks_of_path));
+    if !issues.is_empty() || !skipped.is_empty() {
+        return Err(with_skipped(skipped, issues.into_diagnostics(text, &full_index(), ranks_of_path)));
     }
 
     let lines = LineIndex::new(text);
@@ -221,6 +227,14 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
             .collect::<Vec<_>>()
     })?;
     Ok(program)
+}
+
+/// `skipped` (the errors of the ops the reader skipped, `recover.rs`) and `more`, in source order.
+fn with_skipped(skipped: Vec<Diagnostic>, more: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    let mut all = skipped;
+    all.extend(more);
+    all.sort_by(|a, b| (a.offset, &a.message).cmp(&(b.offset, &b.message)));
+    all
 }
 
 /// Whether `item` is an NCCL send, recv or collective: when one fails to resolve, the positional matching of its

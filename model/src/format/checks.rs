@@ -17,6 +17,9 @@ pub struct ThreadOps<'a> {
     /// An NCCL send, recv or collective of this thread failed to resolve: matching checks skip what this thread takes
     /// part in.
     pub tainted: bool,
+    /// An op of this thread was skipped (`recover.rs`; the load fails, and the thread is tainted too): it may have been
+    /// a GroupStart, a GroupEnd or a CommInit, so the checks of group balance and of use before CommInit skip it.
+    pub incomplete: bool,
 }
 
 fn bytes(n: u64) -> String {
@@ -29,7 +32,7 @@ fn bytes(n: u64) -> String {
 
 /// Runs every cross-op check.
 pub fn check(threads: &[ThreadOps], d: &Decls, issues: &mut Issues) {
-    for t in threads {
+    for t in threads.iter().filter(|t| !t.incomplete) {
         groups(t, issues);
     }
     comm_init(threads, d, issues);
@@ -110,7 +113,7 @@ fn comm_init(threads: &[ThreadOps], d: &Decls, issues: &mut Issues) {
             };
             if let Some((comm, rank)) = used {
                 let c = &d.comms[comm.0 as usize];
-                if c.explicit_init && !have.contains(&(comm, rank)) {
+                if c.explicit_init && !have.contains(&(comm, rank)) && !t.incomplete {
                     issues.push(
                         Issue::new(&**path, format!("`{}` is used before this thread's CommInit(\"{}\")", c.name, c.name))
                             .help(format!("an Explicit communicator exists only after CommInit: call CommInit(\"{}\") earlier in this thread", c.name))

@@ -55,6 +55,13 @@ impl Desugared {
         }
         offset - shift
     }
+
+    /// The byte range in the rewritten text of the value written at `start..end` of the original text: what was
+    /// inserted before the value (its field name) stays outside, what was inserted inside it is in.
+    pub fn rewritten_span(&self, start: usize, end: usize) -> (usize, usize) {
+        let shift = |inside: &dyn Fn(usize) -> bool| -> usize { self.inserts.iter().filter(|&&(at, _)| inside(at)).map(|&(_, len)| len).sum() };
+        (start + shift(&|at| at <= start), end + shift(&|at| at < end))
+    }
 }
 
 #[cfg(test)]

@@ -275,6 +275,12 @@ fn expand_into<'a>(
                 ),
                 Err(issue) => issues.push(Issue { path: field(&path, 0), ..issue }.on_rank(rank)),
             },
+            // An op the loader could not read (reported): kept as an item, which resolution skips, so that the
+            // thread is known to be incomplete (`format.rs`).
+            SOp::Skipped => {
+                torch.after_skip = true;
+                out.push(Item { leaf: Leaf::Op(op), path: rc_path.clone(), env: env.clone() });
+            }
             SOp::WithStream { stream, ops: inner } => {
                 torch.current.push(stream.clone());
                 expand_into(inner, &sub(paths, "1"), rank, ranks, env, budget, torch, issues, paths, out);

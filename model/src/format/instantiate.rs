@@ -138,7 +138,8 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
             calls_cuda: *calls_cuda,
             duration: duration.clone(),
         },
-        SOp::DeviceSync | SOp::GroupStart | SOp::GroupEnd | SOp::EmptyCache => op.clone(),
+        // A skipped op never reaches here either (`format.rs` passes it by), and has nothing to fill in.
+        SOp::DeviceSync | SOp::GroupStart | SOp::GroupEnd | SOp::EmptyCache | SOp::Skipped => op.clone(),
         // Control forms never reach here: expansion removed them.
         SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {
             op.clone()

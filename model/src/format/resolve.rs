@@ -23,6 +23,9 @@ use std::rc::Rc;
 pub struct Ctx {
     pub rank: RankId,
     pub thread: u32,
+    /// An earlier op of this thread was skipped (`recover.rs`; the load fails): errors that depend on what the
+    /// thread did before (an `Expect`'s writer) are not reported.
+    pub after_skip: bool,
 }
 
 /// Resolves ops against the declarations; collects the host barriers it meets.
@@ -41,6 +44,9 @@ pub struct Resolver<'a, 'i> {
     field_paths: std::cell::RefCell<rustc_hash::FxHashMap<(usize, usize, usize), Rc<str>>>,
     /// By the address of a written op: whether it is the same for every rank and iteration (`op_with`).
     constant_ops: rustc_hash::FxHashMap<usize, bool>,
+    /// An op the loader skipped (`recover.rs`; the load fails) may have been a `CommSplit`: a communicator name
+    /// nothing declares may be the one it created, and is not reported.
+    pub skipped_may_split: bool,
 }
 
 /// At most this many names are listed in a "known streams: ..." help.
@@ -72,6 +78,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             unknown_help: BTreeMap::new(),
             field_paths: Default::default(),
             constant_ops: Default::default(),
+            skipped_may_split: false,
         }
     }
 
@@ -304,6 +311,8 @@ impl<'a, 'i> Resolver<'a, 'i> {
         match name {
             Some(n) => match self.d.comm_idx.get(n.as_str()) {
                 Some(&c) => Some(CommId(c)),
+                // A skipped op may have been the split that creates it.
+                None if self.skipped_may_split => None,
                 None => {
                     let known: Vec<&str> = self.d.comm_idx.keys().map(String::as_str).collect();
                     let path = field(op_path, "comm");
@@ -799,10 +808,14 @@ impl<'a, 'i> Resolver<'a, 'i> {
                 }
             }
             SOp::Expect { buf, written_by, stream } => self.expect(cx, p, buf, written_by, stream.as_deref(), earlier),
-            // Control forms never reach here: expansion removed them.
-            SOp::Group { .. } | SOp::OnRanks { .. } | SOp::Parity { .. } | SOp::Repeat { .. } | SOp::For { .. } | SOp::If { .. } => {
-                None
-            }
+            // Control forms never reach here: expansion removed them; nor do skipped ops (`format.rs`), already reported.
+            SOp::Group { .. }
+            | SOp::OnRanks { .. }
+            | SOp::Parity { .. }
+            | SOp::Repeat { .. }
+            | SOp::For { .. }
+            | SOp::If { .. }
+            | SOp::Skipped => None,
             // PyTorch calls never reach here: expansion lowered them (`torch.rs`). Should one, it is reported rather
             // than silently dropped.
             SOp::InitProcessGroup
@@ -876,6 +889,10 @@ impl<'a, 'i> Resolver<'a, 'i> {
         let overlaps = |w: &BufRange| w.buf == range.buf && w.offset < range.offset + range.len && range.offset < w.offset + w.len;
         let writes = |k: &OpKind| k.written_ranges().iter().any(overlaps);
         let Some(w) = earlier.iter().rposition(|(k, _)| written_by.matches(k) && writes(k)) else {
+            if cx.after_skip {
+                // The writer may be the op that was skipped.
+                return None;
+            }
             self.err(
                 cx,
                 Issue::new(f("written_by"), format!("no earlier op of this thread is a {} that writes `{}`", written_by.label(), buf.name()))

@@ -3,7 +3,7 @@
 
 use super::diagnostic::{did_you_mean, Diagnostic, Related};
 use super::span_index::{unclosed_delimiters, SpanIndex};
-use super::surface::positional_name;
+use super::surface::{positional_name, SKIPPED_OP};
 use ron::error::Error;
 
 /// How many names a "known ..." help lists before it stops.
@@ -20,8 +20,7 @@ pub fn diagnostic(text: &str, index: &SpanIndex, offset: usize, code: &Error) ->
         Error::NoSuchEnumVariant { expected, found, outer } => {
             let what = outer.as_deref().unwrap_or("variant");
             let (start, len) = ident_before(text, offset, found);
-            let d = Diagnostic::at(text, start, len, format!("unknown {what} `{found}`"));
-            with_suggestion(d, found, expected, &format!("{what}s"))
+            unknown_variant(text, start, len, found, expected, what)
         }
         Error::NoSuchStructField { found, outer, .. } if found.starts_with('_') && found[1..].parse::<usize>().is_ok() => {
             let form = outer.as_deref().unwrap_or("this form");
@@ -82,6 +81,17 @@ pub fn diagnostic(text: &str, index: &SpanIndex, offset: usize, code: &Error) ->
             let d = Diagnostic::at(text, start, len, format!("expected `{expected}`, found `{found}`"));
             d.with_help(format!("write `{expected}(...)`"))
         }
+        // ron's own text ("found invalid std identifier `1`, try the raw identifier `r#1` instead") suggests a
+        // syntax no program needs.
+        Error::SuggestRawIdentifier(found) => {
+            let (start, _) = token_at(text, offset);
+            let d = Diagnostic::at(text, start, found.len(), format!("expected a name, found `{found}`"));
+            if found.bytes().all(|b| b.is_ascii_digit()) {
+                d.with_help(format!("a rank is written `Rank({found})`"))
+            } else {
+                d
+            }
+        }
         Error::Eof => eof(text),
         Error::UnclosedBlockComment => {
             let start = text.rfind("/*").unwrap_or(text.len());
@@ -116,6 +126,55 @@ pub fn diagnostic(text: &str, index: &SpanIndex, offset: usize, code: &Error) ->
             Diagnostic::at(text, start, len, syntax_message(code))
         }
     }
+}
+
+/// "unknown operation `found`" (or another `what`) at `start..start + len`, with a suggestion among `expected` (less
+/// the name of the loader's placeholder for an op it skipped, `surface::SKIPPED_OP`).
+fn unknown_variant(text: &str, start: usize, len: usize, found: &str, expected: &[&str], what: &str) -> Diagnostic {
+    let expected: Vec<&str> = expected.iter().copied().filter(|v| *v != SKIPPED_OP).collect();
+    let d = Diagnostic::at(text, start, len, format!("unknown {what} `{found}`"));
+    with_suggestion(d, found, &expected, &format!("{what}s"))
+}
+
+/// "unknown operation `_`" for a `_` written in an op list at `start..start + len`: ron reads it as the loader's
+/// placeholder for a skipped op (`surface::SKIPPED_OP`), which a user may not write.
+pub fn unknown_operation(text: &str, start: usize, len: usize, found: &str) -> Diagnostic {
+    // The operations' names, as ron lists them for a name it does not know.
+    let expected = match ron::from_str::<super::surface::SOp>("NoSuchOperation") {
+        Err(ron::error::SpannedError { code: Error::NoSuchEnumVariant { expected, .. }, .. }) => expected,
+        _ => &[],
+    };
+    unknown_variant(text, start, len, found, expected, "operation")
+}
+
+/// Whether ron's error `code` is about a value that was read whole (a name, a field, a type it does not fit) rather
+/// than about the text's syntax: after such an error in an op, the op can be skipped and the rest of the text read.
+pub fn is_value_error(code: &Error) -> bool {
+    matches!(
+        code,
+        Error::Message(_)
+            | Error::ExpectedArray
+            | Error::ExpectedBoolean
+            | Error::ExpectedChar
+            | Error::ExpectedFloat
+            | Error::ExpectedInteger
+            | Error::ExpectedOption
+            | Error::ExpectedMap
+            | Error::ExpectedDifferentStructName { .. }
+            | Error::ExpectedStructLike
+            | Error::ExpectedNamedStructLike(_)
+            | Error::ExpectedUnit
+            | Error::ExpectedString
+            | Error::ExpectedIdentifier
+            | Error::SuggestRawIdentifier(_)
+            | Error::IntegerOutOfBounds
+            | Error::InvalidValueForType { .. }
+            | Error::ExpectedDifferentLength { .. }
+            | Error::NoSuchEnumVariant { .. }
+            | Error::NoSuchStructField { .. }
+            | Error::MissingStructField { .. }
+            | Error::DuplicateStructField { .. }
+    )
 }
 
 /// "unexpected end of file", pointing at the last character of the text (or its end when it is blank), with the

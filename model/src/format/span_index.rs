@@ -178,6 +178,27 @@ impl SpanIndex {
             .map(|(p, n)| (p.as_str(), n))
     }
 
+    /// The innermost element of an op list (`surface::OP_LISTS`: a thread's ops, a `Repeat`'s body, ...) whose span
+    /// holds `offset` (its end included: a deserializer reports some errors just after what it read), with its path.
+    pub fn op_at(&self, offset: usize) -> Option<(&str, &Node)> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.span.start <= offset && offset <= n.span.end && !n.span.is_empty())
+            .filter(|(p, _)| self.is_op_element(p))
+            .min_by_key(|(_, n)| n.span.len())
+            .map(|(p, n)| (p.as_str(), n))
+    }
+
+    /// Whether `path` is an element of a list that holds ops: `list[i]` where `list` is a field of a form that
+    /// `surface::OP_LISTS` names.
+    fn is_op_element(&self, path: &str) -> bool {
+        let Some(list) = path.strip_suffix(']').and_then(|p| p.rfind('[').map(|i| &path[..i])) else { return false };
+        let Some(owner) = parent(list) else { return false };
+        let name = if owner.is_empty() { list } else { &list[owner.len() + 1..] };
+        let form = self.nodes.get(owner).and_then(|n| n.name.as_deref());
+        super::surface::OP_LISTS.iter().any(|(f, fields)| Some(*f) == form && fields.contains(&name))
+    }
+
     /// Number of recorded values.
     #[cfg(test)]
     pub fn len(&self) -> usize {

@@ -259,10 +259,47 @@ pub struct SThread {
     pub ranks: Option<Vec<u32>>,
 }
 
+/// The name of [`SOp::Skipped`] in the text: what the loader writes over an op it could not read (`recover.rs`).
+pub const SKIPPED_OP: &str = "_";
+
+/// The fields of each form that hold a list of ops (by position and by name): where an op the loader cannot read
+/// may be skipped and the rest of the list still read (`recover.rs`). `BatchIsendIrecv`'s list holds `P2POp`s.
+pub const OP_LISTS: &[(&str, &[&str])] = &[
+    ("Thread", &["1", "ops"]),
+    ("Group", &["0", "ops"]),
+    ("OnRanks", &["1", "ops"]),
+    ("Repeat", &["1", "ops"]),
+    ("For", &["2", "ops"]),
+    ("If", &["1", "then", "2", "else"]),
+    ("Parity", &["even", "odd"]),
+    ("WithStream", &["1", "ops"]),
+];
+
+/// The op lists inside `op` (whose path is `path`), with their paths: the bodies of the control forms and of
+/// `WithStream`.
+pub fn op_lists<'a>(op: &'a SOp, path: &str) -> Vec<(&'a [SOp], String)> {
+    use super::span_index::field;
+    match op {
+        SOp::Group { ops } => vec![(ops, field(path, 0))],
+        SOp::OnRanks { ops, .. } | SOp::Repeat { ops, .. } => vec![(ops, field(path, 1))],
+        SOp::Parity { even, odd } => vec![(even, field(path, "even")), (odd, field(path, "odd"))],
+        SOp::For { ops, .. } => vec![(ops, field(path, 2))],
+        SOp::If { then, otherwise, .. } => vec![(then, field(path, 1)), (otherwise, field(path, 2))],
+        SOp::WithStream { ops, .. } => vec![(ops, field(path, 1))],
+        _ => vec![],
+    }
+}
+
 /// One operation as written, including the control forms expanded at load time.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename = "operation", deny_unknown_fields)]
 pub enum SOp {
+    /// An op the loader could not read (an unknown name, an unknown field, a value of the wrong type): its error is
+    /// reported, and the text is read again with `_` written over the op (`recover.rs`), so that the rest of the
+    /// file is still checked. Never written by a user: a `_` the loader did not put there is an unknown operation.
+    /// It expands to nothing, and the load fails.
+    #[serde(rename = "_")]
+    Skipped,
     Kernel {
         #[serde(rename = "_0", alias = "name")]
         name: String,

@@ -986,3 +986,162 @@ fn lifecycle_and_watchdog_errors() {
     let e = errors(&torch_prog("", "DestroyProcessGroup"));
     assert!(e[0].contains("before dist.init_process_group"), "{e:?}");
 }
+
+/// Regression: an unknown operation name (`Kernal`) failed deserialization of the whole file, so it was the only error
+/// reported; the unknown stream before it and the unknown buffer after it showed only once it was fixed. The op is
+/// now reported and skipped (`recover.rs`), and the rest of the file is checked: all three, in file order.
+#[test]
+fn an_unknown_op_name_hid_the_files_other_errors() {
+    let text = r#"Program(
+    ranks: 2,
+    streams: [Stream("s0", NonBlocking)],
+    buffers: [Buffer("x", "1 MiB")],
+    comms: [Comm("world")],
+    threads: [
+        Thread("main", ops: [
+            Kernel("k", stream: "s9", writes: ["x"]),
+            Kernal("k2", stream: "s0", writes: ["x"]),
+            Kernel("k3", stream: "s0", writes: ["zz"]),
+        ]),
+    ],
+)"#;
+    assert_eq!(
+        errors(text),
+        [
+            "8:33: unknown stream `s9` [did you mean `s0`?]",
+            "9:13: unknown operation `Kernal` [did you mean `Kernel`?]",
+            "10:49: unknown buffer `zz` [known buffers: x]",
+        ]
+    );
+    // The skipped op alone still refuses the file.
+    let e = errors(&text.replace("\"s9\"", "\"s0\"").replace("\"zz\"", "\"x\""));
+    assert_eq!(e, ["9:13: unknown operation `Kernal` [did you mean `Kernel`?]"]);
+}
+
+/// The other ways one op fails to deserialize (an unknown field, a value of the wrong type, a missing field, a bad
+/// peer, inside a loop body or around a skipped op) are skipped the same way, every position staying right (a
+/// multi-line op with a comment and a multi-byte character in it); a syntax error still stops reading, and is
+/// reported after the skipped ops' errors; an error outside every op (a declaration) stops reading as before.
+#[test]
+fn every_malformed_op_is_skipped_and_the_rest_of_the_file_checked() {
+    let e = errs(
+        "Kernel(\"k\", strem: \"s0\"),\nKernel(\"k\", stream: 5),\nKernel(\"k\"),\nSend(to: Nxt, buf: \"x\", stream: \"s0\"),\n\
+         Repeat(2, [Kernl(\"k\", stream: \"s0\"), HostRead(\"nope\")]),\nRepeat(2, [Kernl(\"k\", stream: \"s0\")], extra: 1),\n\
+         Kernel(\n  \"é\", // a comment )\n  stream: 4),\nSend(to: 1, buf: \"x\", stream: \"s0\"),\nMemset(\"nope\")",
+    );
+    assert_eq!(
+        e,
+        [
+            "3:13: unknown field `strem` in `Kernel` [did you mean `stream`?]",
+            "4:21: expected a string in double quotes",
+            "5:11: missing field `stream` in `Kernel` [add `stream: ...`]",
+            "6:10: unknown peer `Nxt` [did you mean `Next`?]",
+            "7:12: unknown operation `Kernl` [did you mean `Kernel`?]",
+            "7:47: unknown buffer `nope` [known buffers: h, out, p, x, y]",
+            "8:12: unknown operation `Kernl` [did you mean `Kernel`?]",
+            "8:39: unknown field `extra` in `Repeat` [fields of `Repeat`: count, ops]",
+            "11:11: expected a string in double quotes",
+            "12:10: expected a name, found `1` [a rank is written `Rank(1)`]",
+            "13:8: unknown buffer `nope` [known buffers: h, out, p, x, y]",
+        ]
+    );
+    // A missing comma after a skipped op: both are reported, and reading stops there.
+    let e = errs("Kernal(\"k\", stream: \"s0\")\nKernel(\"k\", stream: \"s9\"),\nMemset(\"nope\")");
+    assert_eq!(e, ["3:1: unknown operation `Kernal` [did you mean `Kernel`?]", "4:1: expected `,`"]);
+    // A declaration that does not read stops reading, as it did.
+    let e = errors("Program(ranks: 1, streams: [Stream(\"s\", NonBlock)], threads: [Thread(\"t\", [Kernal(\"k\", stream: \"s\")])])");
+    assert_eq!(e, ["1:41: unknown stream kind `NonBlock` [did you mean `NonBlocking`?]"]);
+}
+
+/// The placeholder the loader writes over a skipped op (`_`) is not an operation a user may write: anywhere in an op
+/// list (even in a branch that never runs), it is an unknown operation, whose help does not list it.
+#[test]
+fn a_skipped_ops_placeholder_written_by_hand_is_an_unknown_operation() {
+    let e = errs("_,\nRepeat(0, [_]),\nKernal(\"k\", stream: \"s0\"),\nDeviceSync");
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert!(e[0].starts_with("3:1: unknown operation `_` [operations: Kernel, Memset,"), "{e:?}");
+    assert!(e[1].starts_with("4:12: unknown operation `_`"), "{e:?}");
+    assert!(!e[0].contains(", _,") && !e[0].contains(": _,"), "{e:?}");
+    assert_eq!(e[2], "5:1: unknown operation `Kernal` [did you mean `Kernel`?]");
+    let e = errs("_");
+    assert!(e.len() == 1 && e[0].starts_with("3:1: unknown operation `_`"), "{e:?}");
+}
+
+/// What a skipped op may have been (a GroupStart, a CommInit, a send, a collective, the writer an `Expect` names, the
+/// CommSplit that creates a communicator) is unknown: the checks that would report its absence leave its thread
+/// alone, so that one misspelt name is one error. The same mistakes without the skipped op are still reported.
+#[test]
+fn a_skipped_op_causes_no_follow_on_errors() {
+    let prog = |ops: &str| {
+        format!(
+            "Program(ranks: 2, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"x\", \"4 KiB\"), Buffer(\"y\", \"4 KiB\")],\n\
+             comms: [Comm(\"world\"), Comm(\"ex\", init: Explicit)], threads: [Thread(\"main\", [\n{ops}\n])])"
+        )
+    };
+    let group = "GroupStar,\nSend(to: Next, buf: \"x\", stream: \"s0\", comm: \"world\"),\nRecv(from: Prev, buf: \"y\", stream: \"s0\", comm: \"world\"),\nGroupEnd";
+    assert_eq!(errors(&prog(group)), ["3:1: unknown operation `GroupStar` [did you mean `GroupStart`?]"]);
+    assert!(errors(&prog(&group.replace("GroupStar,", "DeviceSync,")))[0].contains("GroupEnd without a matching GroupStart"));
+    let init = "CommInt(\"ex\"),\nSend(to: Next, buf: \"x\", stream: \"s0\", comm: \"ex\"),\nRecv(from: Prev, buf: \"y\", stream: \"s0\", comm: \"ex\")";
+    assert_eq!(errors(&prog(init)), ["3:1: unknown operation `CommInt` [did you mean `CommInit`?]"]);
+    assert!(errors(&prog(&init.replace("CommInt(\"ex\"),", "DeviceSync,")))[0].contains("used before this thread's CommInit"));
+    // A recv of the wrong size, and a collective one rank lacks, are not blamed on the ops the skipped one shifted.
+    let matching = "OnRanks([0], [Send(to: Next, buf: \"x\", stream: \"s0\", comm: \"world\"), Snd(to: Next, buf: \"x\", stream: \"s0\", comm: \"world\"), Send(to: Next, buf: \"x\", stream: \"s0\", comm: \"world\")]),\n\
+         OnRanks([1], [Recv(from: Prev, buf: \"y\", stream: \"s0\", comm: \"world\"), Recv(from: Prev, buf: \"y\", stream: \"s0\", comm: \"world\"), Recv(from: Prev, buf: Slice(\"y\", 0, 16), stream: \"s0\", comm: \"world\")]),\n\
+         OnRanks([0], [AllReduc(buf: \"x\", stream: \"s0\", comm: \"world\"), Broadcast(root: Rank(0), buf: \"x\", stream: \"s0\", comm: \"world\")]),\n\
+         OnRanks([1], [AllReduce(buf: \"x\", stream: \"s0\", comm: \"world\"), Broadcast(root: Rank(0), buf: \"x\", stream: \"s0\", comm: \"world\")])";
+    let e = errors(&prog(matching));
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].contains("unknown operation `Snd`") && e[1].contains("unknown operation `AllReduc`"), "{e:?}");
+    let e = errors(&prog(&matching.replace("Snd(", "Send(").replace("AllReduc(", "AllReduce(")));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("this Recv of 16 bytes matches a Send of 4096 bytes"), "{e:?}");
+    // The same shift made by an op that reads (a DeviceSync where the all-reduce was) is reported.
+    let e = errors(&prog(&matching.replace("Snd(", "Send(").replace("AllReduc(buf: \"x\", stream: \"s0\", comm: \"world\")", "DeviceSync")));
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[0].contains("this Recv of 16 bytes matches a Send of 4096 bytes"), "{e:?}");
+    assert!(e[1].contains("rank 1: this AllReduce of 4096 bytes does not match rank 0's Broadcast"), "{e:?}");
+    // The writer an Expect names may be the skipped op.
+    let expect = "Kernal(\"w\", stream: \"s0\", writes: [\"y\"]),\nExpect(\"y\", written_by: Kernel(\"w\"), stream: \"s0\")";
+    assert_eq!(errors(&prog(expect)), ["3:1: unknown operation `Kernal` [did you mean `Kernel`?]"]);
+    // A communicator nothing declares may be the one a skipped CommSplit creates; not when the skipped op is another.
+    let split = "CommSplt(\"world\", new: \"half\", color: 0),\nAllReduce(buf: \"x\", stream: \"s0\", comm: \"half\")";
+    assert_eq!(errors(&prog(split)), ["3:1: unknown operation `CommSplt` [did you mean `CommSplit`?]"]);
+    let e = errors(&prog("Kernal(\"k\", stream: \"s0\"),\nAllReduce(buf: \"x\", stream: \"s0\", comm: \"half\")"));
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(e[1].starts_with("4:41: unknown communicator `half`"), "{e:?}");
+}
+
+/// The PyTorch dialect's calls are operations too: an unknown call name (`InitProcesGroup`, `Isnd`, `NewGrop`) is
+/// reported and skipped, the other calls are checked, and the calls that depend on the skipped one (every
+/// torch.distributed call after the init, the wait on the work, the collective on the group) report nothing more.
+#[test]
+fn an_unknown_torch_call_hid_the_files_other_errors() {
+    let ops = r#"InitProcesGroup,
+OnRanks([0], [Isnd("x", dst: Rank(1), work: "w"), WorkWait("w"), DistSend("zz", dst: Rank(1))]),
+OnRanks([1], [DistRecv("x", src: Rank(0)), DistRecv("y", src: Rank(0))]),
+NewGrop("g", [0, 1]),
+DistAllReduce("x", group: "g"),
+Compute("c", reads: ["qq"])"#;
+    let e = errors(&torch_prog("", ops));
+    assert_eq!(e.len(), 5, "{e:?}");
+    assert_eq!(e[0], "2:1: unknown operation `InitProcesGroup` [did you mean `InitProcessGroup`?]");
+    assert_eq!(e[1], "3:15: unknown operation `Isnd` [did you mean `Isend`?]");
+    assert!(e[2].starts_with("3:66: rank 0: unknown buffer `zz`"), "{e:?}");
+    assert_eq!(e[3], "5:1: unknown operation `NewGrop` [did you mean `NewGroup`?]");
+    assert!(e[4].starts_with("7:22: unknown buffer `qq`"), "{e:?}");
+    // Fixed, only the buffers are wrong.
+    let fixed = ops.replace("InitProcesGroup", "InitProcessGroup").replace("Isnd", "Isend").replace("NewGrop", "NewGroup");
+    let e = errors(&torch_prog("", &fixed));
+    assert_eq!(e.len(), 2, "{e:?}");
+}
+
+/// At most `MAX_SKIPPED_OPS` ops are skipped: the next one stops reading, and the limit is named.
+#[test]
+fn skipping_stops_at_max_skipped_ops() {
+    let n = super::MAX_SKIPPED_OPS + 3;
+    let ops: Vec<String> = (0..n).map(|i| format!("Kernl(\"k{i}\", stream: \"s0\")")).collect();
+    let e = errs(&ops.join(",\n"));
+    assert_eq!(e.len(), super::MAX_SKIPPED_OPS + 2, "{:?}", &e[e.len() - 3..]);
+    assert!(e[..=super::MAX_SKIPPED_OPS].iter().all(|m| m.contains("unknown operation `Kernl`")));
+    assert!(e.last().unwrap().contains(&format!("MAX_SKIPPED_OPS = {}", super::MAX_SKIPPED_OPS)), "{e:?}");
+}

@@ -50,19 +50,6 @@ pub struct TorchDecls {
     sites: BTreeMap<String, (u32, usize)>,
 }
 
-/// The op lists nested in `op` (written at `path`), with their paths, as expansion walks them.
-fn children<'a>(op: &'a SOp, path: &str) -> Vec<(&'a [SOp], String)> {
-    match op {
-        SOp::Group { ops } => vec![(ops, field(path, 0))],
-        SOp::OnRanks { ops, .. } | SOp::Repeat { ops, .. } => vec![(ops, field(path, 1))],
-        SOp::Parity { even, odd } => vec![(even, field(path, "even")), (odd, field(path, "odd"))],
-        SOp::For { ops, .. } => vec![(ops, field(path, 2))],
-        SOp::If { then, otherwise, .. } => vec![(then, field(path, 1)), (otherwise, field(path, 2))],
-        SOp::WithStream { ops, .. } => vec![(ops, field(path, 1))],
-        _ => vec![],
-    }
-}
-
 /// Whether `op` is a call of the dialect, and how many works (end events) it creates.
 fn works_of(op: &SOp) -> Option<usize> {
     match op {
@@ -135,7 +122,7 @@ pub fn declare(p: &SProgram, opts: &super::TorchOptions, d: &mut Decls, issues: 
                     *next += 1;
                 }
             }
-            for (kids, kpath) in children(op, &path) {
+            for (kids, kpath) in super::surface::op_lists(op, &path) {
                 walk(kids, &kpath, t, next);
             }
         }
@@ -267,6 +254,10 @@ pub struct TorchCx<'t> {
     names: &'t TorchNames,
     /// The current stream: `sL` (PyTorch's default stream is the legacy default stream) unless inside `WithStream`.
     pub current: Vec<String>,
+    /// An op of this thread was skipped (`recover.rs`; the load fails): what it may have done (initialised the
+    /// process group, created a work or a group, waited for a work) is unknown, so the errors that depend on earlier
+    /// calls are not reported after it.
+    pub after_skip: bool,
     /// Work name -> its end events.
     pub works: BTreeMap<String, Vec<String>>,
     pub initialized: bool,
@@ -347,6 +338,7 @@ impl<'t> TorchCx<'t> {
             decls,
             names,
             current: vec!["sL".to_string()],
+            after_skip: false,
             works: BTreeMap::new(),
             initialized: false,
             comm,
@@ -433,6 +425,9 @@ pub fn lower<'a>(
     let nccl = NCCL_STREAM.to_string();
     let comm = tcx.comm.clone();
     let site = tcx.decls.sites.get(path).map(|s| s.0);
+    // After a skipped op, the errors that depend on earlier calls go here, unreported (`TorchCx::after_skip`).
+    let after_skip = tcx.after_skip;
+    let mut unreported = Issues::default();
     let is_dist = !matches!(
         op,
         SOp::InitProcessGroup
@@ -465,7 +460,7 @@ pub fn lower<'a>(
             }
         }
     };
-    if is_dist && !tcx.initialized {
+    if is_dist && !tcx.initialized && !after_skip {
         issues.push(
             Issue::new(path, "a torch.distributed call before dist.init_process_group")
                 .help("call InitProcessGroup first, as PyTorch requires")
@@ -627,7 +622,9 @@ pub fn lower<'a>(
                 } else {
                     format!("works here: {}", known.join(", "))
                 };
-                issues.push(Issue::new(field(path, 0), format!("unknown work `{work}`")).help(help).on_rank(rank));
+                if !after_skip {
+                    issues.push(Issue::new(field(path, 0), format!("unknown work `{work}`")).help(help).on_rank(rank));
+                }
             }
         },
         // `dist.all_gather(tensor_list, tensor)` and `dist.reduce_scatter(output, input_list)`: ProcessGroupNCCL::allgather
@@ -644,7 +641,7 @@ pub fn lower<'a>(
         // `_reduce_oop(i == rank ? output : input[i], input[i], root i)`.
         SOp::DistAllGatherList { async_op, group, .. } | SOp::DistReduceScatterList { async_op, group, .. } => {
             let n = site?;
-            let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, issues, group) else { return Some(0) };
+            let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, if after_skip { &mut unreported } else { issues }, group) else { return Some(0) };
             let members = match &group {
                 Some(g) => tcx.groups.get(g).cloned().unwrap_or_default(),
                 None => tcx.names.default_members.clone(),
@@ -811,7 +808,7 @@ pub fn lower<'a>(
         | SOp::DistGather { async_op, group, .. }
         | SOp::DistScatter { async_op, group, .. } => {
             let n = site?;
-            let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, issues, group) else { return Some(0) };
+            let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, if after_skip { &mut unreported } else { issues }, group) else { return Some(0) };
             sync_stream(out, n);
             // `all_to_all` (lists) and `all_to_all_single` with split sizes: not one NCCL collective but one group
             // of ncclSend/ncclRecv per peer (below).
@@ -1000,7 +997,7 @@ pub fn lower<'a>(
         // which reusing the block is ordered after the op anyway; the model keeps such a block allocated.
         SOp::Empty { tensor } => {
             let name = super::expr::interpolate(tensor, &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v));
-            if let Some(n) = name.ok().filter(|n| tcx.deferred.contains(n.as_ref())) {
+            if let Some(n) = name.ok().filter(|n| tcx.deferred.contains(n.as_ref()) && !after_skip) {
                 issues.push(
                     Issue::new(field(path, 0), format!("`{n}` is allocated again while a work still holds its previous block"))
                         .help("with TORCH_NCCL_AVOID_RECORD_STREAMS the deleted tensor stays in the work's stash until `work.wait()`; wait first, or give the new tensor another name (another `Pooled` buffer)")
