@@ -992,30 +992,19 @@ fn lifecycle_and_watchdog_errors() {
 /// now reported and skipped (`recover.rs`), and the rest of the file is checked: all three, in file order.
 #[test]
 fn an_unknown_op_name_hid_the_files_other_errors() {
-    let text = r#"Program(
-    ranks: 2,
-    streams: [Stream("s0", NonBlocking)],
-    buffers: [Buffer("x", "1 MiB")],
-    comms: [Comm("world")],
-    threads: [
-        Thread("main", ops: [
-            Kernel("k", stream: "s9", writes: ["x"]),
-            Kernal("k2", stream: "s0", writes: ["x"]),
-            Kernel("k3", stream: "s0", writes: ["zz"]),
-        ]),
-    ],
-)"#;
+    // On one line (tests/format_errors.rs shows the same program's rendering, laid out).
+    let text = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB")], threads: [Thread("main", ops: [Kernel("k", stream: "s9", writes: ["x"]), Kernal("k2", stream: "s0", writes: ["x"]), Kernel("k3", stream: "s0", writes: ["zz"])])])"#;
     assert_eq!(
         errors(text),
         [
-            "8:33: unknown stream `s9` [did you mean `s0`?]",
-            "9:13: unknown operation `Kernal` [did you mean `Kernel`?]",
-            "10:49: unknown buffer `zz` [known buffers: x]",
+            "1:141: unknown stream `s9` [did you mean `s0`?]",
+            "1:163: unknown operation `Kernal` [did you mean `Kernel`?]",
+            "1:242: unknown buffer `zz` [known buffers: x]",
         ]
     );
     // The skipped op alone still refuses the file.
     let e = errors(&text.replace("\"s9\"", "\"s0\"").replace("\"zz\"", "\"x\""));
-    assert_eq!(e, ["9:13: unknown operation `Kernal` [did you mean `Kernel`?]"]);
+    assert_eq!(e, ["1:163: unknown operation `Kernal` [did you mean `Kernel`?]"]);
 }
 
 /// The other ways one op fails to deserialize (an unknown field, a value of the wrong type, a missing field, a bad
