@@ -906,8 +906,8 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             let old = &cache[r as usize];
             next.clear();
             // A long list (a collective's first use lists a set-up with every other member) is looked up by hash.
-            index.clear();
             if old.len() > 16 {
+                index.clear();
                 index.extend(old.iter().enumerate().map(|(i, x)| (x.step.clone(), i)));
             }
             for s in new.drain(..) {
