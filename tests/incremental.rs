@@ -57,7 +57,7 @@ fn sorted(mut v: Vec<Step>) -> Vec<Step> {
 
 #[test]
 fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
-    let (mut checked, mut host_only_steps, mut connect_only_steps) = (0u64, 0u64, 0u64);
+    let (mut checked, mut host_only_steps, mut connect_only_steps, mut call_only_steps) = (0u64, 0u64, 0u64, 0u64);
     for (name, prog) in programs() {
         for prof in ["portable", "eager"] {
             let prof = Profile::builtin(prof).unwrap();
@@ -94,9 +94,23 @@ fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
                     // (`Semantics::connect_only`).
                     let connect_only = sem.connect_only(&st, &step);
                     connect_only_steps += u64::from(connect_only.is_some());
+                    // A collective call or its return from set-up changes its own rank, and other ranks only by the
+                    // set-ups they list with its thread (`Semantics::collective_call_only`).
+                    let call_only = sem.collective_call_only(&st, &step);
+                    call_only_steps += u64::from(call_only.is_some());
                     sem.apply(&mut st, &step);
                     if i % 7 == 0 {
                         sem.forget(&mut st);
+                    }
+                    if let (Some(home), Step::Host { thread, .. }) = (call_only, &step) {
+                        cache[home as usize] = owned(&st, home);
+                        let mut with = vec![];
+                        sem.connect_steps_with(&st, *thread, &mut with);
+                        for (r, s) in with {
+                            assert_ne!(r, home, "{name}: a set-up with the caller listed by its own rank");
+                            cache[r as usize].push(s);
+                        }
+                        continue;
                     }
                     match connect_only {
                         Some(pair) => {
@@ -122,6 +136,7 @@ fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
     assert!(checked > 10_000, "only {checked} states checked");
     assert!(host_only_steps > 1_000, "only {host_only_steps} steps took the host-only shortcut");
     assert!(connect_only_steps > 1_000, "only {connect_only_steps} steps took the set-up shortcut");
+    assert!(call_only_steps > 100, "only {call_only_steps} steps took the collective-call shortcut");
 }
 
 /// The frontier the walks and `run` keep (`Frontier`): at every step of random executions (taking steps through

@@ -825,6 +825,8 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
     let mut new: Vec<Step> = vec![];
     let mut next: Vec<Slot> = vec![];
     let mut index: HashMap<Step, usize> = HashMap::default();
+    let mut with: Vec<(RankId, Step)> = vec![];
+    let mut plan: Vec<(RankId, Option<Step>)> = vec![];
     let mut heap: BinaryHeap<Reverse<(u64, u64, Step, RankId)>> = BinaryHeap::new();
     let mut now = 0u64;
     let mut forget = crate::strategy::ForgetClock::new(sem);
@@ -878,24 +880,52 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         let local = sem.rank_local_step(&st, &step);
         let host_only = sem.host_only(&st, &step);
         let connect_only = sem.connect_only(&st, &step);
+        let call_only = sem.collective_call_only(&st, &step);
+        let caller = match step {
+            Step::Host { thread, .. } => Some(thread),
+            _ => None,
+        };
         log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
         now = t;
         let last = Some(log.schedule.len() as u32 - 1);
-        match connect_only {
-            // A connection set-up changes only its two threads' host steps (and is itself no longer enabled: it left
-            // its rank's list when it was popped; `Semantics::connect_only`).
-            Some(pair) => {
-                affected.clear();
-                affected.extend_from_slice(&pair);
-                affected.sort_unstable();
-                affected.dedup();
+        // What to do, rank by rank in ascending order (as a full recomputation would add new steps): recompute the
+        // rank (`None`), or add one step to it.
+        plan.clear();
+        match (call_only, caller) {
+            // A collective call (or its return from set-up) changes its own rank, and other ranks only by the
+            // set-ups they list with its thread (`Semantics::collective_call_only`).
+            (Some(home), Some(thread)) => {
+                with.clear();
+                sem.connect_steps_with(&st, thread, &mut with);
+                let at = with.partition_point(|(r, _)| *r < home);
+                plan.extend(with.drain(..at).map(|(r, s)| (r, Some(s))));
+                plan.push((home, None));
+                plan.extend(with.drain(..).map(|(r, s)| (r, Some(s))));
             }
-            None => groups.affected_by_step(&written, local, &mut mark, &mut affected),
+            _ => {
+                match connect_only {
+                    // A connection set-up changes only its two threads' host steps (and is itself no longer enabled:
+                    // it left its rank's list when it was popped; `Semantics::connect_only`).
+                    Some(pair) => {
+                        affected.clear();
+                        affected.extend_from_slice(&pair);
+                        affected.sort_unstable();
+                        affected.dedup();
+                    }
+                    None => groups.affected_by_step(&written, local, &mut mark, &mut affected),
+                }
+                plan.extend(affected.iter().map(|&r| (r, None)));
+            }
         }
-        // The step's own rank keeps its item, communication and connection steps when the step could change only
-        // its host steps (`Semantics::host_only`).
-        for &r in &affected {
-            let quiet = host_only == Some(r) || connect_only.is_some();
+        for (r, step) in plan.drain(..) {
+            if let Some(s) = step {
+                let slot = add(&st, s, r, now, last, &mut rng, &mut heap);
+                cache[r as usize].push(slot);
+                continue;
+            }
+            // The step's own rank keeps its item, communication and connection steps when the step could change
+            // only its host steps (`Semantics::host_only`).
+            let quiet = call_only.is_none() && (host_only == Some(r) || connect_only.is_some());
             new.clear();
             if quiet {
                 sem.host_steps_for_rank(&st, r, &mut new);

@@ -301,6 +301,84 @@ impl<'p> Semantics<'p> {
         (alone(a, ra) && alone(b, rb)).then(|| [self.rank_of(a), self.rank_of(b)])
     }
 
+    /// Asked before a host `step` is applied to `st`: `Some` with its thread's rank when the step is a collective
+    /// call (outside a group, or the end of a group of collectives only) on blocking communicators, or the return
+    /// from the connection set-up such a call blocked in (N7), by a thread that is its rank's only NCCL thread, has
+    /// no background calls (N12) and acts on its own rank. Such a step changes other ranks' enabled steps only by
+    /// the set-ups with its thread that they list ([`Self::connect_steps_with`]): it blocks in a set-up (the other
+    /// members already blocked in theirs gain a pair with it), or it enqueues its launches, which registers
+    /// collective parts that have not started (C1: a part completes once the parts it needs run, so a part that does
+    /// not run yet enables and disables nothing elsewhere). Its own rank may change in every way. `None` for every
+    /// other step. A collective's first use made each of the N calls and returns recompute every member, each
+    /// listing its set-ups with every other member (issue 9). `tests/incremental.rs` checks the kept sets against
+    /// [`Self::enabled`] at every step with this shortcut.
+    pub fn collective_call_only(&self, st: &State, step: &Step) -> Option<RankId> {
+        let Step::Host { thread, .. } = *step else { return None };
+        let th = &st.host.threads[thread as usize];
+        let home = self.rank_of(thread);
+        if self.nccl_threads_of[home as usize] != [thread] || !th.background.is_empty() || self.thread_finished(st, thread) {
+            return None;
+        }
+        let collective_here = |op: u32| {
+            let loc = OpLoc { thread, op };
+            let info = self.info(loc);
+            matches!(info.nccl, Some(NcclRole::Collective { .. }))
+                && info.comm.is_some_and(|c| !self.is_nonblocking(c))
+                && self.acting_rank(loc) == home
+                && info.ranks.iter().all(|&r| r == home)
+        };
+        match &th.wait {
+            None => match self.op(OpLoc { thread, op: th.pc }).kind {
+                OpKind::Collective { .. } if th.group_depth == 0 => collective_here(th.pc),
+                OpKind::GroupEnd => th.group_depth == 1 && !th.group_ops.is_empty() && th.group_ops.iter().all(|&o| collective_here(o)),
+                _ => false,
+            },
+            Some(Wait::Connect { need, ops }) => need.is_empty() && !ops.is_empty() && ops.iter().all(|&o| collective_here(o)),
+            Some(_) => false,
+        }
+        .then_some(home)
+    }
+
+    /// The connection set-ups (N7) that other threads list with thread `partner`, which acts on its own rank only
+    /// ([`Self::collective_call_only`]), each with the rank that lists it, appended to `out` ordered by that rank
+    /// and then as [`Self::enabled_for_rank`] lists the rank's steps ([`Self::connect_steps_from`] thread by thread:
+    /// need map by need map, key by key). Only the keys mirroring `partner`'s needs are looked up, so this costs
+    /// O(its needs), not O(members²) as listing every member's set-ups did (issue 9).
+    pub fn connect_steps_with(&self, st: &State, partner: ThreadId, out: &mut Vec<(RankId, Step)>) {
+        let home = self.rank_of(partner);
+        // Partner's needs (communicator, peer rank), ascending as a need map orders its keys (comm, peer, home).
+        let mut keys: Vec<(CommId, RankId)> = vec![];
+        for pp in self.connect_needs(st, partner as usize) {
+            keys.extend(pp.keys().filter(|(_, r, _)| *r == home).map(|(c, _, y)| (*c, *y)));
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        let mut threads: Vec<ThreadId> = keys.iter().flat_map(|(_, y)| self.nccl_threads_of[*y as usize].iter().copied()).filter(|&x| x != partner).collect();
+        threads.sort_unstable();
+        threads.dedup();
+        let start = out.len();
+        for x in threads {
+            let from = out.len();
+            for px in self.connect_needs(st, x as usize) {
+                for &(comm, y) in &keys {
+                    // Listed by x when (partner, home) comes after (x, y), and the needs mirror (`connect_steps_from`).
+                    if (partner, home) < (x, y) || !self.nccl_threads_of[y as usize].contains(&x) {
+                        continue;
+                    }
+                    let Some(need_x) = px.get(&(comm, y, home)) else { continue };
+                    if self.connect_needs(st, partner as usize).any(|pp| pp.get(&(comm, home, y)) == Some(need_x)) {
+                        let step = Step::Connect { a: x, b: partner, comm, ra: y, rb: home };
+                        if !out[from..].iter().any(|(_, s)| *s == step) {
+                            out.push((self.rank_of(x), step));
+                        }
+                    }
+                }
+            }
+        }
+        // By listing rank; within a rank, threads ascending as pushed (a stable sort).
+        out[start..].sort_by_key(|(r, _)| *r);
+    }
+
     /// Asked before `step` is applied to `st`: `Some(rank)` when the step can change only the host steps of its
     /// rank, so that an engine that keeps enabled steps by rank recomputes only [`Self::host_steps_for_rank`] for
     /// it and keeps its item, communication and connection steps ([`Self::device_steps_for_rank`]). Such a step is
