@@ -57,7 +57,7 @@ fn sorted(mut v: Vec<Step>) -> Vec<Step> {
 
 #[test]
 fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
-    let (mut checked, mut host_only_steps, mut connect_only_steps, mut call_only_steps) = (0u64, 0u64, 0u64, 0u64);
+    let (mut checked, mut host_only_steps, mut connect_only_steps, mut call_only_steps, mut listers_steps) = (0u64, 0u64, 0u64, 0u64, 0u64);
     for (name, prog) in programs() {
         for prof in ["portable", "eager"] {
             let prof = Profile::builtin(prof).unwrap();
@@ -97,6 +97,10 @@ fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
                     // A collective call or its return from set-up changes its own rank, and other ranks only by the
                     // set-ups they list with its thread (`Semantics::collective_call_only`).
                     let call_only = sem.collective_call_only(&st, &step);
+                    // A collective launch's start changes its rank and the ranks listing its collectives' completions
+                    // before or after it (`Semantics::collective_listers`).
+                    let listers = sem.collective_listers(&st, &step);
+                    listers_steps += u64::from(listers.is_some());
                     call_only_steps += u64::from(call_only.is_some());
                     sem.apply(&mut st, &step);
                     if i % 7 == 0 {
@@ -112,12 +116,18 @@ fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
                         }
                         continue;
                     }
-                    match connect_only {
-                        Some(pair) => {
+                    match (connect_only, listers) {
+                        (Some(pair), _) => {
                             affected = pair.to_vec();
                             affected.dedup();
                         }
-                        None => groups.affected(&written, &mut mark, &mut affected),
+                        (None, Some(before)) => {
+                            affected = before.to_vec();
+                            affected.extend(sem.collective_listers(&st, &step).into_iter().flatten());
+                            affected.sort_unstable();
+                            affected.dedup();
+                        }
+                        (None, None) => groups.affected(&written, &mut mark, &mut affected),
                     }
                     for &r in &affected {
                         cache[r as usize] = if host_only == Some(r) || connect_only.is_some() {
@@ -137,6 +147,7 @@ fn kept_per_rank_sets_equal_the_full_enabled_set_at_every_step() {
     assert!(host_only_steps > 1_000, "only {host_only_steps} steps took the host-only shortcut");
     assert!(connect_only_steps > 1_000, "only {connect_only_steps} steps took the set-up shortcut");
     assert!(call_only_steps > 100, "only {call_only_steps} steps took the collective-call shortcut");
+    assert!(listers_steps > 100, "only {listers_steps} steps took the collective-start shortcut");
 }
 
 /// The frontier the walks and `run` keep (`Frontier`): at every step of random executions (taking steps through

@@ -881,9 +881,11 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         let host_only = sem.host_only(&st, &step);
         let connect_only = sem.connect_only(&st, &step);
         let call_only = sem.collective_call_only(&st, &step);
-        let caller = match step {
-            Step::Host { thread, .. } => Some(thread),
-            _ => None,
+        let listers = sem.collective_listers(&st, &step);
+        let (caller, started) = match step {
+            Step::Host { thread, .. } => (Some(thread), None),
+            Step::Item(k) => (None, Some(k)),
+            _ => (None, None),
         };
         log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
         now = t;
@@ -912,7 +914,18 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
                         affected.sort_unstable();
                         affected.dedup();
                     }
-                    None => groups.affected_by_step(&written, local, &mut mark, &mut affected),
+                    None => match &listers {
+                        // A collective launch's start changes its rank, and the ranks that list its collectives'
+                        // completions before or after it (`Semantics::collective_listers`).
+                        Some(before) => {
+                            affected.clear();
+                            affected.extend_from_slice(before);
+                            affected.extend(started.and_then(|k| sem.collective_listers(&st, &Step::Item(k))).into_iter().flatten());
+                            affected.sort_unstable();
+                            affected.dedup();
+                        }
+                        None => groups.affected_by_step(&written, local, &mut mark, &mut affected),
+                    },
                 }
                 plan.extend(affected.iter().map(|&r| (r, None)));
             }

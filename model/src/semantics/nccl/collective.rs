@@ -87,6 +87,33 @@ impl<'p> Semantics<'p> {
         }
     }
 
+    /// For the start of an NCCL launch (`Step::Item` of a launch) whose ops are all collective parts: the ranks
+    /// that list the completion steps of its collectives in `st` (`Step::Collective` and `Step::RootEarly`, each
+    /// listed by the first part in rank order that it would end; [`Self::collective_steps`]), the launch's own
+    /// rank first. Asked before and after the start, these are the only ranks whose enabled steps the start can
+    /// change (C1: a part that starts can make its collective's parts ready or alone, nothing else of another
+    /// rank). `None` for any other step. A launch start made every member recompute, each asking about every member
+    /// (issue 9: O(N³) for one all-reduce over N ranks). `tests/incremental.rs` checks the kept sets against
+    /// [`Self::enabled`] at every step with this shortcut.
+    pub fn collective_listers(&self, st: &State, step: &Step) -> Option<crate::semantics::incremental::RankSet> {
+        let Step::Item(k) = step else { return None };
+        let item = st.item(*k);
+        let ItemKind::Launch { comm, ops, .. } = &item.kind else { return None };
+        if ops.is_empty() || !ops.iter().all(|o| matches!(o.kind, CommOpKind::Collective { .. })) {
+            return None;
+        }
+        let mut out = crate::semantics::incremental::RankSet::new();
+        out.push(item.rank());
+        for o in ops {
+            let CommOpKind::Collective { seq } = o.kind else { continue };
+            let Some(parts) = st.nccl.coll.get(&(*comm, seq)) else { continue };
+            out.extend(parts.iter().find(|(r, p)| self.part_alone(st, **r, **p)).map(|(r, _)| *r));
+            let mut all = None;
+            out.extend(parts.iter().find(|(r, p)| self.part_ready(st, *comm, parts, **r, **p, &mut all)).map(|(r, _)| *r));
+        }
+        Some(out)
+    }
+
     /// Whether an early end of a part goes beyond the profile's guaranteed eager window: the platform may refuse.
     pub fn root_early_beyond_guarantee(&self, st: &State, comm: CommId, seq: u32) -> bool {
         self.alone_parts(st, comm, seq).iter().any(|(_, p)| st.comm_op(*p).1.bytes > self.profile.eager_guaranteed())
