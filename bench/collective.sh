@@ -5,16 +5,10 @@
 # the steps grow as N²; before 2026-12-03 each set-up recomputed every member and 128 ranks took 10 s.
 # Prints a Markdown table: N, steps, seconds, peak RSS (MiB), microseconds per step.
 #
-# Usage: bench/collective.sh [NS]   NS: space-separated rank counts (default "64 128 256 512").
+# Usage: bench/collective.sh [NS]   NS: space-separated rank counts (default "64 128 256 512 1024").
 # Build first: cargo build --release. Needs /usr/bin/time (Debian package `time`).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BIN=target/release/cuorder
-[ -x "$BIN" ] || { echo "build first: cargo build --release" >&2; exit 2; }
-[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
-NS=${1:-"64 128 256 512"}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "$0")/common.sh"
+NS=${1:-"64 128 256 512 1024"}
 echo "| N | steps | time (s) | peak RSS (MiB) | µs per step |"
 echo "| --- | --- | --- | --- | --- |"
 for n in $NS; do

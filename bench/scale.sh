@@ -5,14 +5,8 @@
 #
 # Usage: bench/scale.sh [POINTS]   POINTS: space-separated S:M (default "64:8 128:8 256:8 512:8 1024:8 2048:8 4096:8
 #        64:64 256:64 1024:64"). Build first: cargo build --release. Needs /usr/bin/time (Debian package `time`).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BIN=target/release/cuorder
-[ -x "$BIN" ] || { echo "build first: cargo build --release" >&2; exit 2; }
-[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
+source "$(dirname "$0")/common.sh"
 POINTS=${1:-"64:8 128:8 256:8 512:8 1024:8 2048:8 4096:8 64:64 256:64 1024:64"}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
 echo "| S × M | steps | load (s) | total (s) | user CPU (s) | peak RSS (MiB) | µs per step (run only) |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 for p in $POINTS; do
