@@ -294,7 +294,8 @@ enum Command {
         torch: TorchArgs,
     },
     /// Check a hardware observation (from `cuorder-hw run`) against the model: prints "agrees" or each
-    /// disagreement. Exit 0 agrees, 1 disagrees, 2 bad input.
+    /// disagreement. Exit 0 agrees, 1 disagrees, 2 bad input, 3 inconclusive (a budget stopped the search before
+    /// the model's executions showed the observation).
     Conform {
         /// The program (omit with --dir).
         #[arg(required_unless_present = "dir")]
@@ -1284,7 +1285,15 @@ fn main() -> ExitCode {
             let sem = Semantics::new(&prog, &prof);
             let c = cuorder_sim::conform::conform(&sem, &obs, &budgets.limits());
             say(&c.to_text());
-            ExitCode::from(if c.agrees() { 0 } else { 1 })
+            // A budget that stopped the search before it showed the observation decides nothing (exit 3, as for
+            // `check`); it was reported as a disagreement (exit 1).
+            ExitCode::from(if c.agrees() {
+                0
+            } else if c.stopped_short() {
+                3
+            } else {
+                1
+            })
         }
         Command::Conform { .. } => {
             err("error: conform needs PROGRAM and TRACE, or --dir DIR\n");

@@ -326,6 +326,38 @@ fn conform_dir_reports_every_bad_file_checks_the_rest_and_fails() {
     assert!(xml.contains("<testcase name=\"good/kernel_write_read.ron\" classname=\"good\"/>"), "{xml}");
 }
 
+/// Regression (new-user trial, 2026-12-03): `conform PROGRAM TRACE` under a budget too small to reach the observed
+/// outcome printed "disagrees ... the model's executions end only as: " (an empty list) and exited 1, a wrong
+/// verdict: the executions explored were only a part. It is inconclusive (exit 3, as for `check`), and the same trace
+/// agrees once the budget lets the search finish.
+#[test]
+fn conform_reported_a_budget_stop_as_a_disagreement() {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let smoke = here.join("traces/hw/smoke");
+    let args = |budget: &'static str| {
+        [
+            "conform".to_string(),
+            smoke.join("programs/sendrecv_grouped_1mib.ron").display().to_string(),
+            smoke.join("sendrecv_grouped_1mib.ron").display().to_string(),
+            "--profile".into(),
+            here.join("traces/profiles/h200x2-nvlink-nccl2.28.3.ron").display().to_string(),
+            "--max-states".into(),
+            budget.into(),
+        ]
+    };
+    let run = |budget| {
+        let a = args(budget);
+        cuorder_in(here, &a.iter().map(String::as_str).collect::<Vec<_>>(), &[])
+    };
+    let (code, out, _) = run("2");
+    assert_eq!(code, 3, "{out}");
+    assert!(out.starts_with("inconclusive: the search stopped before the model's executions showed this observation"), "{out}");
+    assert!(!out.contains("disagrees"), "{out}");
+    let (code, out, _) = run("200000");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("agrees:"), "{out}");
+}
+
 #[test]
 fn conform_dir_fails_on_unexplained_inconclusive_results() {
     let root = traces_folder("inconclusive");

@@ -53,6 +53,13 @@ impl Conformance {
         self.disagreements.is_empty() && self.inconclusive.is_none()
     }
 
+    /// Whether a budget stopped the search before the model's executions showed the observation: the disagreements
+    /// are only with the executions explored (an unexplored one may allow it), so nothing is decided. An agreement
+    /// under a budget stands: an explored execution allows the observation.
+    pub fn stopped_short(&self) -> bool {
+        self.limit_hit.is_some() && !self.disagreements.is_empty() && self.inconclusive.is_none() && self.undefined.is_none()
+    }
+
     /// "agrees (...)" or one line per disagreement.
     pub fn to_text(&self) -> String {
         let mut s = String::new();
@@ -66,7 +73,15 @@ impl Conformance {
                 self.matching_states, self.reads_checked, self.orders_checked
             ));
         } else {
-            s.push_str(&format!("disagrees ({} disagreement(s)):\n", self.disagreements.len()));
+            s.push_str(&if self.stopped_short() {
+                format!(
+                    "inconclusive: the search stopped before the model's executions showed this observation; a larger budget \
+                     may find one that allows it. Not shown by the executions explored ({}):\n",
+                    self.disagreements.len()
+                )
+            } else {
+                format!("disagrees ({} disagreement(s)):\n", self.disagreements.len())
+            });
             for d in &self.disagreements {
                 s.push_str(&format!("  {}: {} [{}]\n", d.observation, d.message, d.rule));
             }
