@@ -1477,7 +1477,17 @@ fn gen_files(out: &std::path::Path, seed: u64, count: u64, make: &dyn Fn(u64) ->
         err(&format!("error: cannot create {}: {e}\n", out.display()));
         return ExitCode::from(2);
     }
-    for s in seed..seed.saturating_add(count) {
+    // Seeds seed, seed + 1, ..: refused if they run past the largest seed (they were cut short there, and the
+    // count printed was not the count written).
+    if count > 0 && seed.checked_add(count - 1).is_none() {
+        err(&format!(
+            "error: --seed {seed} with --count {count} runs past the largest seed ({}); at most {} program(s) fit from this seed\n",
+            u64::MAX,
+            u64::MAX - seed + 1
+        ));
+        return ExitCode::from(2);
+    }
+    for s in (0..count).map(|i| seed + i) {
         let p = make(s);
         let text = ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).expect("program serializes");
         let path = out.join(format!("{}.ron", p.name));

@@ -742,3 +742,20 @@ fn collective_wait_for_edge_repeated_its_op() {
     let line = out.lines().find(|l| l.contains("never issues its part")).unwrap_or_else(|| panic!("{out}"));
     assert_eq!(line.matches("all_reduce(").count(), 1, "{line}");
 }
+
+/// Regression (new-user trial, 2026-12-03): `gen --seed 18446744073709551615 --count 3` printed "wrote 3 program(s)"
+/// and wrote none (the seed range was cut at the largest seed; one below it wrote 2 and still said 3). Seeds that
+/// run past the largest are refused (exit 2); the last seeds that fit are written, as many as said.
+#[test]
+fn gen_said_it_wrote_programs_past_the_largest_seed() {
+    let out = tmp("gen-last-seeds");
+    let _ = std::fs::remove_dir_all(&out);
+    let o = out.to_str().unwrap();
+    let (code, said, err) = cuorder(&["gen", "--seed", "18446744073709551615", "--count", "3", "--out", o]);
+    assert_eq!(code, 2, "{said}{err}");
+    assert!(err.contains("runs past the largest seed") && err.contains("at most 1 program(s) fit"), "{err}");
+    let (code, said, err) = cuorder(&["gen", "--seed", "18446744073709551614", "--count", "2", "--out", o]);
+    assert_eq!(code, 0, "{err}");
+    assert!(said.contains("wrote 2 program(s)"), "{said}");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 2, "{said}");
+}
