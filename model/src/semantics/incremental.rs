@@ -314,9 +314,17 @@ impl<'p> Semantics<'p> {
     /// [`Self::enabled`] at every step with this shortcut.
     pub fn collective_call_only(&self, st: &State, step: &Step) -> Option<RankId> {
         let Step::Host { thread, .. } = *step else { return None };
+        if !self.collectives {
+            return None;
+        }
         let th = &st.host.threads[thread as usize];
+        // The op first: most host steps are something else, and this is asked for every step of a timed run.
+        let candidate = match &th.wait {
+            None => matches!(self.ops_of(thread).get(th.pc as usize).map(|o| &o.kind), Some(OpKind::Collective { .. } | OpKind::GroupEnd)),
+            Some(w) => matches!(w, Wait::Connect { .. }),
+        };
         let home = self.rank_of(thread);
-        if self.nccl_threads_of[home as usize] != [thread] || !th.background.is_empty() || self.thread_finished(st, thread) {
+        if !candidate || self.nccl_threads_of[home as usize] != [thread] || !th.background.is_empty() || self.thread_finished(st, thread) {
             return None;
         }
         let collective_here = |op: u32| {

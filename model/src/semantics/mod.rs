@@ -78,6 +78,9 @@ pub struct Semantics<'p> {
     /// Whether some communicator is non-blocking (N12): when none is, a group end has one outcome and defers
     /// nothing, which `host_choices` answers without looking at the group's communicators.
     nonblocking: bool,
+    /// Whether some op is a collective: engines skip the collective shortcuts of `incremental.rs` otherwise (they
+    /// are asked for every step of a timed run; issue 9).
+    pub(crate) collectives: bool,
 }
 
 impl<'p> Semantics<'p> {
@@ -180,6 +183,7 @@ impl<'p> Semantics<'p> {
         Semantics {
             watched: program.comms.iter().any(|c| c.watchdog_ns.is_some()),
             nonblocking: program.comms.iter().any(|c| c.nonblocking),
+            collectives: infos.iter().flatten().any(|i| matches!(i.nccl, Some(crate::op_info::NcclRole::Collective { .. }))),
             nccl_threads_of,
             stream_ranks,
             program,

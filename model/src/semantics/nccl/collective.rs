@@ -97,6 +97,9 @@ impl<'p> Semantics<'p> {
     /// [`Self::enabled`] at every step with this shortcut.
     pub fn collective_listers(&self, st: &State, step: &Step) -> Option<crate::semantics::incremental::RankSet> {
         let Step::Item(k) = step else { return None };
+        if !self.collectives {
+            return None;
+        }
         let item = st.item(*k);
         let ItemKind::Launch { comm, ops, .. } = &item.kind else { return None };
         if ops.is_empty() || !ops.iter().all(|o| matches!(o.kind, CommOpKind::Collective { .. })) {
