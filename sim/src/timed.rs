@@ -811,13 +811,18 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
     let nranks = sem.program.ranks.len();
     let mut mark = vec![false; nranks];
     let mut affected: Vec<RankId> = vec![];
-    // Per rank: the enabled steps it owns (first outcome of every nondeterministic host call; module docs), into
-    // `v` (cleared first).
-    let owned = |st: &State, r: RankId, v: &mut Vec<Step>| {
+    // Per rank: the enabled steps it owns (first outcome of every nondeterministic host call; module docs), or only
+    // its host steps (`host_only`), into `v` (cleared first).
+    let owned_of = |st: &State, r: RankId, host_only: bool, v: &mut Vec<Step>| {
         v.clear();
-        sem.enabled_for_rank(st, r, v);
+        if host_only {
+            sem.host_steps_for_rank(st, r, v);
+        } else {
+            sem.enabled_for_rank(st, r, v);
+        }
         v.retain(|s| !matches!(s, Step::Host { choice, .. } if *choice != 0));
     };
+    let owned = |st: &State, r: RankId, v: &mut Vec<Step>| owned_of(st, r, false, v);
     // Per rank: its pending steps (the enabled steps it owns, less the one just fired), each with its fire time and
     // tie-breaking draw. A heap entry is current while its rank still holds the step with the same time and draw.
     let mut cache: Vec<Vec<Slot>> = vec![vec![]; nranks];
@@ -939,13 +944,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             // The step's own rank keeps its item, communication and connection steps when the step could change
             // only its host steps (`Semantics::host_only`).
             let quiet = call_only.is_none() && (host_only == Some(r) || connect_only.is_some());
-            new.clear();
-            if quiet {
-                sem.host_steps_for_rank(&st, r, &mut new);
-                new.retain(|s| !matches!(s, Step::Host { choice, .. } if *choice != 0));
-            } else {
-                owned(&st, r, &mut new);
-            }
+            owned_of(&st, r, quiet, &mut new);
             let old = &cache[r as usize];
             next.clear();
             // A long list (a collective's first use lists a set-up with every other member) is looked up by hash.

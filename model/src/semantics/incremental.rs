@@ -318,15 +318,7 @@ impl<'p> Semantics<'p> {
             return None;
         }
         let th = &st.host.threads[thread as usize];
-        // The op first: most host steps are something else, and this is asked for every step of a timed run.
-        let candidate = match &th.wait {
-            None => matches!(self.ops_of(thread).get(th.pc as usize).map(|o| &o.kind), Some(OpKind::Collective { .. } | OpKind::GroupEnd)),
-            Some(w) => matches!(w, Wait::Connect { .. }),
-        };
         let home = self.rank_of(thread);
-        if !candidate || self.nccl_threads_of[home as usize] != [thread] || !th.background.is_empty() || self.thread_finished(st, thread) {
-            return None;
-        }
         let collective_here = |op: u32| {
             let loc = OpLoc { thread, op };
             let info = self.info(loc);
@@ -335,16 +327,18 @@ impl<'p> Semantics<'p> {
                 && self.acting_rank(loc) == home
                 && info.ranks.iter().all(|&r| r == home)
         };
-        match &th.wait {
-            None => match self.op(OpLoc { thread, op: th.pc }).kind {
-                OpKind::Collective { .. } if th.group_depth == 0 => collective_here(th.pc),
+        // The op first (a finished thread has none): most host steps are something else, and this is asked for
+        // every step of a timed run.
+        let quiet = match &th.wait {
+            None => match &self.ops_of(thread).get(th.pc as usize)?.kind {
+                OpKind::Collective { .. } => th.group_depth == 0 && collective_here(th.pc),
                 OpKind::GroupEnd => th.group_depth == 1 && !th.group_ops.is_empty() && th.group_ops.iter().all(|&o| collective_here(o)),
                 _ => false,
             },
             Some(Wait::Connect { need, ops }) => need.is_empty() && !ops.is_empty() && ops.iter().all(|&o| collective_here(o)),
             Some(_) => false,
-        }
-        .then_some(home)
+        };
+        (quiet && self.nccl_threads_of[home as usize] == [thread] && th.background.is_empty()).then_some(home)
     }
 
     /// The connection set-ups (N7) that other threads list with thread `partner`, which acts on its own rank only

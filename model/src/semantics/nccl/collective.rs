@@ -77,19 +77,28 @@ impl<'p> Semantics<'p> {
         let Some(parts) = st.nccl.coll.get(&(comm, seq)) else { return };
         debug_assert_eq!(parts[&rank].0, k);
         // Each step is enumerated once: from the lowest-ranked part it would end.
-        // The first part found, not every part: this runs for each member whose part runs.
-        if parts.iter().find(|(r, p)| self.part_alone(st, **r, **p)).map(|(r, _)| *r) == Some(rank) {
+        let (alone, ready) = self.completion_listers(st, comm, parts);
+        if alone == Some(rank) {
             out.push(Step::RootEarly { comm, seq });
         }
-        let mut all = None;
-        if parts.iter().find(|(r, p)| self.part_ready(st, comm, parts, **r, **p, &mut all)).map(|(r, _)| *r) == Some(rank) {
+        if ready == Some(rank) {
             out.push(Step::Collective { comm, seq });
         }
     }
 
+    /// The ranks that list a collective's completion steps (its `parts`): `Step::RootEarly` by the first part in
+    /// rank order that may end alone, `Step::Collective` by the first ready part. The first found, not every part:
+    /// this runs for each member whose part runs.
+    fn completion_listers(&self, st: &State, comm: CommId, parts: &PartsOf) -> (Option<RankId>, Option<RankId>) {
+        let alone = parts.iter().find(|(r, p)| self.part_alone(st, **r, **p)).map(|(r, _)| *r);
+        let mut all = None;
+        let ready = parts.iter().find(|(r, p)| self.part_ready(st, comm, parts, **r, **p, &mut all)).map(|(r, _)| *r);
+        (alone, ready)
+    }
+
     /// For the start of an NCCL launch (`Step::Item` of a launch) whose ops are all collective parts: the ranks
     /// that list the completion steps of its collectives in `st` (`Step::Collective` and `Step::RootEarly`, each
-    /// listed by the first part in rank order that it would end; [`Self::collective_steps`]), the launch's own
+    /// listed by the first part in rank order that it would end; `completion_listers`), the launch's own
     /// rank first. Asked before and after the start, these are the only ranks whose enabled steps the start can
     /// change (C1: a part that starts can make its collective's parts ready or alone, nothing else of another
     /// rank). `None` for any other step. A launch start made every member recompute, each asking about every member
@@ -110,9 +119,8 @@ impl<'p> Semantics<'p> {
         for o in ops {
             let CommOpKind::Collective { seq } = o.kind else { continue };
             let Some(parts) = st.nccl.coll.get(&(*comm, seq)) else { continue };
-            out.extend(parts.iter().find(|(r, p)| self.part_alone(st, **r, **p)).map(|(r, _)| *r));
-            let mut all = None;
-            out.extend(parts.iter().find(|(r, p)| self.part_ready(st, *comm, parts, **r, **p, &mut all)).map(|(r, _)| *r));
+            let (alone, ready) = self.completion_listers(st, *comm, parts);
+            out.extend(alone.into_iter().chain(ready));
         }
         Some(out)
     }
