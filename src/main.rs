@@ -93,7 +93,8 @@ struct Budgets {
     /// Stop after this many distinct states.
     #[arg(long, default_value_t = 2_000_000)]
     max_states: usize,
-    /// Stop when the search would hold more than this many MiB of states (estimated).
+    /// Stop when the search would hold more than this many MiB: its estimate of the states it holds, or the
+    /// process's resident memory where the system reports it (Linux).
     #[arg(long, default_value_t = 4096)]
     max_memory_mb: usize,
     /// Stop after this many seconds of searching (also `--time-limit`, as `explore` calls it).
@@ -106,6 +107,7 @@ impl Budgets {
         Limits {
             max_states: self.max_states,
             max_memory_bytes: self.max_memory_mb.saturating_mul(1 << 20),
+            resident: true,
             max_time_ms: self.max_time_s.saturating_mul(1000),
             ..Limits::default()
         }
@@ -410,6 +412,10 @@ enum Command {
         /// Stop after this many distinct states (exhaustive, bounded; dpor: states along its executions, each time).
         #[arg(long, default_value_t = 2_000_000)]
         max_states: usize,
+        /// Stop (exhaustive, bounded, dpor) when the search would hold more than this many MiB: its estimate of the
+        /// states it holds, or the process's resident memory where the system reports it (Linux).
+        #[arg(long, default_value_t = 4096)]
+        max_memory_mb: usize,
         /// Steps per execution before it is cut off (sampling strategies).
         #[arg(long, default_value_t = 10_000_000)]
         max_steps: usize,
@@ -922,6 +928,7 @@ fn main() -> ExitCode {
             time_limit,
             jobs,
             max_states,
+            max_memory_mb,
             max_steps,
             save,
             format,
@@ -943,7 +950,15 @@ fn main() -> ExitCode {
                 StrategyArg::Random | StrategyArg::Pct => cuorder::progress::Meter::Executions { executions, time_limit_s: time_limit },
             };
             let w = watch(cli.progress.progress(), meter);
-            let limits = Limits { max_states, first, max_time_ms, progress: Some(w.progress()), ..Limits::default() };
+            let limits = Limits {
+                max_states,
+                first,
+                max_time_ms,
+                max_memory_bytes: max_memory_mb.saturating_mul(1 << 20),
+                resident: true,
+                progress: Some(w.progress()),
+                ..Limits::default()
+            };
             let sampling = |s: cuorder_sim::strategy::Strategy| cuorder_sim::strategy::SampleOptions {
                 strategy: s,
                 seed,

@@ -368,6 +368,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
     let (mut executions, mut sleep_blocked, mut states) = (0usize, 0usize, 1usize);
     let mut held = 0usize;
     let mut limit_hit: Option<String> = None;
+    let mut meter = crate::budget::ResidentMeter::new();
 
     let deps = Dependency::new(sem);
     let objects = deps.objects;
@@ -507,7 +508,8 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
                 limits.max_states
             ))
         } else if states % 256 == 0 {
-            crate::explore::over_limits(limits, started, states, held.saturating_add(events.events.len() * (agents * 4 + 64)))
+            let bytes = held.saturating_add(events.events.len() * (agents * 4 + 64));
+            crate::explore::over_limits(limits, started, states, bytes, &mut meter)
         } else {
             None
         };

@@ -13,6 +13,7 @@ use cuorder_model::semantics::reduction::DeviceMemo;
 use cuorder_model::semantics::{ItemKind, Semantics, State, Step};
 use cuorder_model::verdict::{Finding, Frequency, Problem, ProblemKey};
 
+use crate::budget::ResidentMeter;
 use crate::progress::{stopped, Progress, INTERRUPTED};
 use crate::strategy::step_agent;
 
@@ -32,8 +33,14 @@ pub struct Limits {
     /// Stop at the first finding (`--first`): the verdict then says nothing of the executions not explored.
     pub first: bool,
     /// Estimated bytes the search may hold (the states on the search path, estimated by
-    /// [`crate::budget::state_bytes`], plus the set of visited states), in bytes.
+    /// [`crate::budget::state_bytes`], plus the set of visited states), in bytes; with [`Limits::resident`], also the
+    /// most resident memory the process may have.
     pub max_memory_bytes: usize,
+    /// Also stop when the process's resident memory ([`crate::budget::resident_bytes`], read every
+    /// [`crate::budget::RESIDENT_EVERY_MS`] ms) exceeds `max_memory_bytes`. For a process that runs one search (the
+    /// command line); off by default, since a process running several searches at once (a test harness) shares its
+    /// memory among them. Where it stops a search depends on the machine, as for the time limit.
+    pub resident: bool,
     /// Wall-clock time the search may take, in milliseconds.
     pub max_time_ms: u64,
     /// Counters to update (states visited) and a stop flag to check, on every state: once set, the search stops
@@ -56,6 +63,7 @@ impl Default for Limits {
             forget: true,
             first: false,
             max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
+            resident: false,
             max_time_ms: DEFAULT_MAX_TIME_MS,
             progress: None,
         }
@@ -401,8 +409,9 @@ impl Search<'_, '_> {
 }
 
 /// Why a search that has visited `states` states, holds about `bytes` bytes and started at `started` must stop (Ctrl-C,
-/// memory, time), if it must: the limit line of its report.
-pub(crate) fn over_limits(limits: &Limits, started: Instant, states: usize, bytes: usize) -> Option<String> {
+/// memory, time), if it must: the limit line of its report. `meter` reads the process's resident memory when
+/// [`Limits::resident`] asks for it.
+pub(crate) fn over_limits(limits: &Limits, started: Instant, states: usize, bytes: usize, meter: &mut ResidentMeter) -> Option<String> {
     if stopped(&limits.progress) {
         return Some(format!("{INTERRUPTED} after {states} states; the verdict covers only the executions explored"));
     }
@@ -415,6 +424,17 @@ pub(crate) fn over_limits(limits: &Limits, started: Instant, states: usize, byte
         ));
     }
     let ms = started.elapsed().as_millis();
+    if limits.resident {
+        let resident = meter.bytes(ms);
+        if resident > limits.max_memory_bytes {
+            return Some(format!(
+                "stopped after {states} states: the process holds {} MiB (limit max_memory = {} MiB); the verdict \
+                 covers only the executions explored",
+                resident >> 20,
+                limits.max_memory_bytes >> 20
+            ));
+        }
+    }
     (ms > u128::from(limits.max_time_ms)).then(|| {
         format!(
             "stopped after {states} states and {ms} ms (limit max_time = {} ms); the verdict covers only the \
@@ -688,12 +708,13 @@ fn explore_inner<'a>(
     // Budgets: the bytes of the states the stack holds, and wall time.
     let init_bytes = crate::budget::state_bytes(&init);
     let mut held = init_bytes;
-    let over_budget = |held: usize, states: usize| -> Option<String> {
+    let mut meter = ResidentMeter::new();
+    let mut over_budget = |held: usize, states: usize| -> Option<String> {
         let states = pass.states_before + states;
         if let Some(p) = &limits.progress {
             p.set_states(states as u64);
         }
-        over_limits(limits, started, states, held.saturating_add(states.saturating_mul(VISITED_BYTES)))
+        over_limits(limits, started, states, held.saturating_add(states.saturating_mul(VISITED_BYTES)), &mut meter)
     };
     let mut limit_hit = over_budget(held, 1);
     let init_front = Frontier::new(sem, &init);
