@@ -440,3 +440,103 @@ fn a_race_before_an_undefined_use_is_still_found() {
     let p = cuorder_sim::gen::program(251, &cuorder_sim::gen::GenOptions::default());
     assert!(compare("gen-251", &p, &Profile::portable(), 2_000, 20_000), "gen-251 was beyond the test budget");
 }
+
+/// Programs whose collectives and sends set up connections (N7) on their first use, correct and not: set-ups are
+/// taken one at a time when both of their ranks have a single NCCL thread (`Semantics::is_local`), and that must not
+/// change a verdict.
+fn setup_programs() -> Vec<(String, String)> {
+    let head = |n: usize, comms: &str| {
+        format!("Program(ranks: {n}, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"x\", \"1 MiB\"), Buffer(\"y\", \"1 MiB\")], comms: [{comms}],\n")
+    };
+    vec![
+        // One all-reduce, then a stream synchronize: completes.
+        ("all-reduce x4".into(), head(4, "Comm(\"world\")") + "threads: [Thread(\"main\", [AllReduce(buf: \"x\", stream: \"s0\"), StreamSync(\"s0\")])])"),
+        // Rank 3 skips the all-reduce: the others hang in set-up with it (deadlock).
+        ("all-reduce x4, one rank skips".into(), head(4, "Comm(\"world\")")
+            + "threads: [Thread(\"main\", [If(rank < 3, [AllReduce(buf: \"x\", stream: \"s0\")]), StreamSync(\"s0\")])])"),
+        // Two communicators over all ranks, called in opposite orders on even and odd ranks (C1: deadlock).
+        ("two communicators in opposite orders x4".into(), head(4, "Comm(\"a\"), Comm(\"b\")")
+            + "threads: [Thread(\"main\", [If(rank % 2 == 0, then: [AllReduce(buf: \"x\", stream: \"s0\", comm: \"a\"), AllReduce(buf: \"y\", stream: \"s0\", comm: \"b\")], \
+               else: [AllReduce(buf: \"y\", stream: \"s0\", comm: \"b\"), AllReduce(buf: \"x\", stream: \"s0\", comm: \"a\")]), StreamSync(\"s0\")])])"),
+        // An all-reduce, then a ring of sends before recvs (ranks set up with their neighbours; portable: rendezvous).
+        ("all-reduce then send-first ring x3".into(), head(3, "Comm(\"world\")")
+            + "threads: [Thread(\"main\", [AllReduce(buf: \"x\", stream: \"s0\"), Send(to: Next, buf: \"x\", stream: \"s0\"), \
+               Recv(from: Prev, buf: \"y\", stream: \"s0\"), StreamSync(\"s0\")])])"),
+        // A kernel reads the all-reduced buffer without waiting for it on another stream (a race after set-up).
+        ("all-reduce then unordered read x3".into(),
+            "Program(ranks: 3, streams: [Stream(\"s0\", NonBlocking), Stream(\"s1\", NonBlocking)], buffers: [Buffer(\"x\", \"1 MiB\")], comms: [Comm(\"world\")],\n".to_string()
+            + "threads: [Thread(\"main\", [AllReduce(buf: \"x\", stream: \"s0\"), Kernel(\"k\", stream: \"s1\", reads: [\"x\"]), DeviceSync])])"),
+        // Two threads per rank issue NCCL calls (N11 decides; set-ups are then not taken alone).
+        ("two NCCL threads per rank x2".into(), head(2, "Comm(\"a\"), Comm(\"b\")")
+            + "threads: [Thread(\"t0\", [AllReduce(buf: \"x\", stream: \"s0\", comm: \"a\")]), Thread(\"t1\", [AllReduce(buf: \"y\", stream: \"s0\", comm: \"b\")])])"),
+    ]
+}
+
+#[test]
+fn taking_connection_setups_alone_changes_no_verdict() {
+    let mut kinds = std::collections::BTreeSet::new();
+    for (name, text) in setup_programs() {
+        let p = cuorder_model::format::load("p", &text).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        for prof in profiles() {
+            assert!(compare(&name, &p, &prof, 5_000, 400_000), "{name} under {}: a search was beyond its budget", prof.name);
+            compare_dpor(&name, &p, &prof, 200_000);
+            kinds.extend(check(&p, &prof, &Limits::default()).findings.iter().map(|f| f.kind.clone()));
+        }
+    }
+    // The corpus has correct and deadlocking programs, and a race.
+    for k in ["deadlock", "data race"] {
+        assert!(kinds.contains(k), "no {k} among {kinds:?}");
+    }
+}
+
+/// The new-user trial of 2026-12-03: `check` of one all-reduce over 8 ranks was inconclusive after 50 s (928,000
+/// states; 6 ranks took 127,769): the N (N - 1) / 2 connection set-ups of its first use (N7) were interleaved in
+/// every order. Taken one at a time, the states grow about as N².
+#[test]
+fn check_of_an_all_reduce_over_8_ranks_was_inconclusive() {
+    for (n, most) in [(6, 100), (8, 150), (32, 2_500)] {
+        let text = format!(
+            "Program(ranks: {n}, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"x\", \"1 MiB\")], comms: [Comm(\"world\")], \
+             threads: [Thread(\"main\", [AllReduce(buf: \"x\", stream: \"s0\"), StreamSync(\"s0\")])])"
+        );
+        let p = cuorder_model::format::load("p", &text).unwrap();
+        let r = check(&p, &Profile::portable(), &Limits::default());
+        assert!(r.findings.is_empty() && r.limit_hit.is_none(), "{n} ranks: {:?}", r.limit_hit);
+        assert!(r.states <= most, "{n} ranks: {} states", r.states);
+    }
+}
+
+/// Every way three ranks can call all-reduces on two communicators over all of them (each rank: both in either order,
+/// one, or none; 125 programs, most of which hang in set-up or in a collective): the same verdicts with set-ups
+/// taken alone as without reduction.
+#[test]
+fn taking_connection_setups_alone_changes_no_verdict_on_collective_orders() {
+    let calls = ["\"a\", \"b\"", "\"b\", \"a\"", "\"a\"", "\"b\"", ""];
+    let mut compared = 0;
+    let mut verdicts = std::collections::BTreeSet::new();
+    for i in 0..calls.len().pow(3) {
+        let ranks: Vec<String> = (0..3)
+            .map(|r| {
+                let which = calls[i / calls.len().pow(r) % calls.len()];
+                let ops: Vec<String> = which
+                    .split(", ")
+                    .filter(|c| !c.is_empty())
+                    .map(|c| format!("AllReduce(buf: {}, stream: \"s0\", comm: {c})", if c == "\"a\"" { "\"x\"" } else { "\"y\"" }))
+                    .collect();
+                format!("OnRanks([{r}], [{}])", ops.join(", "))
+            })
+            .collect();
+        let text = format!(
+            "Program(ranks: 3, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"x\", \"1 MiB\"), Buffer(\"y\", \"1 MiB\")], \
+             comms: [Comm(\"a\"), Comm(\"b\")], threads: [Thread(\"main\", [{}, StreamSync(\"s0\")])])",
+            ranks.join(", ")
+        );
+        let p = cuorder_model::format::load("p", &text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+        let prof = Profile::portable();
+        assert!(compare(&format!("orders {i}"), &p, &prof, 5_000, 400_000), "orders {i}: beyond the budget");
+        compared += 1;
+        verdicts.insert(key(&check(&p, &prof, &Limits::default())).is_empty());
+    }
+    assert_eq!(compared, 125);
+    assert_eq!(verdicts.len(), 2, "both clean and failing programs");
+}

@@ -230,11 +230,12 @@ impl<'p> Semantics<'p> {
             // eagerly is an alternative with fewer happens-before edges, explored too.
             Step::Transfer { send, recv } => !self.eager_possible(st, *send) && self.p2p_is_local(st, &[*send, *recv]),
             Step::Drain { recv } => self.p2p_is_local(st, &[*recv]),
-            Step::Eager { .. }
-            | Step::Collective { .. }
-            | Step::RootEarly { .. }
-            | Step::Connect { .. }
-            | Step::Watchdog { .. } => false,
+            // N7: set-ups commute with each other (each removes one need of its two blocked threads and ticks their
+            // clocks) and nothing else reads what they change while their threads are blocked, unless another
+            // thread acts for one of the two ranks (its group end reads the connections) or a thread has calls in
+            // the background (N12).
+            Step::Connect { .. } => self.connect_only(st, step).is_some(),
+            Step::Eager { .. } | Step::Collective { .. } | Step::RootEarly { .. } | Step::Watchdog { .. } => false,
         }
     }
 
