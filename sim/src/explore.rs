@@ -628,6 +628,10 @@ fn budget_steps(
     left: u32,
 ) -> (Vec<(Option<usize>, u32)>, bool) {
     if steps.len() == 1 {
+        // A step taken alone is free and keeps the running agent, unless that agent is a blocked thread (a
+        // connection set-up taken alone between two blocked threads left the one that blocked first "running", so
+        // that the other's return cost a preemption: the search of nccl-1456-grouped needed bound 3, not 2).
+        let from = from.filter(|&a| st.host.threads.get(a).is_none_or(|t| t.wait.is_none()));
         return (vec![(from, left)], false);
     }
     let agents: Vec<usize> = steps.iter().map(|s| step_agent(sem, st, s)).collect();
