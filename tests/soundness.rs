@@ -89,6 +89,26 @@ fn n11_two_threads_on_two_communicators_of_one_device_are_undefined() {
     assert!(ex.findings.iter().any(|f| matches!(&f.problem, Problem::Undefined(u) if u.rule == Rule::N11)));
 }
 
+/// The new-user trial of 2026-12-03: the same unordered pair of NCCL calls from two threads of one device was
+/// reported twice (thread a before b, and b before a), four findings for two devices. Each N11 finding now names
+/// both calls, so a pair is one problem whichever call came first.
+#[test]
+fn n11_the_same_pair_of_calls_was_reported_twice() {
+    let t = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
+        comms: [Comm("a"), Comm("b")],
+        threads: [
+            Thread("t0", [AllReduce(buf: "x", stream: "s0", comm: "a"), StreamSync("s0")]),
+            Thread("t1", [AllReduce(buf: "y", stream: "s0", comm: "b"), StreamSync("s0")]),
+        ])"#;
+    let r = check_text("n11-pair", t, "portable");
+    assert_eq!(r.findings.len(), 2, "one per device: {}", r.to_text());
+    for (f, rank) in r.findings.iter().zip(["r0", "r1"]) {
+        assert!(f.text.contains("rule N11"), "{}", f.text);
+        let calls = [format!("at {rank} t0 #0 all_reduce(x"), format!("at {rank} t1 #0 all_reduce(y")];
+        assert!(calls.iter().all(|c| f.text.contains(c.as_str())), "both calls named: {}", f.text);
+    }
+}
+
 /// Item 4: two collectives of one group on one buffer run concurrently (NCCL issue 900): a data race.
 #[test]
 fn n4_two_collectives_of_one_group_on_one_buffer_race() {

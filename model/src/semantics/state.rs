@@ -389,8 +389,8 @@ pub struct NcclState {
     /// CommInit arrivals: (comm, 0) -> rank -> host clock at arrival; the n-th CommSplit of a parent: (parent,
     /// n + 1) -> rank -> clock (N8).
     pub init_arrived: BTreeMap<(CommId, u32), BTreeMap<RankId, VClock>>,
-    /// The thread that last issued NCCL work on each device (acting rank), when, and on which communicator (N11).
-    pub issuer: BTreeMap<RankId, (ThreadId, Epoch, CommId)>,
+    /// The call that last issued NCCL work on each device (acting rank), when, and on which communicator (N11).
+    pub issuer: BTreeMap<RankId, (OpLoc, Epoch, CommId)>,
     /// `CommFinalize` (or finalizing `CommDestroy`) arrivals: comm -> rank -> host clock at arrival (N13).
     pub finalize_arrived: BTreeMap<CommId, BTreeMap<RankId, VClock>>,
     /// What ended a communicator on a rank (N13): using it afterwards is undefined.

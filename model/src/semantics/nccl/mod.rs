@@ -287,8 +287,8 @@ impl<'p> Semantics<'p> {
     /// it before this one.
     fn check_thread_safety(&self, st: &mut State, t: ThreadId, at: OpLoc, comm: CommId, rank: RankId) -> bool {
         let now = &st.host.threads[t as usize].clock;
-        if let Some(&(u, e, prev)) = st.nccl.issuer.get(&rank) {
-            if u != t && !e.happens_before(now) {
+        if let Some(&(first, e, prev)) = st.nccl.issuer.get(&rank) {
+            if first.thread != t && !e.happens_before(now) {
                 let what = if prev == comm {
                     format!("communicator {} on r{rank}", self.comm_name(comm))
                 } else {
@@ -298,15 +298,16 @@ impl<'p> Semantics<'p> {
                     "{} and {} issue NCCL calls to {what} from two host threads with nothing ordering the calls \
                      (NCCL: operations must not be issued in parallel to one communicator, or to independent \
                      communicators of one device, from several threads)",
-                    self.thread_label(u),
+                    self.op_label(first),
                     self.op_label(at)
                 );
-                self.set_undefined(st, Rule::N11, msg, vec![at]);
+                // Both calls: the same unordered pair found in either order is one problem (it was reported twice).
+                self.set_undefined(st, Rule::N11, msg, vec![first, at]);
                 return false;
             }
         }
         let e = Epoch { agent: t, time: now.get(t as usize) };
-        st.nccl.issuer.insert(rank, (t, e, comm));
+        st.nccl.issuer.insert(rank, (at, e, comm));
         true
     }
 
