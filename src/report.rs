@@ -259,7 +259,14 @@ fn fixes(d: &Stuck) -> Vec<&'static str> {
              first) so that every send meets a recv that can run",
         );
     }
-    if has(&|r| matches!(r, Reason::Connect { .. })) {
+    if has(&|r| matches!(r, Reason::Connect { collective: true, .. })) {
+        out.push(
+            "every member must call each collective of a communicator, and every rank must call the collectives of \
+             different communicators in the same order: a collective's first use on a communicator waits until every \
+             member has called it, to set up its connections (N7)",
+        );
+    }
+    if has(&|r| matches!(r, Reason::Connect { collective: false, .. })) {
         out.push(
             "make first contact mirrored: each pair of ranks must first meet in NCCL needing the same connection \
              directions on a communicator — group the send and the recv to a peer so both directions are set up \

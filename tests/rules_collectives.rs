@@ -104,3 +104,23 @@ fn p2_new_group_is_a_split_when_eager_and_a_member_init_when_lazy() {
     assert!(r.findings[0].text.contains("never calls comm_split(world)"), "{}", r.findings[0].text);
     assert_eq!(verdict("P2-lazy-skip", &prog("Lazy", members_only), "portable"), Vec::<String>::new());
 }
+
+/// The new-user trial of 2026-12-03: two ranks calling all-reduces on two communicators in opposite orders hang in
+/// the first use's connection set-up (N7), and the fix offered was the one for sends and recvs ("group the send and
+/// the recv to a peer ..."). A cycle through a collective's set-up now offers the collective fix.
+#[test]
+fn cross_communicator_collective_order_was_offered_the_send_recv_fix() {
+    let t = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
+        comms: [Comm("a"), Comm("b")],
+        threads: [Thread("main", [
+            If(rank == 0, then: [AllReduce(buf: "x", stream: "s0", comm: "a"), AllReduce(buf: "y", stream: "s0", comm: "b")],
+                else: [AllReduce(buf: "y", stream: "s0", comm: "b"), AllReduce(buf: "x", stream: "s0", comm: "a")]),
+            StreamSync("s0"),
+        ])])"#;
+    let r = check_text("cross-comm-order", t, "portable");
+    assert_eq!(kinds(&r), vec!["deadlock always"], "{}", r.to_text());
+    let text = &r.findings[0].text;
+    assert!(text.contains("fix: every member must call each collective of a communicator"), "{text}");
+    assert!(text.contains("in the same order"), "{text}");
+    assert!(!text.contains("group the send and the recv"), "{text}");
+}

@@ -42,8 +42,13 @@ pub enum Reason {
     /// A host thread waits at a barrier for another participant.
     Barrier,
     /// A host thread waits for a peer to set up the mirrored connection (N7); `nonmirrored` when the peer sets up
-    /// different directions.
-    Connect { nonmirrored: bool },
+    /// different directions; `collective` when the connections are a collective's (its first use on the
+    /// communicator), not point-to-point ones.
+    Connect {
+        nonmirrored: bool,
+        #[serde(default)]
+        collective: bool,
+    },
     /// A send waits for its recv to run (N2): it is not guaranteed to fit the eager window left.
     /// `guaranteed_bytes` / `possible_bytes`: the profile's eager window (0 possible = always rendezvous).
     Rendezvous { bytes: u64, guaranteed_bytes: u64, possible_bytes: u64 },
@@ -310,6 +315,7 @@ impl<'p> Semantics<'p> {
                     }
                     Some(Wait::Connect { need, .. }) => {
                         for ((comm, mine, peer), dirs) in need {
+                            let collective = dirs.iter().all(|d| d.3);
                             // The thread blocked in its own set-up with us on this communicator, or the one that will
                             // need the connection.
                             let blocked = (0..st.host.threads.len() as u32)
@@ -330,11 +336,11 @@ impl<'p> Semantics<'p> {
                                         _ => String::new(),
                                     };
                                     let text = format!("{me}, which waits for r{peer} to set up {} too (N7){why}", self.dirs_text(dirs));
-                                    edge(Node::Thread(u), Reason::Connect { nonmirrored }, text);
+                                    edge(Node::Thread(u), Reason::Connect { nonmirrored, collective }, text);
                                 }
                                 None => edge(
                                     self.never(*peer),
-                                    Reason::Connect { nonmirrored: false },
+                                    Reason::Connect { nonmirrored: false, collective },
                                     format!("{me}; r{peer} never uses that connection on {}", self.comm_name(*comm)),
                                 ),
                             }
