@@ -830,6 +830,8 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
     let mut new: Vec<Step> = vec![];
     let mut next: Vec<Slot> = vec![];
     let mut index: HashMap<Step, usize> = HashMap::default();
+    // Which of a quiet recompute's host steps its rank already held.
+    let mut kept: Vec<bool> = vec![];
     let mut with: Vec<(RankId, Step)> = vec![];
     let mut plan: Vec<(RankId, Option<Step>)> = vec![];
     let mut heap: BinaryHeap<Reverse<(u64, u64, Step, RankId)>> = BinaryHeap::new();
@@ -863,7 +865,9 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
                 None => break None,
                 Some(Reverse((fire, tie, s, r))) => {
                     let list = &mut cache[r as usize];
-                    if let Some(i) = list.iter().position(|x| x.step == s && x.p.fire == fire && x.tie == tie) {
+                    // The draw first: it tells slots apart at the cost of one comparison (a collective's first use
+                    // lists a set-up with every other member here).
+                    if let Some(i) = list.iter().position(|x| x.tie == tie && x.p.fire == fire && x.step == s) {
                         break Some(list.swap_remove(i));
                     }
                 }
@@ -945,6 +949,34 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             // only its host steps (`Semantics::host_only`).
             let quiet = call_only.is_none() && (host_only == Some(r) || connect_only.is_some());
             owned_of(&st, r, quiet, &mut new);
+            if quiet {
+                // Only the host steps change: they are updated in place, the rest of the list (a collective's first
+                // use lists a set-up with every other member) is neither copied nor hashed. The order of a list
+                // does not matter (the heap orders the steps); new steps draw in the order they are listed.
+                let list = &mut cache[r as usize];
+                kept.clear();
+                kept.resize(new.len(), false);
+                let mut i = 0;
+                while i < list.len() {
+                    if !matches!(list[i].step, Step::Host { .. }) {
+                        i += 1;
+                        continue;
+                    }
+                    match new.iter().position(|s| *s == list[i].step) {
+                        Some(j) => {
+                            kept[j] = true;
+                            i += 1;
+                        }
+                        None => {
+                            list.swap_remove(i);
+                        }
+                    }
+                }
+                for (s, _) in new.drain(..).zip(&kept).filter(|(_, k)| !**k) {
+                    list.push(add(&st, s, r, now, last, &mut rng, &mut heap));
+                }
+                continue;
+            }
             let old = &cache[r as usize];
             next.clear();
             // A long list (a collective's first use lists a set-up with every other member) is looked up by hash.
@@ -958,9 +990,6 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
                     Some(x) => next.push(x.clone()),
                     None => next.push(add(&st, s, r, now, last, &mut rng, &mut heap)),
                 }
-            }
-            if quiet {
-                next.extend(old.iter().filter(|x| !matches!(x.step, Step::Host { .. })).cloned());
             }
             std::mem::swap(&mut cache[r as usize], &mut next);
         }
