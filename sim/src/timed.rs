@@ -824,34 +824,39 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
     };
     let owned = |st: &State, r: RankId, v: &mut Vec<Step>| owned_of(st, r, false, v);
     // Per rank: its pending steps (the enabled steps it owns, less the one just fired), each with its fire time and
-    // tie-breaking draw. A heap entry is current while its rank still holds the step with the same time and draw.
-    let mut cache: Vec<Vec<Slot>> = vec![vec![]; nranks];
-    // The steps of the rank being recomputed, and the buffer its new slots go to (it swaps with the old list).
+    // tie-breaking draw, in two lists: host steps ([`part`] 0) and the others (1), so that a recompute of the host
+    // steps alone reads only the first (a collective's first use lists a set-up with every other member in the
+    // second). A heap entry is current while its rank still holds the step with the same time and draw.
+    let mut cache: Vec<[Vec<Slot>; 2]> = vec![[vec![], vec![]]; nranks];
+    // The steps of the rank being recomputed, and the buffers its new slots go to (they swap with the old lists).
     let mut new: Vec<Step> = vec![];
-    let mut next: Vec<Slot> = vec![];
+    let mut next: [Vec<Slot>; 2] = [vec![], vec![]];
     let mut index: HashMap<Step, usize> = HashMap::default();
     // Which of a quiet recompute's host steps its rank already held.
     let mut kept: Vec<bool> = vec![];
     let mut with: Vec<(RankId, Step)> = vec![];
     let mut plan: Vec<(RankId, Option<Step>)> = vec![];
-    let mut heap: BinaryHeap<Reverse<(u64, u64, Step, RankId)>> = BinaryHeap::new();
+    // (fire time, tie draw, step, rank, where the slot was put in its rank's list: a hint that saves the search when
+    // the slot has not moved since, as most have not; the hint never decides the order, the draws are distinct).
+    let mut heap: BinaryHeap<Reverse<(u64, u64, Step, RankId, u32)>> = BinaryHeap::new();
     let mut now = 0u64;
     let mut forget = crate::strategy::ForgetClock::new(sem);
-    let add = |st: &State, s: Step, r: RankId, now: u64, last: Option<u32>, rng: &mut Rng, heap: &mut BinaryHeap<Reverse<(u64, u64, Step, RankId)>>| {
+    #[allow(clippy::too_many_arguments)]
+    let add = |st: &State, s: Step, r: RankId, at: usize, now: u64, last: Option<u32>, rng: &mut Rng, heap: &mut BinaryHeap<Reverse<(u64, u64, Step, RankId, u32)>>| {
         let mut c = step_cost(sem, costs, st, &s);
         if opt.jitter_ns > 0 {
             c = c.saturating_add(rng.below(opt.jitter_ns.saturating_add(1).max(1)));
         }
         let tie = rng.below(u64::MAX);
         let p = Pending { fire: now.saturating_add(c), cost: c, by: last };
-        heap.push(Reverse((p.fire, tie, s.clone(), r)));
+        heap.push(Reverse((p.fire, tie, s.clone(), r, at as u32)));
         Slot { step: s, p, tie }
     };
     for r in 0..nranks as RankId {
         owned(&st, r, &mut new);
         for s in new.drain(..) {
-            let slot = add(&st, s, r, 0, None, &mut rng, &mut heap);
-            cache[r as usize].push(slot);
+            let list = &mut cache[r as usize][part(&s)];
+            list.push(add(&st, s, r, list.len(), 0, None, &mut rng, &mut heap));
         }
     }
     let outcome = loop {
@@ -863,11 +868,13 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         let next_step = loop {
             match heap.pop() {
                 None => break None,
-                Some(Reverse((fire, tie, s, r))) => {
-                    let list = &mut cache[r as usize];
-                    // The draw first: it tells slots apart at the cost of one comparison (a collective's first use
-                    // lists a set-up with every other member here).
-                    if let Some(i) = list.iter().position(|x| x.tie == tie && x.p.fire == fire && x.step == s) {
+                Some(Reverse((fire, tie, s, r, at))) => {
+                    let list = &mut cache[r as usize][part(&s)];
+                    // Where the slot was put, else a search with the draw compared first: it tells slots apart at
+                    // the cost of one comparison (a collective's first use lists a set-up with every other member).
+                    let current = |x: &Slot| x.tie == tie && x.p.fire == fire && x.step == s;
+                    let hint = list.get(at as usize).is_some_and(current).then_some(at as usize);
+                    if let Some(i) = hint.or_else(|| list.iter().position(current)) {
                         break Some(list.swap_remove(i));
                     }
                 }
@@ -941,8 +948,8 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         }
         for (r, step) in plan.drain(..) {
             if let Some(s) = step {
-                let slot = add(&st, s, r, now, last, &mut rng, &mut heap);
-                cache[r as usize].push(slot);
+                let list = &mut cache[r as usize][part(&s)];
+                list.push(add(&st, s, r, list.len(), now, last, &mut rng, &mut heap));
                 continue;
             }
             // The step's own rank keeps its item, communication and connection steps when the step could change
@@ -950,18 +957,13 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             let quiet = call_only.is_none() && (host_only == Some(r) || connect_only.is_some());
             owned_of(&st, r, quiet, &mut new);
             if quiet {
-                // Only the host steps change: they are updated in place, the rest of the list (a collective's first
-                // use lists a set-up with every other member) is neither copied nor hashed. The order of a list
-                // does not matter (the heap orders the steps); new steps draw in the order they are listed.
-                let list = &mut cache[r as usize];
+                // Only the host steps change: their list is updated in place, the other list is not read. The order
+                // of a list does not matter (the heap orders the steps); new steps draw in the order they are listed.
+                let list = &mut cache[r as usize][0];
                 kept.clear();
                 kept.resize(new.len(), false);
                 let mut i = 0;
                 while i < list.len() {
-                    if !matches!(list[i].step, Step::Host { .. }) {
-                        i += 1;
-                        continue;
-                    }
                     match new.iter().position(|s| *s == list[i].step) {
                         Some(j) => {
                             kept[j] = true;
@@ -973,22 +975,28 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
                     }
                 }
                 for (s, _) in new.drain(..).zip(&kept).filter(|(_, k)| !**k) {
-                    list.push(add(&st, s, r, now, last, &mut rng, &mut heap));
+                    list.push(add(&st, s, r, list.len(), now, last, &mut rng, &mut heap));
                 }
                 continue;
             }
             let old = &cache[r as usize];
-            next.clear();
+            next[0].clear();
+            next[1].clear();
             // A long list (a collective's first use lists a set-up with every other member) is looked up by hash.
-            if old.len() > 16 {
+            let long = old[1].len() > 16;
+            if long {
                 index.clear();
-                index.extend(old.iter().enumerate().map(|(i, x)| (x.step.clone(), i)));
+                index.extend(old[1].iter().enumerate().map(|(i, x)| (x.step.clone(), i)));
             }
             for s in new.drain(..) {
-                let found = if old.len() > 16 { index.get(&s).map(|&i| &old[i]) } else { old.iter().find(|x| x.step == s) };
+                let k = part(&s);
+                let found = if k == 1 && long { index.get(&s).map(|&i| &old[1][i]) } else { old[k].iter().find(|x| x.step == s) };
                 match found {
-                    Some(x) => next.push(x.clone()),
-                    None => next.push(add(&st, s, r, now, last, &mut rng, &mut heap)),
+                    Some(x) => next[k].push(x.clone()),
+                    None => {
+                        let at = next[k].len();
+                        next[k].push(add(&st, s, r, at, now, last, &mut rng, &mut heap));
+                    }
                 }
             }
             std::mem::swap(&mut cache[r as usize], &mut next);
@@ -1051,6 +1059,11 @@ pub fn timed_replay(sem: &Semantics, costs: &CostModel, schedule: &[Step]) -> Re
         return Err(crate::run::Diverged { at, step: schedule[at].clone() });
     }
     Ok(r)
+}
+
+/// Which of a rank's two pending lists holds `step` (`timed_run`): 0 for host steps, 1 for the others.
+fn part(step: &Step) -> usize {
+    usize::from(!matches!(step, Step::Host { .. }))
 }
 
 /// A pending step of a rank: the step, when it fires and its tie-breaking draw.
