@@ -358,6 +358,10 @@ enum Command {
         /// Stop after this many steps.
         #[arg(long, default_value_t = 100_000_000)]
         max_steps: usize,
+        /// Stop after this many seconds of wall-clock time (the report then covers the steps taken so far, as at
+        /// --max-steps, exit 3 unless something was found; where it stops depends on the machine). Default: none.
+        #[arg(long, value_parser = parse_seconds)]
+        max_time_s: Option<f64>,
         #[command(flatten)]
         torch: TorchArgs,
     },
@@ -811,7 +815,7 @@ fn main() -> ExitCode {
             }
             ExitCode::from(if timed_out { 3 } else { 0 })
         }
-        Command::Time { program, profile, costs, seed, jitter, timeline, lanes, compare, format, max_steps, torch } => {
+        Command::Time { program, profile, costs, seed, jitter, timeline, lanes, compare, format, max_steps, max_time_s, torch } => {
             // Errors other than the program's (usage, a cost model, a run past 2^64 - 1 ns, a trace that cannot be
             // written): text on stderr, or with --format json the documented `errors` array on stdout; exit 2.
             let file = program.display().to_string();
@@ -836,7 +840,8 @@ fn main() -> ExitCode {
                 Err(e) => return time_fail(costs.clone(), format!("--costs: {e}")),
             };
             let sem = Semantics::new(&prog, &prof);
-            let opt = cuorder_sim::timed::TimedOptions { seed, jitter_ns: jitter, max_steps };
+            let max_time = max_time_s.map(std::time::Duration::from_secs_f64);
+            let opt = cuorder_sim::timed::TimedOptions { seed, jitter_ns: jitter, max_steps, max_time };
             let run = cuorder_sim::timed::TimedRun { settings: torch.flags(), ..cuorder_sim::timed::timed_run(&sem, &model, &opt) };
             if run.makespan_ns == u64::MAX {
                 // Times saturate at 2^64 - 1 ns (about 584 years) instead of wrapping: a run that reaches it has no
@@ -857,7 +862,7 @@ fn main() -> ExitCode {
             // As `check` at a limit: 1 if something was found before it, else 3.
             let code = if cuorder::timing::has_finding(&run) {
                 1
-            } else if matches!(run.outcome, cuorder_sim::run::Outcome::StepLimit(_)) {
+            } else if matches!(run.outcome, cuorder_sim::run::Outcome::StepLimit(_) | cuorder_sim::run::Outcome::TimeLimit { .. }) {
                 3
             } else {
                 0

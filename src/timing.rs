@@ -358,7 +358,8 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
             Outcome::Completed => "completed",
             Outcome::Deadlock(_) => "deadlock",
             Outcome::Undefined(_) => "undefined",
-            Outcome::StepLimit(_) | Outcome::TimeLimit { .. } => "step limit",
+            Outcome::StepLimit(_) => "step limit",
+            Outcome::TimeLimit { .. } => "time limit",
         }
         .into(),
         makespan_ns: sum.makespan_ns,

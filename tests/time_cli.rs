@@ -540,3 +540,28 @@ fn saturated_makespan_was_printed_as_a_result_now_refused() {
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("where times saturate"), "{err}");
 }
+
+/// `time` had no wall-clock budget (the new-user trial of 2026-12-03: a timed 4,096-stage pipeline could only be
+/// bounded by --max-steps, a number of steps the user cannot guess). `--max-time-s` stops the run like --max-steps:
+/// the report covers the steps taken, exit 3 with no finding, outcome `time limit` in JSON.
+#[test]
+fn time_had_no_wall_clock_budget() {
+    let p = tmp("budget-1f1b.ron");
+    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "16", "--microbatches", "8", "-o", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let file = p.to_str().unwrap();
+    let (code, out, _) = cli(&["time", file, "--max-time-s", "0"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("stopped at the time limit after 0 steps (0 ms)"), "{out}");
+    let (code, out, _) = cli(&["time", file, "--max-time-s", "0", "--format", "json"]);
+    assert_eq!(code, 3, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["time"]["outcome"], "time limit", "{out}");
+    assert_eq!(v["exit_code"], 3);
+    // A limit the run stays within changes nothing.
+    let (code, within, _) = cli(&["time", file, "--max-time-s", "600"]);
+    let (_, plain, _) = cli(&["time", file]);
+    assert_eq!((code, within), (0, plain));
+    let (code, _, err) = cli(&["time", file, "--max-time-s", "-1"]);
+    assert_eq!(code, 2, "{err}");
+}

@@ -262,11 +262,17 @@ pub struct TimedOptions {
     pub jitter_ns: u64,
     /// Stop after this many steps ([`Outcome::StepLimit`]).
     pub max_steps: usize,
+    /// Stop once this much wall-clock time has passed ([`Outcome::TimeLimit`]; checked every
+    /// [`TIME_CHECK_EVERY`] steps). Where such a run stops depends on the machine; `None`: no limit.
+    pub max_time: Option<std::time::Duration>,
 }
+
+/// How many steps a timed run takes between two looks at the clock for [`TimedOptions::max_time`].
+pub const TIME_CHECK_EVERY: usize = 4096;
 
 impl Default for TimedOptions {
     fn default() -> Self {
-        TimedOptions { seed: 0, jitter_ns: 0, max_steps: 100_000_000 }
+        TimedOptions { seed: 0, jitter_ns: 0, max_steps: 100_000_000, max_time: None }
     }
 }
 
@@ -804,6 +810,7 @@ impl Log {
 pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> TimedRun {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
+    let started = std::time::Instant::now();
     let mut rng = Rng::new(opt.seed);
     let mut st = sem.initial();
     let mut log = Log::new(sem);
@@ -890,6 +897,12 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         };
         if log.schedule.len() >= opt.max_steps {
             break Outcome::StepLimit(opt.max_steps);
+        }
+        if let Some(limit) = opt.max_time {
+            let steps = log.schedule.len();
+            if steps % TIME_CHECK_EVERY == 0 && started.elapsed() > limit {
+                break Outcome::TimeLimit { steps, limit_ms: limit.as_millis().try_into().unwrap_or(u64::MAX) };
+            }
         }
         let t = p.fire.max(now);
         let written = sem.step_ranks(&st, &step);
