@@ -326,7 +326,7 @@ enum Command {
     /// Time one execution with a cost model (a discrete-event run over the model's steps): makespan, per-rank
     /// bubble fraction, per-stream busy and idle time, the critical path. Exit 0 the execution completed with no
     /// finding, 1 it raced, deadlocked, broke a rule, read a stale value, timed out or left watched work overdue
-    /// (N9), also if it then stopped at --max-steps, 2 bad input, 3 it stopped at --max-steps with no finding.
+    /// (N9), also if it then stopped at --max-steps or --max-time-s, 2 bad input, 3 it stopped at either with no finding.
     Time {
         program: PathBuf,
         /// A built-in profile (portable, eager) or a profile file (RON).
