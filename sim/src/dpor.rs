@@ -507,11 +507,11 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
                 states - 1,
                 limits.max_states
             ))
-        } else if states % 256 == 0 {
+        } else {
+            // Every state: a DPOR state costs microseconds and may hold a saved state of hundreds of KiB, so checking
+            // every 256th let the process pass a 60 MiB budget by 400 MiB (the new-user trial of 2026-12-03).
             let bytes = held.saturating_add(events.events.len() * (agents * 4 + 64));
             crate::explore::over_limits(limits, started, states, bytes, &mut meter)
-        } else {
-            None
         };
         if why.is_some() {
             limit_hit = why;
