@@ -288,7 +288,12 @@ fn fixes(d: &Stuck) -> Vec<&'static str> {
         out.push("every member must call comm_init on the communicator, and members must create communicators in the same order");
     }
     if has(&|r| r == Reason::CollectiveMember) {
-        out.push("every member must issue a communicator's collectives in the same order, and no member may block on its part before every member has issued it");
+        out.push(
+            "every member must issue a communicator's collectives in the same order, and no member may block on its part \
+             before every member has issued it; when the cycle runs through several communicators, every rank must also \
+             issue their collectives in the same order relative to each other (or put them on streams and host threads \
+             that do not order them)",
+        );
     }
     if d.cycle.iter().any(|e| e.reason == Reason::Unmatched && matches!(e.to, Node::Never(_))) {
         out.push("every send needs a matching recv on the same communicator (the n-th send from a to b matches the n-th recv on b from a; N3)");

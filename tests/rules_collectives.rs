@@ -124,3 +124,21 @@ fn cross_communicator_collective_order_was_offered_the_send_recv_fix() {
     assert!(text.contains("in the same order"), "{text}");
     assert!(!text.contains("group the send and the recv"), "{text}");
 }
+
+/// The second trial of 2026-12-03: a cycle through stream order across two communicators (each communicator's
+/// collectives in the same order on every member, the two communicators' in opposite orders on one stream) was
+/// told only that "every member must issue a communicator's collectives in the same order", which it did.
+#[test]
+fn a_cycle_across_communicators_was_told_to_order_each_communicator() {
+    let t = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("y", "1 MiB")],
+        comms: [Comm("a"), Comm("b")],
+        threads: [Thread("main", [
+            AllReduce(buf: "x", stream: "s0", comm: "a"), AllReduce(buf: "y", stream: "s0", comm: "b"), StreamSync("s0"),
+            If(rank == 0, then: [AllReduce(buf: "x", stream: "s0", comm: "a"), AllReduce(buf: "y", stream: "s0", comm: "b")],
+                else: [AllReduce(buf: "y", stream: "s0", comm: "b"), AllReduce(buf: "x", stream: "s0", comm: "a")]),
+            StreamSync("s0"),
+        ])])"#;
+    let r = check_text("cycle-across-comms", t, "portable");
+    assert_eq!(kinds(&r), vec!["deadlock always"], "{}", r.to_text());
+    assert!(r.findings[0].text.contains("when the cycle runs through several communicators"), "{}", r.findings[0].text);
+}
