@@ -63,7 +63,10 @@ impl Report {
         let mut s = String::new();
         let head = match self.verdict.as_str() {
             "ok" => "no deadlock, data race or undefined behaviour in any execution".to_string(),
-            "inconclusive" => "inconclusive: no problem found before a limit stopped the search".to_string(),
+            // A budget stopped the search, or it sampled or bounded the executions by design (`explore`): the line
+            // below the counts says which. ("before a limit stopped the search" was printed for a sampling run that
+            // had simply run its executions; the second new-user trial of 2026-12-03.)
+            "inconclusive" => "inconclusive: no problem found in the executions explored, which are not all of them".to_string(),
             _ => {
                 // "2 data races (in every execution), 1 deadlock (in some executions)"
                 let mut groups: Vec<(String, String, usize)> = vec![];

@@ -244,3 +244,19 @@ fn a_deep_pct_walk_costs_linear_time_in_its_depth() {
     // Generous (a debug build on a loaded machine): the quadratic version took minutes.
     assert!(started.elapsed() < std::time::Duration::from_secs(60), "{:?}", started.elapsed());
 }
+
+/// The second new-user trial of 2026-12-03: a sampling run that simply ran its 20 executions was headed
+/// "inconclusive: no problem found before a limit stopped the search", though no limit stopped it.
+#[test]
+fn a_sampling_run_said_a_limit_stopped_it() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cuorder"))
+        .args(["explore", "examples/nccl-1456-grouped.ron", "--strategy", "random", "--executions", "20"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("inconclusive: no problem found in the executions explored, which are not all of them"), "{text}");
+    assert!(!text.contains("a limit stopped"), "{text}");
+    assert!(text.contains("sampled 20 executions (random); the verdict covers only those"), "{text}");
+}
