@@ -226,7 +226,8 @@ pub fn load_program_text_with(
     }
 }
 
-/// A profile by built-in name (`portable`, `eager`) or from a RON file.
+/// A profile by built-in name (`portable`, `eager`) or from a RON file; a file's profile records `spec` as its
+/// [`Profile::source`], which reports name beside the profile's own `name`.
 ///
 /// Errors: neither a built-in name nor a readable, valid profile file.
 pub fn load_profile(spec: &str) -> Result<Profile, LoadError> {
@@ -244,7 +245,7 @@ pub fn load_profile(spec: &str) -> Result<Profile, LoadError> {
     let p = Profile::from_ron(&text)
         .map_err(|e| LoadError::at(path, e.position.line as u32, e.position.col as u32, e.code.to_string()))?;
     match p.problems() {
-        problems if problems.is_empty() => Ok(p),
+        problems if problems.is_empty() => Ok(Profile { source: Some(spec.to_string()), ..p }),
         problems => Err(LoadError::plain(path, problems.join("; "))),
     }
 }

@@ -765,7 +765,7 @@ fn main() -> ExitCode {
                         err(&format!(
                             "error: --witness {n}: findings are numbered from 1, and check found {} under profile {} (pass the same --profile as to check){}\n",
                             rep.findings.len(),
-                            prof.name,
+                            prof.label(),
                             rep.limit_hit.as_ref().map(|l| format!("; {l}")).unwrap_or_default()
                         ));
                         return ExitCode::from(2);
@@ -1099,6 +1099,7 @@ fn main() -> ExitCode {
                         program: program.clone(),
                         program_hash: cuorder::artifact::program_hash(&bytes),
                         profile: prof.clone(),
+                        profile_file: prof.source.clone(),
                         strategy: strategy_name.clone(),
                         seed: info.findings.get(i).and_then(|f| f.first_seed),
                         kind: f.kind.clone(),
@@ -1246,6 +1247,7 @@ fn main() -> ExitCode {
                 program: out.clone(),
                 program_hash: cuorder::artifact::program_hash(text.as_bytes()),
                 profile: a.profile.clone(),
+                profile_file: a.profile_file.clone(),
                 strategy: "shrink".into(),
                 seed: None,
                 kind: shrunk.finding.kind.clone(),

@@ -23,7 +23,7 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
     s.push_str(&format!(
         "{}: one execution under profile {} ({}; {} steps)\n\n",
         trace.program,
-        trace.profile.name,
+        trace.profile.label(),
         trace.scheduler,
         trace.schedule.len()
     ));

@@ -89,7 +89,7 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     let _ = writeln!(
         s,
         "{file}: one timed execution under profile {}, costs {} (seed {}{jitter}; {} steps)",
-        run.profile,
+        sem.profile.label(),
         run.costs,
         run.seed,
         run.schedule.len()
@@ -258,7 +258,10 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
 pub struct TimeOut {
     pub program: String,
     pub file: String,
+    /// The profile's name (`portable`, `eager`, or the `name` a profile file gives).
     pub profile: String,
+    /// The profile file as given on the command line (`--profile my.ron`); `None` for a built-in profile.
+    pub profile_file: Option<String>,
     pub costs: String,
     pub seed: u64,
     /// The `--jitter` bound, ns (0: none); with `seed`, what reproduces the run.
@@ -349,6 +352,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
         program: run.program.clone(),
         file: file.to_string(),
         profile: run.profile.clone(),
+        profile_file: sem.profile.source.clone(),
         costs: run.costs.clone(),
         seed: run.seed,
         jitter_ns: run.jitter_ns,
@@ -521,7 +525,7 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
         "otherData": {
             "command": if run.replayed { "cuorder run" } else { "cuorder time" },
             "seed_role": if run.replayed { "the explored execution (cuorder run --seed)" } else { "tie-breaking and jitter (cuorder time --seed)" },
-            "program": run.program, "profile": run.profile, "costs": run.costs, "seed": run.seed, "jitter_ns": run.jitter_ns, "settings": run.settings, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
+            "program": run.program, "profile": run.profile, "profile_file": sem.profile.source, "costs": run.costs, "seed": run.seed, "jitter_ns": run.jitter_ns, "settings": run.settings, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
     })
 }
 

@@ -759,3 +759,50 @@ fn gen_said_it_wrote_programs_past_the_largest_seed() {
     assert!(said.contains("wrote 2 program(s)"), "{said}");
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 2, "{said}");
 }
+
+/// Regression (new-user trial): a profile read from a file was labelled by the `name:` inside it, so `check
+/// --profile my.ron` of an edited copy of portable said "profile portable", and its witness hint, `cuorder run PROGRAM
+/// --witness 1` (`--profile NAME` for other names), did not reproduce the run: the hint now passes the file as given,
+/// every report names it ("profile portable (from my.ron)"), and JSON keeps `profile` the name and adds `profile_file`.
+#[test]
+fn a_profile_file_was_labelled_and_hinted_as_the_builtin_it_copied() {
+    let prog = "examples/nccl-1456-send-first-connected.ron";
+    let (_, text, _) = cuorder(&["profile", "portable"]);
+    let f = tmp("my portable.ron");
+    std::fs::write(&f, text.replace("eager_bytes_guaranteed: Some(0)", "eager_bytes_guaranteed: Some(1)")).unwrap();
+    let file = f.to_str().unwrap();
+    let (code, out, err) = cuorder(&["check", prog, "--profile", file]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains(&format!("  profile portable (from {file}); explored ")), "{out}");
+    // The hint passes the file back as one shell word.
+    assert!(out.contains(&format!("`cuorder run PROGRAM --witness 1 --profile '{file}'` prints it")), "{out}");
+    let (code, run, err) = cuorder(&["run", prog, "--witness", "1", "--profile", file]);
+    assert_eq!(code, 0, "{err}");
+    assert!(run.starts_with(&format!("nccl-1456-send-first-connected: one execution under profile portable (from {file}) (replay;")), "{run}");
+    assert!(run.contains("outcome: deadlock"), "{run}");
+    // Built-in profiles keep their hints: none for portable, the name for the others.
+    let (_, out, _) = cuorder(&["check", prog]);
+    assert!(out.contains("  profile portable; ") && out.contains("`cuorder run PROGRAM --witness 1` prints it"), "{out}");
+    let (_, out, _) = cuorder(&["check", prog, "--profile", "eager"]);
+    assert!(out.contains("  profile eager; ") && out.contains("--witness 1 --profile eager` prints it"), "{out}");
+    // JSON: `profile` is still the profile's name; `profile_file` the file as given (null for a built-in).
+    for cmd in ["check", "time"] {
+        let (_, json, _) = cuorder(&[cmd, prog, "--profile", file, "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!((v[cmd]["profile"].as_str(), v[cmd]["profile_file"].as_str()), (Some("portable"), Some(file)), "{json}");
+        let (_, json, _) = cuorder(&[cmd, prog, "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!((v[cmd]["profile"].as_str(), v[cmd]["profile_file"].is_null()), (Some("portable"), true), "{json}");
+    }
+    let (_, out, _) = cuorder(&["time", prog, "--profile", file]);
+    assert!(out.contains(&format!("one timed execution under profile portable (from {file}), costs")), "{out}");
+    // A saved finding keeps the file's name: replay says where its profile came from.
+    let dir = tmp("profile-file-saved");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, out, err) = cuorder(&["explore", prog, "--strategy", "exhaustive", "--profile", file, "--save", dir.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains(&format!("profile portable (from {file})")), "{out}");
+    let (code, out, err) = cuorder(&["replay", dir.join("finding-1-deadlock.ron").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("under profile portable (from {file})")), "{out}");
+}
