@@ -263,11 +263,12 @@ enum Command {
         /// A built-in profile (portable, eager) or a profile file (RON).
         #[arg(long, default_value = "portable")]
         profile: String,
-        /// Seed of the random scheduler.
+        /// Seed of the random scheduler (not with --witness, which replays a schedule).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Instead of a random execution, replay the witness of the N-th finding of `check` (1-based).
-        #[arg(long)]
+        /// Instead of a random execution, replay the witness of the N-th finding of `check` (1-based). Refused with
+        /// --seed and --max-steps, which it would ignore (the witness is replayed whole).
+        #[arg(long, conflicts_with_all = ["seed", "max_steps"])]
         witness: Option<usize>,
         /// Write the execution as Chrome trace-event JSON to this file (times from --costs; logical time, one unit
         /// per step, without it).
@@ -279,7 +280,7 @@ enum Command {
         /// Write the execution as a RON trace to this file.
         #[arg(long)]
         trace: Option<PathBuf>,
-        /// Stop after this many steps.
+        /// Stop a random execution after this many steps (not with --witness).
         #[arg(long, default_value_t = 1_000_000)]
         max_steps: usize,
         /// Budgets: of the search that finds the --witness, and --max-time-s of a random run too.

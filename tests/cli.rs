@@ -806,3 +806,21 @@ fn a_profile_file_was_labelled_and_hinted_as_the_builtin_it_copied() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(&format!("under profile portable (from {file})")), "{out}");
 }
+
+/// Regression (new-user trial): `run PROGRAM --witness N --seed S` ran the witness and dropped the seed without a
+/// word (which wins?), and `--max-steps` was dropped the same way (a witness replays its whole schedule). Both pairs
+/// are refused as usage errors (exit 2); each flag alone still runs.
+#[test]
+fn run_witness_with_seed_or_max_steps_was_accepted_silently() {
+    let prog = "examples/nccl-1456-send-first-connected.ron";
+    for flag in [["--seed", "3"], ["--max-steps", "10"]] {
+        let (code, out, err) = cuorder(&[&["run", prog, "--witness", "1"][..], &flag].concat());
+        assert_eq!((code, out.as_str()), (2, ""), "{flag:?}: {err}");
+        assert!(err.contains("cannot be used with") && err.contains(flag[0]) && err.contains("--witness"), "{err}");
+        let (code, _, err) = cuorder(&[&["run", prog][..], &flag].concat());
+        assert_eq!(code, 0, "{flag:?}: {err}");
+    }
+    let (code, out, err) = cuorder(&["run", prog, "--witness", "1", "--max-time-s", "60"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("outcome: deadlock"), "{out}");
+}
