@@ -1000,9 +1000,9 @@ fn main() -> ExitCode {
                     let b = cuorder_sim::explore::explore_bounded(&sem, &limits, bound);
                     let per: Vec<String> = b.pass_states.iter().enumerate().map(|(k, n)| format!("bound {k}: {n}")).collect();
                     let mut header = format!(
-                        "strategy bounded (bound {bound}), at most {bound} preemption{}: {} states ({})",
+                        "strategy bounded (bound {bound}), at most {bound} preemption{}: {} ({})",
                         if bound == 1 { "" } else { "s" },
-                        b.exploration.states,
+                        cuorder_model::describe::count(b.exploration.states as u64, "state"),
                         per.join(", ")
                     );
                     if let (Some(k), None) = (b.saturated_at, &b.exploration.limit_hit) {
@@ -1225,15 +1225,15 @@ fn main() -> ExitCode {
             } else {
                 format!("// Found with {flags}: check it with `cuorder check {} {flags}` (its `torch:` is the original's).\n", out.display())
             };
+            use cuorder_model::describe::count;
+            // "3 ops on 1 rank"
+            let size = |ops: usize, ranks: u32| format!("{} on {}", count(ops as u64, "op"), count(u64::from(ranks), "rank"));
+            let (before, after) = (size(shrunk.ops_before, shrunk.ranks_before), size(shrunk.ops_after, shrunk.ranks_after));
+            let candidates = count(shrunk.candidates as u64, "candidate");
             let header = format!(
-                "// Shrunk by `cuorder shrink {}` from {} ({} ops on {} ranks -> {} ops on {} ranks, {} candidates):\n// {}: {}\n{with}",
+                "// Shrunk by `cuorder shrink {}` from {} ({before} -> {after}, {candidates}):\n// {}: {}\n{with}",
                 artifact.display(),
                 path.display(),
-                shrunk.ops_before,
-                shrunk.ranks_before,
-                shrunk.ops_after,
-                shrunk.ranks_after,
-                shrunk.candidates,
                 a.kind,
                 headline
             );
@@ -1265,20 +1265,12 @@ fn main() -> ExitCode {
             }
             // Nothing removed: say so instead of "shrunk .. to 15 ops (from 15 ops)".
             let what = if (shrunk.ops_after, shrunk.ranks_after) == (shrunk.ops_before, shrunk.ranks_before) {
-                format!("found no smaller program than {} ({} ops on {} ranks", path.display(), shrunk.ops_after, shrunk.ranks_after)
+                format!("found no smaller program than {} ({after}", path.display())
             } else {
-                format!(
-                    "shrunk {} to {} ops on {} ranks (from {} ops on {} ranks",
-                    path.display(),
-                    shrunk.ops_after,
-                    shrunk.ranks_after,
-                    shrunk.ops_before,
-                    shrunk.ranks_before
-                )
+                format!("shrunk {} to {after} (from {before}", path.display())
             };
             say(&format!(
-                "{what}; {} candidates checked)\n{}: {}\nwrote {} and {} (cuorder replay {})\n",
-                shrunk.candidates,
+                "{what}; {candidates} checked)\n{}: {}\nwrote {} and {} (cuorder replay {})\n",
                 shrunk.finding.kind,
                 headline,
                 out.display(),

@@ -95,7 +95,7 @@ impl Report {
         };
         let explored = match self.sampled_executions {
             Some(n) => format!("took {} in {}", cuorder_model::describe::count(self.states as u64, "step"), cuorder_model::describe::count(n, "execution")),
-            None => format!("explored {} states", self.states),
+            None => format!("explored {}", cuorder_model::describe::count(self.states as u64, "state")),
         };
         s.push_str(&format!(
             "  profile {}; {explored}, {} final, {} of them complete{starved}\n",

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use cuorder_model::describe::count;
 use cuorder_model::program::RankId;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::cost::CostModel;
@@ -63,8 +64,8 @@ pub fn outcome_text(run: &TimedRun) -> String {
         Outcome::Completed => "completed".into(),
         Outcome::Deadlock(stuck) => format!("deadlock at {}:\n{}", fmt_ns(run.makespan_ns), crate::timeline::stuck_text(stuck).trim_end()),
         Outcome::Undefined(u) => format!("undefined (rule {}) at {}: {}", u.rule, fmt_ns(run.makespan_ns), u.message),
-        Outcome::StepLimit(n) => format!("stopped at the step limit ({n} steps)"),
-        Outcome::TimeLimit { steps, limit_ms } => format!("stopped at the time limit after {steps} steps ({limit_ms} ms)"),
+        Outcome::StepLimit(n) => format!("stopped at the step limit ({})", count(*n as u64, "step")),
+        Outcome::TimeLimit { steps, limit_ms } => format!("stopped at the time limit after {} ({limit_ms} ms)", count(*steps as u64, "step")),
     }
 }
 
@@ -88,11 +89,11 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     let jitter = if run.jitter_ns > 0 { format!(", jitter {} ns", run.jitter_ns) } else { String::new() };
     let _ = writeln!(
         s,
-        "{file}: one timed execution under profile {}, costs {} (seed {}{jitter}; {} steps)",
+        "{file}: one timed execution under profile {}, costs {} (seed {}{jitter}; {})",
         sem.profile.label(),
         run.costs,
         run.seed,
-        run.schedule.len()
+        count(run.schedule.len() as u64, "step")
     );
     if !run.settings.is_empty() {
         let _ = writeln!(s, "PyTorch calls lowered with {} (overriding the program's `torch:`)", run.settings.join(", "));
@@ -132,7 +133,8 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         let _ = writeln!(s, "{:<8} {:>14} {:>7.1}%", format!("r{}", r.rank), fmt_ns(r.compute_ns), r.bubble_fraction * 100.0);
     }
     if sum.ranks.len() > MAX_TABLE_ROWS {
-        let _ = writeln!(s, "… {} more ranks (--format json lists all)", sum.ranks.len() - MAX_TABLE_ROWS);
+        let more = sum.ranks.len() - MAX_TABLE_ROWS;
+        let _ = writeln!(s, "… {more} more rank{} (--format json lists all)", if more == 1 { "" } else { "s" });
     }
     let width = sum.streams.iter().take(MAX_TABLE_ROWS).map(|x| lane_name(sem, Lane::Stream(x.stream)).chars().count()).max().unwrap_or(6).max(6);
     let _ = writeln!(s, "\n{:<width$} {:>14} {:>14} {:>6} {:>14}", "stream", "busy", "idle", "gaps", "longest gap");
@@ -148,7 +150,8 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         );
     }
     if sum.streams.len() > MAX_TABLE_ROWS {
-        let _ = writeln!(s, "… {} more streams (--format json lists all)", sum.streams.len() - MAX_TABLE_ROWS);
+        let more = sum.streams.len() - MAX_TABLE_ROWS;
+        let _ = writeln!(s, "… {more} more stream{} (--format json lists all)", if more == 1 { "" } else { "s" });
     }
     let timed: Vec<_> = sum.critical_path.iter().filter(|c| c.end_ns > c.start_ns).collect();
     let _ = writeln!(
@@ -230,7 +233,8 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
         let _ = writeln!(s, "{name:<w$} |{}|", String::from_utf8_lossy(row));
     }
     if lanes.len() > MAX_LANES {
-        let _ = writeln!(s, "… {} more lanes (the Chrome trace of --timeline has all)", lanes.len() - MAX_LANES);
+        let more = lanes.len() - MAX_LANES;
+        let _ = writeln!(s, "… {more} more lane{} (the Chrome trace of --timeline has all)", if more == 1 { "" } else { "s" });
     }
     const NAMES_PER_LETTER: usize = 3;
     let kernels: Vec<String> = letters
@@ -586,11 +590,11 @@ impl Accuracy {
     /// One line for people.
     pub fn to_text(&self) -> String {
         format!(
-            "against the hardware run: makespan measured {}, predicted {} ({:+.1}%); kernel ends over {} kernels: median |error| {}, max {}; kernel durations: median relative error {:.1}%",
+            "against the hardware run: makespan measured {}, predicted {} ({:+.1}%); kernel ends over {}: median |error| {}, max {}; kernel durations: median relative error {:.1}%",
             fmt_ns(self.measured_makespan_ns),
             fmt_ns(self.predicted_makespan_ns),
             self.makespan_rel_err() * 100.0,
-            self.kernels,
+            count(self.kernels as u64, "kernel"),
             fmt_ns(self.kernel_end_median_abs_err_ns),
             fmt_ns(self.kernel_end_max_abs_err_ns),
             self.kernel_duration_median_rel_err * 100.0

@@ -824,3 +824,38 @@ fn run_witness_with_seed_or_max_steps_was_accepted_silently() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("outcome: deadlock"), "{out}");
 }
+
+/// Regression (new-user trial): counts of one were printed as plurals: `conform --dir` of a folder with one trace
+/// said "1 files", `check` of an empty program "explored 1 states", and `shrink` of a one-rank race "2 ops on 1
+/// ranks" (and "1 candidates" where one was tried).
+#[test]
+fn counts_of_one_were_printed_as_plurals() {
+    let root = traces_folder("one");
+    std::fs::remove_file(root.join("good/sendrecv_grouped_1mib.ron")).unwrap();
+    let (code, out, err) = cuorder(&["conform", "--dir", root.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.ends_with("\n1 file: 1 agrees; gate passed\n"), "{out}");
+    let empty = tmp("one-state.ron");
+    std::fs::write(&empty, "Program(ranks: 1, threads: [])\n").unwrap();
+    let (code, out, _) = cuorder(&["check", empty.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("  profile portable; explored 1 state, 1 final"), "{out}");
+    let dir = tmp("one-rank");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let race = dir.join("race.ron");
+    std::fs::write(
+        &race,
+        "Program(ranks: 1, streams: [Stream(\"a\", NonBlocking), Stream(\"b\", NonBlocking)], buffers: [Buffer(\"x\", \"1 MiB\")], \
+         threads: [Thread(\"main\", [Kernel(\"k1\", stream: \"a\", writes: [\"x\"]), Kernel(\"k2\", stream: \"b\", writes: [\"x\"]), DeviceSync])])\n",
+    )
+    .unwrap();
+    let saved = dir.join("saved");
+    let (code, out, err) = cuorder(&["explore", race.to_str().unwrap(), "--strategy", "exhaustive", "--first", "--save", saved.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    let (code, out, err) = cuorder(&["shrink", saved.join("finding-1-data-race.ron").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(" to 2 ops on 1 rank (from 3 ops on 1 rank; "), "{out}");
+    let min = std::fs::read_to_string(saved.join("race-min.ron")).unwrap();
+    assert!(min.lines().next().unwrap().contains("(3 ops on 1 rank -> 2 ops on 1 rank, "), "{min}");
+}
