@@ -26,6 +26,11 @@ pub struct Artifact {
     /// XXH3-128 of the program file's bytes, 32 lowercase hex digits: `replay` warns when the file changed.
     pub program_hash: String,
     pub profile: Profile,
+    /// The profile file the finding was found under, as given on the command line (`--profile my.ron`); absent for a
+    /// built-in profile and in artifacts of cuorder before this field. `profile` holds the profile itself (a replay
+    /// never reads the file); [`load`] restores this as its [`Profile::source`], so that reports name the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile_file: Option<String>,
     /// The strategy that found it ("exhaustive", "random", "pct (depth 3)").
     pub strategy: String,
     /// The seed of the execution that found it (sampling strategies).
@@ -79,12 +84,12 @@ pub fn save_all(dir: &Path, artifacts: &[Artifact]) -> Result<Vec<PathBuf>, Stri
     Ok(out)
 }
 
-/// Reads an artifact.
+/// Reads an artifact, its profile's [`Profile::source`] restored from `profile_file`.
 ///
 /// Errors: the file cannot be read, or is not an artifact of this format (the message gives line and column).
 pub fn load(path: &Path) -> Result<Artifact, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let a: Artifact = ron::from_str(&text).map_err(|e| {
+    let mut a: Artifact = ron::from_str(&text).map_err(|e| {
         let mut m = format!("{}:{}:{}: not a finding artifact: {}", path.display(), e.position.line, e.position.col, e.code);
         // A program given where its finding was expected (the likeliest mix-up): say where findings come from.
         if cuorder_model::format::load(&path.display().to_string(), &text).is_ok() {
@@ -103,6 +108,7 @@ pub fn load(path: &Path) -> Result<Artifact, String> {
             a.format_version
         ));
     }
+    a.profile.source = a.profile_file.clone();
     Ok(a)
 }
 

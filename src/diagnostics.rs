@@ -80,9 +80,10 @@ pub fn render(file: &str, text: &str, diags: &[Diagnostic], color: bool) -> Stri
         }
     }
     if diags.len() > MAX_RENDERED_ERRORS {
+        let more = diags.len() - MAX_RENDERED_ERRORS;
         out.push_str(&format!(
-            "{file}: and {} more errors (only the first {MAX_RENDERED_ERRORS} are shown)\n",
-            diags.len() - MAX_RENDERED_ERRORS
+            "{file}: and {more} more error{} (only the first {MAX_RENDERED_ERRORS} are shown)\n",
+            if more == 1 { "" } else { "s" }
         ));
     }
     out

@@ -98,7 +98,10 @@ pub struct Check {
     pub program: String,
     /// The program file as given on the command line.
     pub file: String,
+    /// The profile's name (`portable`, `eager`, or the `name` a profile file gives).
     pub profile: String,
+    /// The profile file as given on the command line (`--profile my.ron`); `None` for a built-in profile.
+    pub profile_file: Option<String>,
     /// `ok`, `deadlock`, `data race`, `undefined` or `inconclusive`.
     pub verdict: String,
     /// `true` when a budget (states, memory, time) stopped the search: the verdict covers only what was explored.
@@ -269,7 +272,8 @@ pub fn check_object(sem: &Semantics, rep: &Report, file: &str) -> Check {
     Check {
         program: rep.program.clone(),
         file: file.to_string(),
-        profile: rep.profile.clone(),
+        profile: sem.profile.name.clone(),
+        profile_file: sem.profile.source.clone(),
         verdict: rep.verdict.clone(),
         inconclusive: rep.limit_hit.is_some(),
         limit_hit: rep.limit_hit.clone(),

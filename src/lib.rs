@@ -198,7 +198,7 @@ pub fn load_program_text_with(
                         Ok(()) => Ok(p),
                         Err(errs) => Err(LoadError {
                             rendered: errs.errors.iter().map(|e| format!("error: {file}: {e}\n")).collect::<String>()
-                                + &if errs.more > 0 { format!("error: {file}: and {} more errors\n", errs.more) } else { String::new() },
+                                + &if errs.more > 0 { format!("error: {file}: and {} more error{}\n", errs.more, if errs.more == 1 { "" } else { "s" }) } else { String::new() },
                             issues: errs
                                 .errors
                                 .iter()
@@ -226,7 +226,8 @@ pub fn load_program_text_with(
     }
 }
 
-/// A profile by built-in name (`portable`, `eager`) or from a RON file.
+/// A profile by built-in name (`portable`, `eager`) or from a RON file; a file's profile records `spec` as its
+/// [`Profile::source`], which reports name beside the profile's own `name`.
 ///
 /// Errors: neither a built-in name nor a readable, valid profile file.
 pub fn load_profile(spec: &str) -> Result<Profile, LoadError> {
@@ -244,7 +245,7 @@ pub fn load_profile(spec: &str) -> Result<Profile, LoadError> {
     let p = Profile::from_ron(&text)
         .map_err(|e| LoadError::at(path, e.position.line as u32, e.position.col as u32, e.code.to_string()))?;
     match p.problems() {
-        problems if problems.is_empty() => Ok(p),
+        problems if problems.is_empty() => Ok(Profile { source: Some(spec.to_string()), ..p }),
         problems => Err(LoadError::plain(path, problems.join("; "))),
     }
 }
@@ -272,7 +273,7 @@ pub fn load_observation_for(path: &Path, program: &Program) -> Result<cuorder_mo
             e.issues.extend(one.issues);
         }
         if errs.more > 0 {
-            e.rendered.push_str(&format!("error: {}: and {} more errors\n", path.display(), errs.more));
+            e.rendered.push_str(&format!("error: {}: and {} more error{}\n", path.display(), errs.more, if errs.more == 1 { "" } else { "s" }));
         }
         e
     })?;

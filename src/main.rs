@@ -263,11 +263,12 @@ enum Command {
         /// A built-in profile (portable, eager) or a profile file (RON).
         #[arg(long, default_value = "portable")]
         profile: String,
-        /// Seed of the random scheduler.
+        /// Seed of the random scheduler (not with --witness, which replays a schedule).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Instead of a random execution, replay the witness of the N-th finding of `check` (1-based).
-        #[arg(long)]
+        /// Instead of a random execution, replay the witness of the N-th finding of `check` (1-based). Refused with
+        /// --seed and --max-steps, which it would ignore (the witness is replayed whole).
+        #[arg(long, conflicts_with_all = ["seed", "max_steps"])]
         witness: Option<usize>,
         /// Write the execution as Chrome trace-event JSON to this file (times from --costs; logical time, one unit
         /// per step, without it).
@@ -279,7 +280,7 @@ enum Command {
         /// Write the execution as a RON trace to this file.
         #[arg(long)]
         trace: Option<PathBuf>,
-        /// Stop after this many steps.
+        /// Stop a random execution after this many steps (not with --witness).
         #[arg(long, default_value_t = 1_000_000)]
         max_steps: usize,
         /// Budgets: of the search that finds the --witness, and --max-time-s of a random run too.
@@ -769,7 +770,7 @@ fn main() -> ExitCode {
                         err(&format!(
                             "error: --witness {n}: findings are numbered from 1, and check found {} under profile {} (pass the same --profile as to check){}\n",
                             rep.findings.len(),
-                            prof.name,
+                            prof.label(),
                             rep.limit_hit.as_ref().map(|l| format!("; {l}")).unwrap_or_default()
                         ));
                         return ExitCode::from(2);
@@ -1004,9 +1005,9 @@ fn main() -> ExitCode {
                     let b = cuorder_sim::explore::explore_bounded(&sem, &limits, bound);
                     let per: Vec<String> = b.pass_states.iter().enumerate().map(|(k, n)| format!("bound {k}: {n}")).collect();
                     let mut header = format!(
-                        "strategy bounded (bound {bound}), at most {bound} preemption{}: {} states ({})",
+                        "strategy bounded (bound {bound}), at most {bound} preemption{}: {} ({})",
                         if bound == 1 { "" } else { "s" },
-                        b.exploration.states,
+                        cuorder_model::describe::count(b.exploration.states as u64, "state"),
                         per.join(", ")
                     );
                     if let (Some(k), None) = (b.saturated_at, &b.exploration.limit_hit) {
@@ -1104,6 +1105,7 @@ fn main() -> ExitCode {
                         program: program.clone(),
                         program_hash: cuorder::artifact::program_hash(&bytes),
                         profile: prof.clone(),
+                        profile_file: prof.source.clone(),
                         strategy: strategy_name.clone(),
                         seed: info.findings.get(i).and_then(|f| f.first_seed),
                         kind: f.kind.clone(),
@@ -1228,15 +1230,15 @@ fn main() -> ExitCode {
             } else {
                 format!("// Found with {flags}: check it with `cuorder check {} {flags}` (its `torch:` is the original's).\n", out.display())
             };
+            use cuorder_model::describe::count;
+            // "3 ops on 1 rank"
+            let size = |ops: usize, ranks: u32| format!("{} on {}", count(ops as u64, "op"), count(u64::from(ranks), "rank"));
+            let (before, after) = (size(shrunk.ops_before, shrunk.ranks_before), size(shrunk.ops_after, shrunk.ranks_after));
+            let candidates = count(shrunk.candidates as u64, "candidate");
             let header = format!(
-                "// Shrunk by `cuorder shrink {}` from {} ({} ops on {} ranks -> {} ops on {} ranks, {} candidates):\n// {}: {}\n{with}",
+                "// Shrunk by `cuorder shrink {}` from {} ({before} -> {after}, {candidates}):\n// {}: {}\n{with}",
                 artifact.display(),
                 path.display(),
-                shrunk.ops_before,
-                shrunk.ranks_before,
-                shrunk.ops_after,
-                shrunk.ranks_after,
-                shrunk.candidates,
                 a.kind,
                 headline
             );
@@ -1251,6 +1253,7 @@ fn main() -> ExitCode {
                 program: out.clone(),
                 program_hash: cuorder::artifact::program_hash(text.as_bytes()),
                 profile: a.profile.clone(),
+                profile_file: a.profile_file.clone(),
                 strategy: "shrink".into(),
                 seed: None,
                 kind: shrunk.finding.kind.clone(),
@@ -1267,20 +1270,12 @@ fn main() -> ExitCode {
             }
             // Nothing removed: say so instead of "shrunk .. to 15 ops (from 15 ops)".
             let what = if (shrunk.ops_after, shrunk.ranks_after) == (shrunk.ops_before, shrunk.ranks_before) {
-                format!("found no smaller program than {} ({} ops on {} ranks", path.display(), shrunk.ops_after, shrunk.ranks_after)
+                format!("found no smaller program than {} ({after}", path.display())
             } else {
-                format!(
-                    "shrunk {} to {} ops on {} ranks (from {} ops on {} ranks",
-                    path.display(),
-                    shrunk.ops_after,
-                    shrunk.ranks_after,
-                    shrunk.ops_before,
-                    shrunk.ranks_before
-                )
+                format!("shrunk {} to {after} (from {before}", path.display())
             };
             say(&format!(
-                "{what}; {} candidates checked)\n{}: {}\nwrote {} and {} (cuorder replay {})\n",
-                shrunk.candidates,
+                "{what}; {candidates} checked)\n{}: {}\nwrote {} and {} (cuorder replay {})\n",
                 shrunk.finding.kind,
                 headline,
                 out.display(),

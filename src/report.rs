@@ -14,6 +14,7 @@ use cuorder_sim::run::replay_state;
 #[derive(Clone, Debug)]
 pub struct Report {
     pub program: String,
+    /// The profile as the text names it ([`Profile::label`]): its name, and the file it was read from, if any.
     pub profile: String,
     /// "ok", "deadlock", "data race", "undefined", "stale read", or "inconclusive" (a limit stopped the search first).
     pub verdict: String,
@@ -97,7 +98,7 @@ impl Report {
         };
         let explored = match self.sampled_executions {
             Some(n) => format!("took {} in {}", cuorder_model::describe::count(self.states as u64, "step"), cuorder_model::describe::count(n, "execution")),
-            None => format!("explored {} states", self.states),
+            None => format!("explored {}", cuorder_model::describe::count(self.states as u64, "state")),
         };
         s.push_str(&format!(
             "  profile {}; {explored}, {} final, {} of them complete{starved}\n",
@@ -147,7 +148,7 @@ pub fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
                 Frequency::Always => "always".into(),
                 Frequency::Sometimes => "sometimes".into(),
             },
-            text: explain(sem, f, i + 1, &sem.profile.name),
+            text: explain(sem, f, i + 1, sem.profile.argument()),
             finding: f.clone(),
             sampled: None,
         })
@@ -161,7 +162,7 @@ pub fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
     };
     Report {
         program: sem.program.name.clone(),
-        profile: sem.profile.name.clone(),
+        profile: sem.profile.label(),
         verdict,
         states: ex.states,
         final_states: ex.terminal_states,
@@ -173,7 +174,9 @@ pub fn build_report(sem: &Semantics, ex: &Exploration) -> Report {
     }
 }
 
-/// The text of one finding; `number` is its 1-based position in the report (what `run --witness` takes).
+/// The text of one finding; `number` is its 1-based position in the report (what `run --witness` takes), `profile`
+/// the `--profile` argument that selects its profile again ([`Profile::argument`]: a file as given, or a built-in's
+/// name; left out of the witness hint for `portable`, the default).
 pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> String {
     let mut s = String::new();
     match &f.problem {
@@ -242,13 +245,23 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
             }
         }
     }
-    let prof = if profile == "portable" { String::new() } else { format!(" --profile {profile}") };
+    let prof = if profile == "portable" { String::new() } else { format!(" --profile {}", shell_word(profile)) };
     s.push_str(&format!(
         "witness: a schedule of {} step{} (`cuorder run PROGRAM --witness {number}{prof}` prints it)\n",
         f.witness.len(),
         if f.witness.len() == 1 { "" } else { "s" }
     ));
     s
+}
+
+/// `word` as one shell word: as it is when every character is one no shell treats specially, else in single quotes
+/// (a profile file's path with a space in it).
+fn shell_word(word: &str) -> String {
+    if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=+,@%".contains(c)) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }
 
 /// The standard fixes for the mechanisms a wait-for cycle goes through, keyed by the typed reasons of its edges.

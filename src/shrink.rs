@@ -513,7 +513,7 @@ pub fn has_loops(text: &str) -> bool {
 ///
 /// Errors: the program does not load, or the problem is not found in it to begin with (within the budgets).
 pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &ShrinkOptions) -> Result<Shrunk, String> {
-    let none = || format!("no {kind} found in {name} under profile {} within the budgets (nothing to shrink)", profile.name);
+    let none = || format!("no {kind} found in {name} under profile {} within the budgets (nothing to shrink)", profile.label());
     // The first finding of the kind sets the signature every candidate must keep; it is also the original's finding.
     let prog = cuorder_model::format::load_with(name, text, &opt.torch).map_err(|_| format!("{name} does not load"))?;
     let sem = Semantics::new(&prog, profile);

@@ -1,6 +1,7 @@
 //! Renders one execution (a model trace) as a readable timeline: one row per event, in step order, with the lane
 //! (host thread or stream) in its own column, grouped by rank in column order.
 
+use cuorder_model::describe::count;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::run::{Outcome, Trace};
 
@@ -21,11 +22,11 @@ fn lane(l: &str) -> String {
 pub fn render(sem: &Semantics, trace: &Trace) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "{}: one execution under profile {} ({}; {} steps)\n\n",
+        "{}: one execution under profile {} ({}; {})\n\n",
         trace.program,
-        trace.profile.name,
+        trace.profile.label(),
         trace.scheduler,
-        trace.schedule.len()
+        count(trace.schedule.len() as u64, "step")
     ));
     let width = trace.events.iter().map(|e| lane(&e.lane).chars().count()).max().unwrap_or(4).max(4);
     s.push_str(&format!("{:>5}  {:<width$}  event\n", "step", "lane"));
@@ -44,11 +45,12 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
         }
         Outcome::Completed => s.push_str("outcome: completed\n"),
         Outcome::StepLimit(n) if replay => {
-            s.push_str(&format!("outcome: end of the replayed schedule ({n} steps)\n"))
+            s.push_str(&format!("outcome: end of the replayed schedule ({})\n", count(*n as u64, "step")))
         }
-        Outcome::StepLimit(n) => s.push_str(&format!("outcome: stopped at the step limit ({n} steps)\n")),
+        Outcome::StepLimit(n) => s.push_str(&format!("outcome: stopped at the step limit ({})\n", count(*n as u64, "step"))),
         Outcome::TimeLimit { steps, limit_ms } => s.push_str(&format!(
-            "outcome: stopped at the time limit after {steps} steps (limit max_time = {limit_ms} ms)\n"
+            "outcome: stopped at the time limit after {} (limit max_time = {limit_ms} ms)\n",
+            count(*steps as u64, "step")
         )),
         Outcome::Undefined(u) => s.push_str(&format!("outcome: undefined (rule {}): {}\n", u.rule, u.message)),
         Outcome::Deadlock(d) => {

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use cuorder_model::describe::count;
 use cuorder_model::program::RankId;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::cost::CostModel;
@@ -63,8 +64,8 @@ pub fn outcome_text(run: &TimedRun) -> String {
         Outcome::Completed => "completed".into(),
         Outcome::Deadlock(stuck) => format!("deadlock at {}:\n{}", fmt_ns(run.makespan_ns), crate::timeline::stuck_text(stuck).trim_end()),
         Outcome::Undefined(u) => format!("undefined (rule {}) at {}: {}", u.rule, fmt_ns(run.makespan_ns), u.message),
-        Outcome::StepLimit(n) => format!("stopped at the step limit ({n} steps)"),
-        Outcome::TimeLimit { steps, limit_ms } => format!("stopped at the time limit after {steps} steps ({limit_ms} ms)"),
+        Outcome::StepLimit(n) => format!("stopped at the step limit ({})", count(*n as u64, "step")),
+        Outcome::TimeLimit { steps, limit_ms } => format!("stopped at the time limit after {} ({limit_ms} ms)", count(*steps as u64, "step")),
     }
 }
 
@@ -88,11 +89,11 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     let jitter = if run.jitter_ns > 0 { format!(", jitter {} ns", run.jitter_ns) } else { String::new() };
     let _ = writeln!(
         s,
-        "{file}: one timed execution under profile {}, costs {} (seed {}{jitter}; {} steps)",
-        run.profile,
+        "{file}: one timed execution under profile {}, costs {} (seed {}{jitter}; {})",
+        sem.profile.label(),
         run.costs,
         run.seed,
-        run.schedule.len()
+        count(run.schedule.len() as u64, "step")
     );
     if !run.settings.is_empty() {
         let _ = writeln!(s, "PyTorch calls lowered with {} (overriding the program's `torch:`)", run.settings.join(", "));
@@ -132,7 +133,8 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         let _ = writeln!(s, "{:<8} {:>14} {:>7.1}%", format!("r{}", r.rank), fmt_ns(r.compute_ns), r.bubble_fraction * 100.0);
     }
     if sum.ranks.len() > MAX_TABLE_ROWS {
-        let _ = writeln!(s, "… {} more ranks (--format json lists all)", sum.ranks.len() - MAX_TABLE_ROWS);
+        let more = sum.ranks.len() - MAX_TABLE_ROWS;
+        let _ = writeln!(s, "… {more} more rank{} (--format json lists all)", if more == 1 { "" } else { "s" });
     }
     let width = sum.streams.iter().take(MAX_TABLE_ROWS).map(|x| lane_name(sem, Lane::Stream(x.stream)).chars().count()).max().unwrap_or(6).max(6);
     let _ = writeln!(s, "\n{:<width$} {:>14} {:>14} {:>6} {:>14}", "stream", "busy", "idle", "gaps", "longest gap");
@@ -148,7 +150,8 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         );
     }
     if sum.streams.len() > MAX_TABLE_ROWS {
-        let _ = writeln!(s, "… {} more streams (--format json lists all)", sum.streams.len() - MAX_TABLE_ROWS);
+        let more = sum.streams.len() - MAX_TABLE_ROWS;
+        let _ = writeln!(s, "… {more} more stream{} (--format json lists all)", if more == 1 { "" } else { "s" });
     }
     let timed: Vec<_> = sum.critical_path.iter().filter(|c| c.end_ns > c.start_ns).collect();
     let _ = writeln!(
@@ -230,7 +233,8 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
         let _ = writeln!(s, "{name:<w$} |{}|", String::from_utf8_lossy(row));
     }
     if lanes.len() > MAX_LANES {
-        let _ = writeln!(s, "… {} more lanes (the Chrome trace of --timeline has all)", lanes.len() - MAX_LANES);
+        let more = lanes.len() - MAX_LANES;
+        let _ = writeln!(s, "… {more} more lane{} (the Chrome trace of --timeline has all)", if more == 1 { "" } else { "s" });
     }
     const NAMES_PER_LETTER: usize = 3;
     let kernels: Vec<String> = letters
@@ -258,7 +262,10 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
 pub struct TimeOut {
     pub program: String,
     pub file: String,
+    /// The profile's name (`portable`, `eager`, or the `name` a profile file gives).
     pub profile: String,
+    /// The profile file as given on the command line (`--profile my.ron`); `None` for a built-in profile.
+    pub profile_file: Option<String>,
     pub costs: String,
     pub seed: u64,
     /// The `--jitter` bound, ns (0: none); with `seed`, what reproduces the run.
@@ -349,6 +356,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
         program: run.program.clone(),
         file: file.to_string(),
         profile: run.profile.clone(),
+        profile_file: sem.profile.source.clone(),
         costs: run.costs.clone(),
         seed: run.seed,
         jitter_ns: run.jitter_ns,
@@ -522,7 +530,7 @@ pub fn chrome_trace(sem: &Semantics, run: &TimedRun) -> Value {
         "otherData": {
             "command": if run.replayed { "cuorder run" } else { "cuorder time" },
             "seed_role": if run.replayed { "the explored execution (cuorder run --seed)" } else { "tie-breaking and jitter (cuorder time --seed)" },
-            "program": run.program, "profile": run.profile, "costs": run.costs, "seed": run.seed, "jitter_ns": run.jitter_ns, "settings": run.settings, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
+            "program": run.program, "profile": run.profile, "profile_file": sem.profile.source, "costs": run.costs, "seed": run.seed, "jitter_ns": run.jitter_ns, "settings": run.settings, "makespan_ns": run.makespan_ns, "generator": format!("cuorder {}", env!("CARGO_PKG_VERSION"))},
     })
 }
 
@@ -583,11 +591,11 @@ impl Accuracy {
     /// One line for people.
     pub fn to_text(&self) -> String {
         format!(
-            "against the hardware run: makespan measured {}, predicted {} ({:+.1}%); kernel ends over {} kernels: median |error| {}, max {}; kernel durations: median relative error {:.1}%",
+            "against the hardware run: makespan measured {}, predicted {} ({:+.1}%); kernel ends over {}: median |error| {}, max {}; kernel durations: median relative error {:.1}%",
             fmt_ns(self.measured_makespan_ns),
             fmt_ns(self.predicted_makespan_ns),
             self.makespan_rel_err() * 100.0,
-            self.kernels,
+            count(self.kernels as u64, "kernel"),
             fmt_ns(self.kernel_end_median_abs_err_ns),
             fmt_ns(self.kernel_end_max_abs_err_ns),
             self.kernel_duration_median_rel_err * 100.0

@@ -164,11 +164,12 @@ impl DirReport {
         s
     }
 
-    /// "N files: a agree, ... ; gate passed|FAILED".
+    /// "N files: a agree, ... ; gate passed|FAILED" ("1 file: ..." for one).
     pub fn summary(&self) -> String {
         let parts: Vec<String> = self.counts().iter().map(|(w, n)| format!("{n} {w}")).collect();
         let verdict = if self.passed() { "gate passed" } else { "gate FAILED" };
-        format!("{} files: {}; {verdict}", self.entries.len(), if parts.is_empty() { "none".to_string() } else { parts.join(", ") })
+        let files = cuorder_model::describe::count(self.entries.len() as u64, "file");
+        format!("{files}: {}; {verdict}", if parts.is_empty() { "none".to_string() } else { parts.join(", ") })
     }
 
     /// The report as JUnit XML: one test suite per folder, one test case per file (failures and errors as such, files

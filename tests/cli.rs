@@ -759,3 +759,103 @@ fn gen_said_it_wrote_programs_past_the_largest_seed() {
     assert!(said.contains("wrote 2 program(s)"), "{said}");
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 2, "{said}");
 }
+
+/// Regression (new-user trial): a profile read from a file was labelled by the `name:` inside it, so `check
+/// --profile my.ron` of an edited copy of portable said "profile portable", and its witness hint, `cuorder run PROGRAM
+/// --witness 1` (`--profile NAME` for other names), did not reproduce the run: the hint now passes the file as given,
+/// every report names it ("profile portable (from my.ron)"), and JSON keeps `profile` the name and adds `profile_file`.
+#[test]
+fn a_profile_file_was_labelled_and_hinted_as_the_builtin_it_copied() {
+    let prog = "examples/nccl-1456-send-first-connected.ron";
+    let (_, text, _) = cuorder(&["profile", "portable"]);
+    let f = tmp("my portable.ron");
+    std::fs::write(&f, text.replace("eager_bytes_guaranteed: Some(0)", "eager_bytes_guaranteed: Some(1)")).unwrap();
+    let file = f.to_str().unwrap();
+    let (code, out, err) = cuorder(&["check", prog, "--profile", file]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains(&format!("  profile portable (from {file}); explored ")), "{out}");
+    // The hint passes the file back as one shell word.
+    assert!(out.contains(&format!("`cuorder run PROGRAM --witness 1 --profile '{file}'` prints it")), "{out}");
+    let (code, run, err) = cuorder(&["run", prog, "--witness", "1", "--profile", file]);
+    assert_eq!(code, 0, "{err}");
+    assert!(run.starts_with(&format!("nccl-1456-send-first-connected: one execution under profile portable (from {file}) (replay;")), "{run}");
+    assert!(run.contains("outcome: deadlock"), "{run}");
+    // Built-in profiles keep their hints: none for portable, the name for the others.
+    let (_, out, _) = cuorder(&["check", prog]);
+    assert!(out.contains("  profile portable; ") && out.contains("`cuorder run PROGRAM --witness 1` prints it"), "{out}");
+    let (_, out, _) = cuorder(&["check", prog, "--profile", "eager"]);
+    assert!(out.contains("  profile eager; ") && out.contains("--witness 1 --profile eager` prints it"), "{out}");
+    // JSON: `profile` is still the profile's name; `profile_file` the file as given (null for a built-in).
+    for cmd in ["check", "time"] {
+        let (_, json, _) = cuorder(&[cmd, prog, "--profile", file, "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!((v[cmd]["profile"].as_str(), v[cmd]["profile_file"].as_str()), (Some("portable"), Some(file)), "{json}");
+        let (_, json, _) = cuorder(&[cmd, prog, "--format", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!((v[cmd]["profile"].as_str(), v[cmd]["profile_file"].is_null()), (Some("portable"), true), "{json}");
+    }
+    let (_, out, _) = cuorder(&["time", prog, "--profile", file]);
+    assert!(out.contains(&format!("one timed execution under profile portable (from {file}), costs")), "{out}");
+    // A saved finding keeps the file's name: replay says where its profile came from.
+    let dir = tmp("profile-file-saved");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, out, err) = cuorder(&["explore", prog, "--strategy", "exhaustive", "--profile", file, "--save", dir.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains(&format!("profile portable (from {file})")), "{out}");
+    let (code, out, err) = cuorder(&["replay", dir.join("finding-1-deadlock.ron").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("under profile portable (from {file})")), "{out}");
+}
+
+/// Regression (new-user trial): `run PROGRAM --witness N --seed S` ran the witness and dropped the seed without a
+/// word (which wins?), and `--max-steps` was dropped the same way (a witness replays its whole schedule). Both pairs
+/// are refused as usage errors (exit 2); each flag alone still runs.
+#[test]
+fn run_witness_with_seed_or_max_steps_was_accepted_silently() {
+    let prog = "examples/nccl-1456-send-first-connected.ron";
+    for flag in [["--seed", "3"], ["--max-steps", "10"]] {
+        let (code, out, err) = cuorder(&[&["run", prog, "--witness", "1"][..], &flag].concat());
+        assert_eq!((code, out.as_str()), (2, ""), "{flag:?}: {err}");
+        assert!(err.contains("cannot be used with") && err.contains(flag[0]) && err.contains("--witness"), "{err}");
+        let (code, _, err) = cuorder(&[&["run", prog][..], &flag].concat());
+        assert_eq!(code, 0, "{flag:?}: {err}");
+    }
+    let (code, out, err) = cuorder(&["run", prog, "--witness", "1", "--max-time-s", "60"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("outcome: deadlock"), "{out}");
+}
+
+/// Regression (new-user trial): counts of one were printed as plurals: `conform --dir` of a folder with one trace
+/// said "1 files", `check` of an empty program "explored 1 states", and `shrink` of a one-rank race "2 ops on 1
+/// ranks" (and "1 candidates" where one was tried).
+#[test]
+fn counts_of_one_were_printed_as_plurals() {
+    let root = traces_folder("one");
+    std::fs::remove_file(root.join("good/sendrecv_grouped_1mib.ron")).unwrap();
+    let (code, out, err) = cuorder(&["conform", "--dir", root.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.ends_with("\n1 file: 1 agrees; gate passed\n"), "{out}");
+    let empty = tmp("one-state.ron");
+    std::fs::write(&empty, "Program(ranks: 1, threads: [])\n").unwrap();
+    let (code, out, _) = cuorder(&["check", empty.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("  profile portable; explored 1 state, 1 final"), "{out}");
+    let dir = tmp("one-rank");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let race = dir.join("race.ron");
+    std::fs::write(
+        &race,
+        "Program(ranks: 1, streams: [Stream(\"a\", NonBlocking), Stream(\"b\", NonBlocking)], buffers: [Buffer(\"x\", \"1 MiB\")], \
+         threads: [Thread(\"main\", [Kernel(\"k1\", stream: \"a\", writes: [\"x\"]), Kernel(\"k2\", stream: \"b\", writes: [\"x\"]), DeviceSync])])\n",
+    )
+    .unwrap();
+    let saved = dir.join("saved");
+    let (code, out, err) = cuorder(&["explore", race.to_str().unwrap(), "--strategy", "exhaustive", "--first", "--save", saved.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    let (code, out, err) = cuorder(&["shrink", saved.join("finding-1-data-race.ron").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(" to 2 ops on 1 rank (from 3 ops on 1 rank; "), "{out}");
+    let min = std::fs::read_to_string(saved.join("race-min.ron")).unwrap();
+    assert!(min.lines().next().unwrap().contains("(3 ops on 1 rank -> 2 ops on 1 rank, "), "{min}");
+}

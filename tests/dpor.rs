@@ -117,3 +117,24 @@ fn dpor_explores_one_execution_per_equivalence_class_of_a_small_exchange() {
     assert!(d.exploration.findings.is_empty());
     assert!(d.executions <= 120, "{} executions", d.executions);
 }
+
+/// Regression (new-user trial): `explore --strategy dpor` stopped by its state limit counted the state that broke
+/// it, "explored 2000001 states" under the default limit of 2,000,000 (and "stopped after 2000000 states" on the
+/// next line); the exhaustive search counts the states explored within the limit, and so does DPOR now.
+#[test]
+fn dpor_counted_the_state_past_its_state_limit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let f = root.join("examples/nccl-1456-parity.ron");
+    for strategy in ["dpor", "exhaustive"] {
+        let (out, code) = cuorder(&["explore", f.to_str().unwrap(), "--strategy", strategy, "--max-states", "20"]);
+        let out = String::from_utf8_lossy(&out);
+        assert_eq!(code, 3, "{strategy}: {out}");
+        assert!(out.contains("; explored 20 states, ") && out.contains("stopped after 20 states (limit max_states = 20)"), "{strategy}: {out}");
+    }
+    let text = std::fs::read_to_string(&f).unwrap();
+    let p = cuorder_model::format::load("p", &text).unwrap();
+    let prof = Profile::portable();
+    let sem = Semantics::new(&p, &prof);
+    let d = cuorder_sim::dpor::explore_dpor(&sem, &Limits { max_states: 20, ..Limits::default() });
+    assert_eq!((d.exploration.states, d.exploration.limit_hit.is_some()), (20, true));
+}

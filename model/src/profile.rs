@@ -151,6 +151,13 @@ pub struct Profile {
     /// profile leaves it out): every group is launched as one plan, as the NCCL User Guide describes (N4).
     #[serde(default)]
     pub p2p_plan: Option<PlanBudget>,
+    /// Where the profile was read from, as the user gave it (`--profile my.ron`); `None` for a built-in profile and
+    /// one made in code. Not a semantic parameter (no rule reads it) and no part of a profile file (never read or
+    /// written as RON): reports name the file beside `name` ([`Profile::label`]), so that an edited copy of a built-in
+    /// is not mistaken for it, and a witness hint passes it back ([`Profile::argument`]). Compared and hashed like
+    /// the other fields.
+    #[serde(skip)]
+    pub source: Option<String>,
 }
 
 /// N14: how NCCL cuts the point-to-point calls of one group into kernel plans (NCCL `src/enqueue.cc`,
@@ -231,6 +238,7 @@ impl Profile {
             launch_queue_depth: None,
             launch_queue_depth_observed: None,
             p2p_plan: Some(PlanBudget::H200_NCCL_2_28),
+            source: None,
         }
     }
 
@@ -258,6 +266,7 @@ impl Profile {
             launch_queue_depth: None,
             launch_queue_depth_observed: None,
             p2p_plan: Some(PlanBudget::H200_NCCL_2_28),
+            source: None,
         }
     }
 
@@ -371,6 +380,22 @@ impl Profile {
             "eager" => Some(Profile::eager()),
             _ => None,
         }
+    }
+
+    /// The profile as reports name it: its `name`, followed by the file it was read from, if any ("portable (from
+    /// my.ron)"; the file alone when the name is empty).
+    pub fn label(&self) -> String {
+        match &self.source {
+            Some(file) if self.name.is_empty() => file.clone(),
+            Some(file) => format!("{} (from {file})", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    /// The `--profile` argument that selects this profile again: the file it was read from, as the user gave it,
+    /// else its name (a built-in profile's).
+    pub fn argument(&self) -> &str {
+        self.source.as_deref().unwrap_or(&self.name)
     }
 
     /// Bytes per connection that are always available to eager sends (N2).

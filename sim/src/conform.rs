@@ -277,7 +277,7 @@ pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conforman
             observation: "outcome".into(),
             message: format!(
                 "{what}; under profile {} the model's executions end only as: {}",
-                sem.profile.name,
+                sem.profile.label(),
                 kinds.into_iter().collect::<Vec<_>>().join(", ")
             ),
             rule: rule.into(),

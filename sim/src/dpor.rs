@@ -484,6 +484,16 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
         let sleep: Vec<Footprint> = nodes[d].sleep.iter().filter(|x| independent(x, &ev)).cloned().collect();
         nodes[d].sleep.push(ev);
         path.push(step);
+        // The state the step reaches is explored (and counted) only within the limit, as the exhaustive search
+        // counts them: it reported "explored 2000001 states" when stopped after 2,000,000.
+        if states >= limits.max_states {
+            limit_hit = Some(format!(
+                "stopped after {} (limit max_states = {}); the verdict covers only the executions explored",
+                cuorder_model::describe::count(states as u64, "state"),
+                limits.max_states
+            ));
+            break 'search;
+        }
         states += 1;
         if let Some(p) = &limits.progress {
             p.set_states(states as u64);
@@ -501,12 +511,6 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
         // Limits.
         let why = if limits.first && !found.findings.is_empty() {
             Some("stopped at the first finding (--first); the verdict covers only the executions explored".to_string())
-        } else if states > limits.max_states {
-            Some(format!(
-                "stopped after {} states (limit max_states = {}); the verdict covers only the executions explored",
-                states - 1,
-                limits.max_states
-            ))
         } else {
             // Every state: a DPOR state costs microseconds and may hold a saved state of hundreds of KiB, so checking
             // every 256th let the process pass a 60 MiB budget by 400 MiB (the new-user trial of 2026-12-03).

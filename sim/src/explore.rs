@@ -412,12 +412,13 @@ impl Search<'_, '_> {
 /// memory, time), if it must: the limit line of its report. `meter` reads the process's resident memory when
 /// [`Limits::resident`] asks for it.
 pub(crate) fn over_limits(limits: &Limits, started: Instant, states: usize, bytes: usize, meter: &mut ResidentMeter) -> Option<String> {
+    let states = cuorder_model::describe::count(states as u64, "state");
     if stopped(&limits.progress) {
-        return Some(format!("{INTERRUPTED} after {states} states; the verdict covers only the executions explored"));
+        return Some(format!("{INTERRUPTED} after {states}; the verdict covers only the executions explored"));
     }
     if bytes > limits.max_memory_bytes {
         return Some(format!(
-            "stopped after {states} states: the search would hold about {} MiB (limit max_memory = {} MiB); \
+            "stopped after {states}: the search would hold about {} MiB (limit max_memory = {} MiB); \
              the verdict covers only the executions explored",
             bytes >> 20,
             limits.max_memory_bytes >> 20
@@ -428,7 +429,7 @@ pub(crate) fn over_limits(limits: &Limits, started: Instant, states: usize, byte
         let resident = meter.bytes(ms);
         if resident > limits.max_memory_bytes {
             return Some(format!(
-                "stopped after {states} states: the process holds {} MiB (limit max_memory = {} MiB); the verdict \
+                "stopped after {states}: the process holds {} MiB (limit max_memory = {} MiB); the verdict \
                  covers only the executions explored",
                 resident >> 20,
                 limits.max_memory_bytes >> 20
@@ -437,7 +438,7 @@ pub(crate) fn over_limits(limits: &Limits, started: Instant, states: usize, byte
     }
     (ms > u128::from(limits.max_time_ms)).then(|| {
         format!(
-            "stopped after {states} states and {ms} ms (limit max_time = {} ms); the verdict covers only the \
+            "stopped after {states} and {ms} ms (limit max_time = {} ms); the verdict covers only the \
              executions explored",
             limits.max_time_ms
         )
@@ -799,8 +800,8 @@ fn explore_inner<'a>(
         states += 1;
         if pass.states_before + states > limits.max_states {
             limit_hit = Some(format!(
-                "stopped after {} states (limit max_states = {}); the verdict covers only the executions explored",
-                pass.states_before + states - 1,
+                "stopped after {} (limit max_states = {}); the verdict covers only the executions explored",
+                cuorder_model::describe::count((pass.states_before + states - 1) as u64, "state"),
                 limits.max_states
             ));
             states -= 1;

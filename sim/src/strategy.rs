@@ -382,18 +382,19 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
     let executions = results.len() as u64;
     let mut limit = vec![];
     if timed_out.load(Ordering::Relaxed) && executions < opt.executions && !(opt.first && !merged.findings.is_empty()) {
-        limit.push(format!("time limit reached after {executions} of {} executions", opt.executions));
+        limit.push(format!("time limit reached after {executions} of {}", cuorder_model::describe::count(opt.executions, "execution")));
     }
     let found_first = opt.first && !merged.findings.is_empty();
     if interrupted.load(Ordering::Relaxed) && executions < opt.executions && !found_first {
-        limit.push(format!("{INTERRUPTED} after {executions} of {} executions", opt.executions));
+        limit.push(format!("{INTERRUPTED} after {executions} of {}", cuorder_model::describe::count(opt.executions, "execution")));
     }
     if opt.first && !merged.findings.is_empty() {
         limit.push(format!("stopped at the first execution with a finding (--first), execution {}", executions - 1));
     }
     limit.insert(0, format!("sampled {} ({}); the verdict covers only those", cuorder_model::describe::count(executions, "execution"), opt.strategy.name()));
     if step_limits > 0 {
-        limit.push(format!("{step_limits} executions cut off at {} steps", opt.max_steps));
+        let count = cuorder_model::describe::count;
+        limit.push(format!("{} cut off at {}", count(step_limits, "execution"), count(opt.max_steps as u64, "step")));
     }
     Sampled {
         exploration: Exploration {
