@@ -80,11 +80,8 @@ pub fn render(file: &str, text: &str, diags: &[Diagnostic], color: bool) -> Stri
         }
     }
     if diags.len() > MAX_RENDERED_ERRORS {
-        let more = diags.len() - MAX_RENDERED_ERRORS;
-        out.push_str(&format!(
-            "{file}: and {more} more error{} (only the first {MAX_RENDERED_ERRORS} are shown)\n",
-            if more == 1 { "" } else { "s" }
-        ));
+        let more = cuorder_model::describe::count((diags.len() - MAX_RENDERED_ERRORS) as u64, "more error");
+        out.push_str(&format!("{file}: and {more} (only the first {MAX_RENDERED_ERRORS} are shown)\n"));
     }
     out
 }

@@ -198,7 +198,7 @@ pub fn load_program_text_with(
                         Ok(()) => Ok(p),
                         Err(errs) => Err(LoadError {
                             rendered: errs.errors.iter().map(|e| format!("error: {file}: {e}\n")).collect::<String>()
-                                + &if errs.more > 0 { format!("error: {file}: and {} more error{}\n", errs.more, if errs.more == 1 { "" } else { "s" }) } else { String::new() },
+                                + &if errs.more > 0 { format!("error: {file}: and {}\n", cuorder_model::describe::count(errs.more as u64, "more error")) } else { String::new() },
                             issues: errs
                                 .errors
                                 .iter()
@@ -273,7 +273,7 @@ pub fn load_observation_for(path: &Path, program: &Program) -> Result<cuorder_mo
             e.issues.extend(one.issues);
         }
         if errs.more > 0 {
-            e.rendered.push_str(&format!("error: {}: and {} more error{}\n", path.display(), errs.more, if errs.more == 1 { "" } else { "s" }));
+            e.rendered.push_str(&format!("error: {}: and {}\n", path.display(), cuorder_model::describe::count(errs.more as u64, "more error")));
         }
         e
     })?;

@@ -71,7 +71,7 @@ impl fmt::Display for ValidationErrors {
             write!(f, "{e}")?;
         }
         if self.more > 0 {
-            write!(f, "\nand {} more error{}", self.more, if self.more == 1 { "" } else { "s" })?;
+            write!(f, "\nand {}", crate::describe::count(self.more as u64, "more error"))?;
         }
         Ok(())
     }

@@ -487,11 +487,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
         // The state the step reaches is explored (and counted) only within the limit, as the exhaustive search
         // counts them: it reported "explored 2000001 states" when stopped after 2,000,000.
         if states >= limits.max_states {
-            limit_hit = Some(format!(
-                "stopped after {} (limit max_states = {}); the verdict covers only the executions explored",
-                cuorder_model::describe::count(states as u64, "state"),
-                limits.max_states
-            ));
+            limit_hit = Some(crate::explore::states_limit_line(states, limits));
             break 'search;
         }
         states += 1;

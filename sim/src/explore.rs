@@ -408,18 +408,29 @@ impl Search<'_, '_> {
     }
 }
 
+/// The limit line of a search stopped by [`Limits::max_states`] after `states` states (exhaustive and DPOR alike).
+pub(crate) fn states_limit_line(states: usize, limits: &Limits) -> String {
+    format!(
+        "stopped after {} (limit max_states = {}); the verdict covers only the executions explored",
+        cuorder_model::describe::count(states as u64, "state"),
+        limits.max_states
+    )
+}
+
 /// Why a search that has visited `states` states, holds about `bytes` bytes and started at `started` must stop (Ctrl-C,
 /// memory, time), if it must: the limit line of its report. `meter` reads the process's resident memory when
 /// [`Limits::resident`] asks for it.
 pub(crate) fn over_limits(limits: &Limits, started: Instant, states: usize, bytes: usize, meter: &mut ResidentMeter) -> Option<String> {
-    let states = cuorder_model::describe::count(states as u64, "state");
+    // Formatted only when the search stops: this runs on every state.
+    let states = || cuorder_model::describe::count(states as u64, "state");
     if stopped(&limits.progress) {
-        return Some(format!("{INTERRUPTED} after {states}; the verdict covers only the executions explored"));
+        return Some(format!("{INTERRUPTED} after {}; the verdict covers only the executions explored", states()));
     }
     if bytes > limits.max_memory_bytes {
         return Some(format!(
-            "stopped after {states}: the search would hold about {} MiB (limit max_memory = {} MiB); \
+            "stopped after {}: the search would hold about {} MiB (limit max_memory = {} MiB); \
              the verdict covers only the executions explored",
+            states(),
             bytes >> 20,
             limits.max_memory_bytes >> 20
         ));
@@ -429,8 +440,9 @@ pub(crate) fn over_limits(limits: &Limits, started: Instant, states: usize, byte
         let resident = meter.bytes(ms);
         if resident > limits.max_memory_bytes {
             return Some(format!(
-                "stopped after {states}: the process holds {} MiB (limit max_memory = {} MiB); the verdict \
+                "stopped after {}: the process holds {} MiB (limit max_memory = {} MiB); the verdict \
                  covers only the executions explored",
+                states(),
                 resident >> 20,
                 limits.max_memory_bytes >> 20
             ));
@@ -438,8 +450,9 @@ pub(crate) fn over_limits(limits: &Limits, started: Instant, states: usize, byte
     }
     (ms > u128::from(limits.max_time_ms)).then(|| {
         format!(
-            "stopped after {states} and {ms} ms (limit max_time = {} ms); the verdict covers only the \
+            "stopped after {} and {ms} ms (limit max_time = {} ms); the verdict covers only the \
              executions explored",
+            states(),
             limits.max_time_ms
         )
     })
@@ -799,11 +812,7 @@ fn explore_inner<'a>(
         }
         states += 1;
         if pass.states_before + states > limits.max_states {
-            limit_hit = Some(format!(
-                "stopped after {} (limit max_states = {}); the verdict covers only the executions explored",
-                cuorder_model::describe::count((pass.states_before + states - 1) as u64, "state"),
-                limits.max_states
-            ));
+            limit_hit = Some(states_limit_line(pass.states_before + states - 1, limits));
             states -= 1;
             break;
         }

@@ -911,7 +911,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
         let connect_only = sem.connect_only(&st, &step);
         let call_only = sem.collective_call_only(&st, &step);
         let listers = sem.collective_listers(&st, &step);
-        let (caller, started) = match step {
+        let (caller, started_item) = match step {
             Step::Host { thread, .. } => (Some(thread), None),
             Step::Item(k) => (None, Some(k)),
             _ => (None, None),
@@ -949,7 +949,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
                         Some(before) => {
                             affected.clear();
                             affected.extend_from_slice(before);
-                            affected.extend(started.and_then(|k| sem.collective_listers(&st, &Step::Item(k))).into_iter().flatten());
+                            affected.extend(started_item.and_then(|k| sem.collective_listers(&st, &Step::Item(k))).into_iter().flatten());
                             affected.sort_unstable();
                             affected.dedup();
                         }
