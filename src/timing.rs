@@ -13,7 +13,7 @@ use cuorder_model::program::RankId;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::cost::CostModel;
 use cuorder_sim::run::Outcome;
-use cuorder_sim::timed::{describe, FlowKind, Lane, SpanKind, Summary, TimedRun};
+use cuorder_sim::timed::{describe, FlowKind, Lane, PathPart, SpanKind, Summary, TimedRun};
 
 /// Rows of the per-rank and per-stream tables the text report prints (JSON has all).
 pub const MAX_TABLE_ROWS: usize = 64;
@@ -127,7 +127,9 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     if !overdue.is_empty() {
         let _ = writeln!(s, "  ({OVERDUE_WHY})");
     }
-    let _ = writeln!(s, "makespan: {} ({} ns)\n", fmt_ns(sum.makespan_ns), sum.makespan_ns);
+    let _ = writeln!(s, "makespan: {} ({} ns)", fmt_ns(sum.makespan_ns), sum.makespan_ns);
+    s.push_str(&parts_text(sum));
+    s.push('\n');
     let _ = writeln!(s, "{:<8} {:>14} {:>8}", "rank", "compute", "bubble");
     for r in sum.ranks.iter().take(MAX_TABLE_ROWS) {
         let _ = writeln!(s, "{:<8} {:>14} {:>7.1}%", format!("r{}", r.rank), fmt_ns(r.compute_ns), r.bubble_fraction * 100.0);
@@ -172,6 +174,31 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         let i = c.step as usize;
         let (lane, what) = describe(sem, &run.schedule[i], run.host_op(i));
         let _ = writeln!(s, "  {:>12} → {:>12}  {:>12}  {lane}: {what}", fmt_ns(c.start_ns), fmt_ns(c.end_ns), fmt_ns(c.end_ns - c.start_ns));
+    }
+    s
+}
+
+/// Where the makespan goes: the critical path's time by kind of step ([`Summary::critical_parts`]), one row each,
+/// and a note when most of it is connection set-up (N7), which a job pays in its first iteration only.
+fn parts_text(sum: &Summary) -> String {
+    let mut s = String::new();
+    if sum.critical_parts.is_empty() {
+        return s;
+    }
+    let share = |ns: u64| if sum.makespan_ns == 0 { 0.0 } else { ns as f64 * 100.0 / sum.makespan_ns as f64 };
+    let _ = writeln!(s, "where it goes (the critical path's time by kind of step):");
+    let width = sum.critical_parts.iter().map(|p| p.part.label().len()).max().unwrap_or(0);
+    for p in &sum.critical_parts {
+        let _ = writeln!(s, "  {:<width$} {:>12} {:>6.1}%  {}", p.part.label(), fmt_ns(p.ns), share(p.ns), count(u64::from(p.steps), "step"));
+    }
+    if let Some(setup) = sum.critical_parts.iter().find(|p| p.part == PathPart::ConnectionSetup && share(p.ns) >= 50.0) {
+        let _ = writeln!(
+            s,
+            "note: {:.1}% of this makespan is NCCL's lazy connection set-up (N7): the first send, recv or collective \
+             between two ranks connects them, which a job pays in its first iteration only. `--connect-ns 0` times \
+             the program as a later iteration runs (a set-up then costs nothing; the ranks still meet).",
+            share(setup.ns)
+        );
     }
     s
 }
@@ -283,6 +310,20 @@ pub struct TimeOut {
     pub ranks: Vec<RankOut>,
     pub streams: Vec<StreamOut>,
     pub critical_path: Vec<CriticalOut>,
+    /// The critical path's time by kind of step, most first ([`cuorder_sim::timed::Summary::critical_parts`]);
+    /// the parts add up to `makespan_ns`.
+    pub critical_parts: Vec<PartOut>,
+}
+
+/// The critical path's time on one kind of step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartOut {
+    /// `kernel`, `copy`, `host_func`, `nccl_launch`, `transfer`, `connection_setup`, `host`, `watchdog` or
+    /// `marker` ([`PathPart`]).
+    pub part: PathPart,
+    pub ns: u64,
+    pub steps: u32,
 }
 
 /// One finding of a timed execution.
@@ -396,6 +437,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
                 CriticalOut { lane, what, start_ns: c.start_ns, end_ns: c.end_ns }
             })
             .collect(),
+        critical_parts: sum.critical_parts.iter().map(|p| PartOut { part: p.part, ns: p.ns, steps: p.steps }).collect(),
     }
 }
 

@@ -565,3 +565,38 @@ fn time_had_no_wall_clock_budget() {
     let (code, _, err) = cli(&["time", file, "--max-time-s", "-1"]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// `cuorder time` of a pipeline printed a makespan of 1.4 s for 8 stages of 4 x 3 ms with no word that it was almost
+/// all connection set-up (N7), which a job pays in its first iteration only, and offered no way to time a later
+/// iteration but writing a cost model file. The report now breaks the critical path down by kind of step, says when
+/// most of it is set-up, and `--connect-ns` replaces the set-up cost.
+#[test]
+fn a_pipeline_makespan_did_not_say_it_was_mostly_connection_setup() {
+    let p = tmp("setup-1f1b.ron");
+    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "8", "--microbatches", "4", "-o", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let file = p.to_str().unwrap();
+    let (code, out, err) = cli(&["time", file]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("where it goes (the critical path's time by kind of step):\n  connection set-up (N7)"), "{out}");
+    assert!(out.contains("note: 99.4% of this makespan is NCCL's lazy connection set-up (N7)"), "{out}");
+    assert!(out.contains("`--connect-ns 0` times the program as a later iteration runs"), "{out}");
+    let (code, out, err) = cli(&["time", file, "--connect-ns", "0"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("costs h200-nvlink, --connect-ns 0 (seed 0;"), "{out}");
+    assert!(out.contains("makespan: 34.356 ms"), "{out}");
+    assert!(!out.contains("connection set-up (N7)") && !out.contains("note:"), "{out}");
+    // JSON: the parts, most first, adding up to the makespan.
+    let (code, out, _) = cli(&["time", file, "--format", "json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let parts = v["time"]["critical_parts"].as_array().unwrap();
+    assert_eq!(parts[0]["part"], "connection_setup", "{out}");
+    assert_eq!(parts[0]["steps"], 14);
+    let total: u64 = parts.iter().map(|p| p["ns"].as_u64().unwrap()).sum();
+    assert_eq!(total, v["time"]["makespan_ns"].as_u64().unwrap());
+    // Under logical costs every step costs 1: the flag would change nothing, so it is refused.
+    let (code, _, err) = cli(&["time", file, "--costs", "logical", "--connect-ns", "0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--connect-ns has no effect under logical costs"), "{err}");
+}

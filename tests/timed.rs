@@ -13,7 +13,7 @@ use cuorder_sim::cost::CostModel;
 use cuorder_sim::pipeline::{pipeline, PipelineOptions, Schedule, Variant};
 use cuorder_sim::run::{replay, run, Outcome};
 use cuorder_sim::scheduler::RandomScheduler;
-use cuorder_sim::timed::{summarize, timed_replay, timed_run, TimedOptions};
+use cuorder_sim::timed::{summarize, timed_replay, timed_run, PathPart, TimedOptions};
 
 fn portable() -> Profile {
     Profile::builtin("portable").unwrap()
@@ -475,4 +475,67 @@ fn clocks_carried_streams_that_never_run_work() {
     // would panic here).
     let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default());
     assert!(matches!(t.outcome, Outcome::Completed));
+}
+
+/// `cuorder time --max-time-s` did not count the time spent loading the program (loading 1F1B 1024 x 64 alone takes
+/// about a second): the limit counted from the start of the run. It now counts from `TimedOptions::clock_start`,
+/// which the command sets to its own start.
+#[test]
+fn max_time_did_not_count_loading() {
+    let prog = one_f_one_b(4, 4, Variant::Correct);
+    let prof = portable();
+    let sem = Semantics::new(&prog, &prof);
+    let limit = std::time::Duration::from_secs(60);
+    // A command that started two minutes ago (as if loading took that long) has used its 60 s already.
+    let clock_start = std::time::Instant::now().checked_sub(std::time::Duration::from_secs(120));
+    let Some(clock_start) = clock_start else { return }; // a monotonic clock younger than two minutes: nothing to test
+    let late = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions { max_time: Some(limit), clock_start: Some(clock_start), ..TimedOptions::default() });
+    assert!(matches!(late.outcome, Outcome::TimeLimit { steps: 0, limit_ms: 60_000 }), "{:?}", late.outcome);
+    // Counted from the run's own start, the same limit is far away.
+    let fresh = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions { max_time: Some(limit), ..TimedOptions::default() });
+    assert!(matches!(fresh.outcome, Outcome::Completed), "{:?}", fresh.outcome);
+}
+
+/// The critical path runs from 0 to the last step, each step starting when the one before it fired, so its time by
+/// kind of step (`Summary::critical_parts`) adds up to the makespan, on every corpus program, profile and cost
+/// model; and each part's steps are the path's steps of that kind that take time.
+#[test]
+fn critical_parts_add_up_to_the_makespan() {
+    for (name, prog) in corpus() {
+        for prof in [portable(), Profile::builtin("eager").unwrap()] {
+            let sem = Semantics::new(&prog, &prof);
+            for costs in [CostModel::h200_nvlink(), CostModel::ideal(), CostModel::logical()] {
+                let t = timed_run(&sem, &costs, &TimedOptions::default());
+                let sum = summarize(&sem, &t);
+                let total: u64 = sum.critical_parts.iter().map(|p| p.ns).sum();
+                assert_eq!(total, sum.makespan_ns, "{name} ({}): parts {:?}", costs.name, sum.critical_parts);
+                let timed = sum.critical_path.iter().filter(|c| c.end_ns > c.start_ns).count();
+                assert_eq!(sum.critical_parts.iter().map(|p| p.steps as usize).sum::<usize>(), timed, "{name}");
+                assert!(sum.critical_parts.windows(2).all(|w| w[0].ns >= w[1].ns), "{name}: not most first");
+                assert!(sum.critical_parts.iter().all(|p| p.ns > 0), "{name}: a part that takes no time");
+            }
+        }
+    }
+}
+
+/// A 1F1B pipeline under the H200 costs spends nearly its whole makespan setting up connections (N7: every stage
+/// connects to the next only when the activation reaches it, 100 ms per direction), and the report said nothing of
+/// it: a user saw 1.4 s for 8 stages of 4 x 3 ms. The critical path's parts say so; without set-up costs the
+/// kernels are most of it.
+#[test]
+fn a_makespan_of_connection_setups_was_not_told_apart() {
+    let prog = one_f_one_b(8, 4, Variant::Correct);
+    let prof = portable();
+    let sem = Semantics::new(&prog, &prof);
+    let first = summarize(&sem, &timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default()));
+    let setup = &first.critical_parts[0];
+    assert_eq!(setup.part, PathPart::ConnectionSetup, "{:?}", first.critical_parts);
+    // Seven stage boundaries, each set up once forward and once backward, one after the other.
+    assert_eq!((setup.steps, setup.ns), (14, 14 * 100_000_000), "{:?}", first.critical_parts);
+    let later = summarize(&sem, &timed_run(&sem, &CostModel { connect_ns: 0, ..CostModel::h200_nvlink() }, &TimedOptions::default()));
+    assert_eq!(later.critical_parts[0].part, PathPart::Kernel, "{:?}", later.critical_parts);
+    assert!(later.critical_parts.iter().all(|p| p.part != PathPart::ConnectionSetup));
+    // (M + S - 1) x 3 ms of kernels, but for the kernel overheads.
+    let kernels = later.critical_parts[0].ns;
+    assert!((33_000_000..33_200_000).contains(&kernels), "{kernels}");
 }

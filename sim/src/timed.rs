@@ -263,8 +263,12 @@ pub struct TimedOptions {
     /// Stop after this many steps ([`Outcome::StepLimit`]).
     pub max_steps: usize,
     /// Stop once this much wall-clock time has passed ([`Outcome::TimeLimit`]; checked every
-    /// [`TIME_CHECK_EVERY`] steps). Where such a run stops depends on the machine; `None`: no limit.
+    /// [`TIME_CHECK_EVERY`] steps), counted from [`TimedOptions::clock_start`]. Where such a run stops depends
+    /// on the machine; `None`: no limit.
     pub max_time: Option<std::time::Duration>,
+    /// The instant [`TimedOptions::max_time`] counts from; `None`: the start of [`timed_run`]. `cuorder time` passes
+    /// the instant it started, so that loading the program counts against `--max-time-s` too.
+    pub clock_start: Option<std::time::Instant>,
 }
 
 /// How many steps a timed run takes between two looks at the clock for [`TimedOptions::max_time`].
@@ -272,7 +276,7 @@ pub const TIME_CHECK_EVERY: usize = 4096;
 
 impl Default for TimedOptions {
     fn default() -> Self {
-        TimedOptions { seed: 0, jitter_ns: 0, max_steps: 100_000_000, max_time: None }
+        TimedOptions { seed: 0, jitter_ns: 0, max_steps: 100_000_000, max_time: None, clock_start: None }
     }
 }
 
@@ -810,7 +814,7 @@ impl Log {
 pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> TimedRun {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
-    let started = std::time::Instant::now();
+    let started = opt.clock_start.unwrap_or_else(std::time::Instant::now);
     let mut rng = Rng::new(opt.seed);
     let mut st = sem.initial();
     let mut log = Log::new(sem);
@@ -1173,6 +1177,81 @@ pub struct CriticalStep {
     pub end_ns: u64,
 }
 
+/// What a step of the critical path spends its time on ([`Summary::critical_parts`]), by the kind of step
+/// ([`step_cost`] gives each its cost).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathPart {
+    /// A kernel running on its stream (and an `Expect` value check, timed as a kernel reading its range).
+    Kernel,
+    /// A memcpy or memset on a stream.
+    Copy,
+    /// A host function running in stream order (S8).
+    HostFunc,
+    /// An NCCL launch from reaching the head of its stream to its kernel running (`nccl_launch_ns`), and its end.
+    NcclLaunch,
+    /// Data moving between ranks: a P2P rendezvous or eager delivery (N2), a collective (C1), a broadcast root
+    /// finishing early.
+    Transfer,
+    /// The lazy set-up of a connection on a communicator's first use between two ranks (N7; `connect_ns` per
+    /// direction).
+    ConnectionSetup,
+    /// A host call (launch, event record or wait, NCCL call, sleep, ...) or a blocked call's return after what it
+    /// waited for (`wakeup_ns`).
+    Host,
+    /// A watchdog's timeout (N9).
+    Watchdog,
+    /// An event-record or stream-wait marker reaching the head of its stream (costs nothing).
+    Marker,
+}
+
+impl PathPart {
+    /// The part in words, as the text report prints it.
+    pub fn label(self) -> &'static str {
+        match self {
+            PathPart::Kernel => "kernels",
+            PathPart::Copy => "copies and memsets",
+            PathPart::HostFunc => "host functions (S8)",
+            PathPart::NcclLaunch => "NCCL launches",
+            PathPart::Transfer => "NCCL transfers and collectives",
+            PathPart::ConnectionSetup => "connection set-up (N7)",
+            PathPart::Host => "host calls and wake-ups",
+            PathPart::Watchdog => "watchdog timeout (N9)",
+            PathPart::Marker => "event markers",
+        }
+    }
+
+    /// The part of `step` (a step of a run of `sem`).
+    pub fn of(sem: &Semantics, step: &Step) -> PathPart {
+        match step {
+            Step::Host { .. } => PathPart::Host,
+            Step::Item(k) => match &sem.op(k.loc()).kind {
+                OpKind::Kernel { .. } | OpKind::Expect { .. } => PathPart::Kernel,
+                OpKind::Memcpy { .. } | OpKind::Memset { .. } => PathPart::Copy,
+                OpKind::HostFunc { .. } => PathPart::HostFunc,
+                OpKind::EventRecord { .. } | OpKind::StreamWaitEvent { .. } => PathPart::Marker,
+                // An NCCL launch's item is named by its op, or by the group end of a group.
+                _ => PathPart::NcclLaunch,
+            },
+            Step::Transfer { .. } | Step::Eager { .. } | Step::Drain { .. } | Step::Collective { .. } | Step::RootEarly { .. } => {
+                PathPart::Transfer
+            }
+            Step::Connect { .. } => PathPart::ConnectionSetup,
+            Step::Watchdog { .. } => PathPart::Watchdog,
+        }
+    }
+}
+
+/// The time the critical path spends on one [`PathPart`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartShare {
+    pub part: PathPart,
+    /// The sum of its steps' times on the path (each from its enabler's fire time to its own), ns.
+    pub ns: u64,
+    /// How many steps of the path, taking time, are of this part.
+    pub steps: u32,
+}
+
 /// What a timed run says about time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -1182,6 +1261,10 @@ pub struct Summary {
     /// The chain of steps, each made enabled by the one before, that ends in the last step: shortening any step
     /// not on it does not shorten the run. In execution order.
     pub critical_path: Vec<CriticalStep>,
+    /// Where the critical path's time goes, by [`PathPart`]: the parts that take time, most time first (ties in
+    /// [`PathPart`] order). The path runs from 0 to the last step's time, one step after the other, so the parts
+    /// add up to the makespan.
+    pub critical_parts: Vec<PartShare>,
 }
 
 /// The union of intervals (sorted by start in place) as disjoint sorted intervals.
@@ -1243,7 +1326,22 @@ pub fn summarize(sem: &Semantics, run: &TimedRun) -> Summary {
         at = by.map(|b| b as usize);
     }
     critical_path.reverse();
-    Summary { makespan_ns: mk, streams, ranks, critical_path }
+    let critical_parts = critical_parts(sem, run, &critical_path);
+    Summary { makespan_ns: mk, streams, ranks, critical_path, critical_parts }
+}
+
+/// [`Summary::critical_parts`] of `path`, a critical path of `run`.
+fn critical_parts(sem: &Semantics, run: &TimedRun, path: &[CriticalStep]) -> Vec<PartShare> {
+    let mut parts: std::collections::BTreeMap<PathPart, (u64, u32)> = Default::default();
+    for c in path.iter().filter(|c| c.end_ns > c.start_ns) {
+        let e = parts.entry(PathPart::of(sem, &run.schedule[c.step as usize])).or_default();
+        e.0 = e.0.saturating_add(c.end_ns - c.start_ns);
+        e.1 += 1;
+    }
+    let mut out: Vec<PartShare> = parts.into_iter().map(|(part, (ns, steps))| PartShare { part, ns, steps }).collect();
+    // Stable: equal times keep PathPart order.
+    out.sort_by_key(|p| std::cmp::Reverse(p.ns));
+    out
 }
 
 /// The lane a step of a schedule acts on, and what it does, in words ("r0 main", "launch fwd m0 on compute").
