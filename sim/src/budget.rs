@@ -33,10 +33,10 @@ pub fn state_bytes(st: &State) -> usize {
     }
     n += st.streams.stream_clock.iter().map(clock).sum::<usize>();
     for item in st.streams.items.values() {
-        n += NODE + size_of_val(item) + clock(&item.issue) + opt_clock(&item.start) + opt_clock(&item.end);
+        n += NODE + size_of_val(item) + clock(&item.clock);
         n += item.streams.capacity() * 8 + (item.deps.capacity() + item.waits.capacity()) * 12 + item.blocks.capacity() * 24;
-        if let ItemKind::Launch { ops, finished, .. } = &item.kind {
-            n += ops.iter().map(size_of_val).sum::<usize>() + opt_clock(finished);
+        if let ItemKind::Launch { ops, clocks, .. } = &item.kind {
+            n += ops.iter().map(size_of_val).sum::<usize>() + size_of_val(&**clocks) + opt_clock(&clocks.start) + opt_clock(&clocks.finished);
         }
     }
     n += st.streams.event_binding.len() * (NODE + 20);

@@ -377,7 +377,9 @@ pub fn conform(sem: &Semantics, obs: &Observation, limits: &Limits) -> Conforman
                 let ordered_everywhere = matching.iter().all(|st| {
                     let (kx, ky) = (item_of(st, x.0), item_of(st, y.0));
                     match (kx, ky) {
-                        (Some(ix), Some(iy)) => match (&ix.end, &iy.start) {
+                        // A kernel starts and ends in one step with one clock (`start_item`), so the second's
+                        // end clock is its start clock.
+                        (Some(ix), Some(iy)) => match (ix.end(), iy.end()) {
                             (Some(end), Some(start)) => {
                                 let agent = sem.stream_component(ix.streams[0]);
                                 start.get(agent) >= end.get(agent)

@@ -63,7 +63,7 @@ impl<'p> Semantics<'p> {
             // P4: the allocator saw the recorded streams' events complete (cudaEventQuery), which orders their work
             // before this allocation.
             for k in &b.not_before {
-                let end = st.item(*k).end.clone().expect("a recorded item has ended");
+                let end = st.item(*k).end().cloned().expect("a recorded item has ended");
                 st.host.threads[t as usize].clock.join(&end);
             }
             fx.alloc = Some(AllocOutcome::Reused(b.block));

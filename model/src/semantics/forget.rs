@@ -207,7 +207,7 @@ impl<'p> Semantics<'p> {
                 first_of[k.thread as usize] = true;
                 set.push(k.thread as usize);
                 seen += 1;
-                bound(&self.stream_ranks[s], &[&item.issue, &st.streams.stream_clock[s]]);
+                bound(&self.stream_ranks[s], &[&item.clock, &st.streams.stream_clock[s]]);
                 if seen == self.future_issuers[s] {
                     break;
                 }

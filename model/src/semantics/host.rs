@@ -351,7 +351,7 @@ impl<'p> Semantics<'p> {
         let ready = on.iter().all(|k| st.item_done(*k));
         if ready {
             for k in &on {
-                let end = st.item(*k).end.clone().expect("a done item has an end clock");
+                let end = st.item(*k).end().cloned().expect("a done item has an end clock");
                 st.host.threads[t as usize].clock.join(&end);
             }
         }
@@ -364,7 +364,7 @@ impl<'p> Semantics<'p> {
             Wait::Items { items, orders } => {
                 if orders {
                     for k in items {
-                        let end = st.item(k).end.clone().expect("a done item has an end clock");
+                        let end = st.item(k).end().cloned().expect("a done item has an end clock");
                         st.host.threads[t as usize].clock.join(&end);
                     }
                 }

@@ -287,10 +287,8 @@ mod tests {
             streams: smallvec::smallvec![crate::program::StreamRef { rank: 0, index: 0 }],
             deps: smallvec::smallvec![key(n, n, 0)],
             waits: Default::default(),
-            issue: Default::default(),
+            clock: Default::default(),
             status: crate::semantics::state::ItemStatus::Pending,
-            start: None,
-            end: None,
             blocks: Default::default(),
         };
         let mut rng = 0x9E37_79B9_7F4A_7C15u64;

@@ -98,7 +98,7 @@ impl<'p> Semantics<'p> {
         blocks.dedup();
         st.streams.items.insert(
             key,
-            Item { kind, streams, deps, waits, issue, status: ItemStatus::Pending, start: None, end: None, blocks },
+            Item { kind, streams, deps, waits, clock: issue, status: ItemStatus::Pending, blocks },
         );
     }
 
@@ -119,12 +119,12 @@ impl<'p> Semantics<'p> {
     /// for races; finite items and markers also end in the same step.
     pub(crate) fn start_item(&self, st: &mut State, k: ItemKey, fx: &mut Effects) {
         let item = st.item(k);
-        let mut c = item.issue.clone();
+        let mut c = item.clock.clone();
         for s in &item.streams {
             c.join(&st.streams.stream_clock[self.stream_index(*s)]);
         }
         for d in &item.deps {
-            c.join(st.item(*d).end.as_ref().expect("a dependency has ended"));
+            c.join(st.item(*d).end().expect("a dependency has ended"));
         }
         for s in &item.streams {
             c.tick(self.stream_component(*s));
@@ -152,7 +152,10 @@ impl<'p> Semantics<'p> {
             self.set_undefined(st, Rule::S8, msg, vec![k.loc()]);
         }
         let item = st.streams.items.get_mut(&k).expect("started item exists");
-        item.start = Some(c.clone());
+        item.clock = c.clone();
+        if let ItemKind::Launch { clocks, .. } = &mut item.kind {
+            clocks.start = Some(c.clone());
+        }
         fx.started.push(k);
         if finite {
             self.finish_item(st, k, c, fx);
@@ -173,7 +176,7 @@ impl<'p> Semantics<'p> {
         let blocks = item.blocks.clone();
         let agent = self.stream_component(streams[0]);
         let epoch = Epoch { agent: agent as u32, time: end.get(agent) };
-        item.end = Some(end.clone());
+        item.clock = end.clone();
         for s in streams {
             let i = self.stream_index(s);
             st.streams.queues[i].1 += 1;
@@ -298,7 +301,7 @@ impl<'p> Semantics<'p> {
             c.join(&st.streams.stream_clock[self.stream_index(*s)]);
         }
         for d in &item.deps {
-            c.join(st.item(*d).end.as_ref().expect("a dependency has ended"));
+            c.join(st.item(*d).end().expect("a dependency has ended"));
         }
         st.host.threads[t as usize].clock = c;
         let loc = k.loc();

@@ -137,7 +137,7 @@ impl<'p> Semantics<'p> {
         for (rank, p) in ready {
             let mut c = VClock::new(self.components);
             for m in self.part_needs(self.coll_kind(st, p), comm, rank) {
-                c.join(st.item(parts[&m].0).start.as_ref().expect("a needed part has started"));
+                c.join(st.item(parts[&m].0).launch_start().expect("a needed part has started"));
             }
             self.finish_comm_op(st, p, CommOpStatus::Done, c, fx);
         }
@@ -149,7 +149,7 @@ impl<'p> Semantics<'p> {
         let alone = self.alone_parts(st, comm, seq);
         debug_assert!(!alone.is_empty(), "a root-early step has a part to end");
         for (_, p) in alone {
-            let c = st.item(p.0).start.clone().expect("the part has started");
+            let c = st.item(p.0).launch_start().cloned().expect("the part has started");
             self.finish_comm_op(st, p, CommOpStatus::Buffered, c, fx);
         }
     }

@@ -254,7 +254,7 @@ impl<'p> Semantics<'p> {
                 .items
                 .values()
                 .filter(|i| i.rank() == rank && matches!(i.kind, ItemKind::Launch { comm: c, .. } if c == comm))
-                .filter_map(|i| i.end.clone()),
+                .filter_map(|i| i.end().cloned()),
         );
         for c in joins {
             st.host.threads[t as usize].clock.join(&c);
@@ -279,20 +279,21 @@ impl<'p> Semantics<'p> {
         for k in keys {
             let item = st.streams.items.get_mut(&k).expect("launch exists");
             let running = item.status == ItemStatus::Running;
-            let mut base = item.start.clone().unwrap_or_else(|| item.issue.clone());
+            // A launch not started yet: its issue clock; a running one: its start (Item::clock).
+            let mut base = item.clock.clone();
             if let Some(c) = clock {
                 base.join(c);
             }
-            let ItemKind::Launch { ops, finished, .. } = &mut item.kind else { unreachable!("a launch") };
+            let ItemKind::Launch { ops, clocks, .. } = &mut item.kind else { unreachable!("a launch") };
             let mut aborted = vec![];
             for o in ops.iter_mut().filter(|o| o.status == CommOpStatus::Pending) {
                 o.status = CommOpStatus::Aborted;
                 aborted.push(o.loc);
             }
             if !aborted.is_empty() {
-                match finished {
+                match &mut clocks.finished {
                     Some(f) => f.join(&base),
-                    None => *finished = Some(base),
+                    None => clocks.finished = Some(base),
                 }
             }
             for loc in aborted {

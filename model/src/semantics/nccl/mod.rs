@@ -277,7 +277,7 @@ impl<'p> Semantics<'p> {
                 }
             }
             st.nccl.comm_tail.insert((comm, rank), key);
-            self.enqueue(st, t, key, ItemKind::Launch { comm, ops: cops, finished: None }, streams, deps, waits);
+            self.enqueue(st, t, key, ItemKind::Launch { comm, ops: cops, clocks: Box::default() }, streams, deps, waits);
         }
     }
 
@@ -459,11 +459,11 @@ impl<'p> Semantics<'p> {
 
     pub(crate) fn finish_comm_op(&self, st: &mut State, at: (ItemKey, u32), status: CommOpStatus, clock: VClock, fx: &mut Effects) {
         let item = st.streams.items.get_mut(&at.0).expect("launch exists");
-        let ItemKind::Launch { ops, finished, .. } = &mut item.kind else { unreachable!("comm op outside a launch") };
+        let ItemKind::Launch { ops, clocks, .. } = &mut item.kind else { unreachable!("comm op outside a launch") };
         ops[at.1 as usize].status = status;
-        match finished {
+        match &mut clocks.finished {
             Some(f) => f.join(&clock),
-            None => *finished = Some(clock),
+            None => clocks.finished = Some(clock),
         }
         if ops.iter().all(|o| o.status != CommOpStatus::Pending) {
             self.end_launch(st, at.0, fx);
@@ -473,9 +473,9 @@ impl<'p> Semantics<'p> {
     /// Ends a launch whose ops have all finished: its end joins every op's completion (MODEL.md).
     pub(crate) fn end_launch(&self, st: &mut State, k: ItemKey, fx: &mut Effects) {
         let item = st.item(k);
-        let ItemKind::Launch { finished, .. } = &item.kind else { unreachable!("not a launch") };
-        let mut c = item.start.clone().expect("a running launch has started");
-        if let Some(f) = finished {
+        let ItemKind::Launch { clocks, .. } = &item.kind else { unreachable!("not a launch") };
+        let mut c = clocks.start.clone().expect("a running launch has started");
+        if let Some(f) = &clocks.finished {
             c.join(f);
         }
         for s in &item.streams {

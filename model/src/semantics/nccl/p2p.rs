@@ -61,8 +61,8 @@ impl<'p> Semantics<'p> {
     pub(crate) fn transfer(&self, st: &mut State, send: OpLoc, recv: OpLoc, fx: &mut Effects) {
         let s = self.find_comm_op(st, send);
         let r = self.find_comm_op(st, recv);
-        let mut c = st.item(s.0).start.clone().expect("a running send has started");
-        c.join(st.item(r.0).start.as_ref().expect("a running recv has started"));
+        let mut c = st.item(s.0).launch_start().cloned().expect("a running send has started");
+        c.join(st.item(r.0).launch_start().expect("a running recv has started"));
         self.finish_comm_op(st, s, CommOpStatus::Done, c.clone(), fx);
         self.finish_comm_op(st, r, CommOpStatus::Done, c, fx);
     }
@@ -74,7 +74,7 @@ impl<'p> Semantics<'p> {
         let CommOpKind::Send { peer, .. } = op.kind else { unreachable!("eager step of a non-send") };
         let ItemKind::Launch { comm, .. } = item.kind else { unreachable!("comm op outside a launch") };
         let (bytes, rank) = (op.bytes, item.rank());
-        let c = item.start.clone().expect("a running send has started");
+        let c = item.launch_start().cloned().expect("a running send has started");
         let used = st.nccl.eager_used.entry((comm, rank, peer)).or_default();
         *used = used.saturating_add(bytes);
         self.finish_comm_op(st, s, CommOpStatus::Buffered, c, fx);
@@ -88,8 +88,8 @@ impl<'p> Semantics<'p> {
         let ItemKind::Launch { comm, .. } = item.kind else { unreachable!("comm op outside a launch") };
         let me = item.rank();
         let s = st.nccl.p2p[&P2pKey { comm, src: peer, dst: me, seq, recv: false }];
-        let mut c = st.item(r.0).start.clone().expect("a running recv has started");
-        c.join(st.item(s.0).start.as_ref().expect("a buffered send has started"));
+        let mut c = st.item(r.0).launch_start().cloned().expect("a running recv has started");
+        c.join(st.item(s.0).launch_start().expect("a buffered send has started"));
         let bytes = st.comm_op(s).1.bytes;
         // Canonical states: a connection with no bytes buffered has no entry, and a drained send is `Done` like a
         // transferred one (its clock is already in its launch's end or will be), so executions that differ only in
