@@ -341,6 +341,11 @@ enum Command {
         /// `--connect-ns 0` times the program as a later iteration runs (the ranks still meet at each set-up).
         #[arg(long)]
         connect_ns: Option<u64>,
+        /// Do not run again taking only the steps the profile guarantees when this run took others (an eager send
+        /// beyond the guaranteed window, N2; a kernel beside a spinning NCCL kernel, S1). That second run reports a
+        /// hang a platform may give (the send-first deadlock) and can double the time `time` takes.
+        #[arg(long)]
+        no_withheld_run: bool,
         /// Seed of tie-breaking between steps that fire at the same time (and of --jitter).
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -822,7 +827,7 @@ fn main() -> ExitCode {
             }
             ExitCode::from(if timed_out { 3 } else { 0 })
         }
-        Command::Time { program, profile, costs, connect_ns, seed, jitter, timeline, lanes, compare, format, max_steps, max_time_s, torch } => {
+        Command::Time { program, profile, costs, connect_ns, no_withheld_run, seed, jitter, timeline, lanes, compare, format, max_steps, max_time_s, torch } => {
             // --max-time-s counts from here: loading a large program takes seconds too.
             let clock_start = std::time::Instant::now();
             // Errors other than the program's (usage, a cost model, a run past 2^64 - 1 ns, a trace that cannot be
@@ -848,6 +853,9 @@ fn main() -> ExitCode {
                 Ok(m) => m,
                 Err(e) => return time_fail(costs.clone(), format!("--costs: {e}")),
             };
+            if model.logical && jitter > 0 {
+                return time_fail("-".into(), format!("--jitter has no effect under logical costs ({}), where every step costs 1; drop it or give --costs another model", model.name));
+            }
             if let Some(ns) = connect_ns {
                 if model.logical {
                     return time_fail("-".into(), format!("--connect-ns has no effect under logical costs ({}), where every step costs 1; drop it or give --costs another model", model.name));
@@ -858,8 +866,17 @@ fn main() -> ExitCode {
             }
             let sem = Semantics::new(&prog, &prof);
             let max_time = max_time_s.map(std::time::Duration::from_secs_f64);
-            let opt = cuorder_sim::timed::TimedOptions { seed, jitter_ns: jitter, max_steps, max_time, clock_start: Some(clock_start) };
-            let run = cuorder_sim::timed::TimedRun { settings: torch.flags(), ..cuorder_sim::timed::timed_run(&sem, &model, &opt) };
+            let opt = cuorder_sim::timed::TimedOptions { seed, jitter_ns: jitter, max_steps, max_time, clock_start: Some(clock_start), withhold: false };
+            let mut run = cuorder_sim::timed::TimedRun { settings: torch.flags(), ..cuorder_sim::timed::timed_run(&sem, &model, &opt) };
+            // A run that completed only through steps the profile does not guarantee (the platform is as generous as
+            // the profile allows) is run again taking only guaranteed steps: a hang there is one the platform may
+            // give (the send-first deadlock of an eager send beyond the window, N2).
+            if !no_withheld_run && matches!(run.outcome, cuorder_sim::run::Outcome::Completed) && run.unguaranteed.0 > 0 && !cuorder::timing::timed_out(&run) {
+                let strict = cuorder_sim::timed::timed_run(&sem, &model, &cuorder_sim::timed::TimedOptions { withhold: true, ..opt.clone() });
+                if let cuorder_sim::run::Outcome::Deadlock(stuck) = strict.outcome {
+                    run.withheld_deadlock = Some((strict.makespan_ns, stuck));
+                }
+            }
             if run.makespan_ns == u64::MAX {
                 // Times saturate at 2^64 - 1 ns (about 584 years) instead of wrapping: a run that reaches it has no
                 // meaningful times left to report. Name the first step that reached it and where its cost comes from.

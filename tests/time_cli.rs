@@ -600,3 +600,65 @@ fn a_pipeline_makespan_did_not_say_it_was_mostly_connection_setup() {
     assert_eq!(code, 2);
     assert!(err.contains("--connect-ns has no effect under logical costs"), "{err}");
 }
+
+/// `cuorder time` of the send-first exchange, which hung on the H200s and which `check` reports as a deadlock, said
+/// "outcome: completed" and exited 0 (new-user trial): the timed platform is as generous as the profile allows, and
+/// it delivered both 2 GiB sends eagerly beyond the guaranteed window (N2). Such a run is now run again taking only
+/// guaranteed steps, and its deadlock is a finding, exit 1; a correct pipeline that also took such steps is not.
+#[test]
+fn time_said_completed_for_a_program_that_hangs_without_eager_delivery() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/nccl-1456-send-first-connected.ron");
+    let (code, out, err) = cli(&["time", file]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("outcome: completed\ndeadlock when withheld: this execution completed only through 2 steps that profile portable does not guarantee (the first: r0 s0: #6 send(to r1, x, 2 GiB, s0, world) delivers eagerly); a platform that withholds them, as the profile allows, deadlocks at"), "{out}");
+    assert!(out.contains("wait-for cycle:"), "{out}");
+    let (code, out, _) = cli(&["time", file, "--format", "json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["time"]["unguaranteed_steps"], 2);
+    assert_eq!(v["time"]["findings"][0]["kind"], "deadlock when withheld", "{out}");
+    // Skipped on request: this execution alone completed.
+    let (code, out, _) = cli(&["time", file, "--no-withheld-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("withheld"), "{out}");
+    // A correct pipeline takes eager deliveries beyond the window too, and completes without them.
+    let p = tmp("withheld-1f1b.ron");
+    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "4", "-o", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = cli(&["time", p.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["time"]["unguaranteed_steps"].as_u64().unwrap() > 0, "{out}");
+    // And its --bug variant (send before recv, ungrouped) hangs so.
+    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--bug", "-o", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = cli(&["time", p.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("deadlock when withheld:"), "{out}");
+}
+
+/// The text report listed races in the order they were found ("data race 5 at 1.210 ms" before "data race 6 at
+/// 1.055 ms" on a 1F1B 4 x 8 --race pipeline), while the JSON findings are in time order, so the numbers differed.
+/// And `--jitter` was taken under logical costs, whose banner says every step takes 1 unit, and changed the times.
+#[test]
+fn races_were_listed_out_of_time_order_and_logical_costs_took_jitter() {
+    let p = tmp("race-order-1f1b.ron");
+    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--race", "-o", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let file = p.to_str().unwrap();
+    let (code, out, _) = cli(&["time", file, "--connect-ns", "0"]);
+    assert_eq!(code, 1, "{out}");
+    let at: Vec<&str> = out.lines().filter(|l| l.starts_with("data race ")).map(|l| l.split(" at ").nth(1).unwrap().split(':').next().unwrap()).collect();
+    assert!(at.len() > 10, "{out}");
+    let ns: Vec<f64> = at
+        .iter()
+        .map(|t| {
+            let (v, unit) = t.split_once(' ').unwrap();
+            v.parse::<f64>().unwrap() * match unit { "ns" => 1.0, "µs" => 1e3, "ms" => 1e6, _ => 1e9 }
+        })
+        .collect();
+    assert!(ns.windows(2).all(|w| w[0] <= w[1]), "{at:?}");
+    let (code, _, err) = cli(&["time", file, "--costs", "logical", "--jitter", "3"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--jitter has no effect under logical costs"), "{err}");
+}

@@ -539,3 +539,28 @@ fn a_makespan_of_connection_setups_was_not_told_apart() {
     let kernels = later.critical_parts[0].ns;
     assert!((33_000_000..33_200_000).contains(&kernels), "{kernels}");
 }
+
+/// A run that takes only the steps the profile guarantees (`TimedOptions::withhold`) is an execution too: its
+/// schedule replays on every corpus program. On the send-first exchange (`examples/nccl-1456-send-first-connected.ron`,
+/// which hung on the H200s) the generous run completes through eager deliveries beyond the guaranteed window (N2)
+/// and the withholding one deadlocks in the cycle `check` reports.
+#[test]
+fn a_run_withholding_unguaranteed_steps_is_an_execution() {
+    let prof = portable();
+    for (name, prog) in corpus() {
+        let sem = Semantics::new(&prog, &prof);
+        let t = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions { withhold: true, ..TimedOptions::default() });
+        replay(&sem, &t.schedule).unwrap_or_else(|d| panic!("{name}: {d}"));
+        assert_eq!(t.unguaranteed, (0, None), "{name}: a withholding run took an unguaranteed step");
+    }
+    let prog = load_file("examples/nccl-1456-send-first-connected.ron");
+    let sem = Semantics::new(&prog, &prof);
+    let generous = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default());
+    assert_eq!(generous.outcome, Outcome::Completed);
+    let (n, first) = generous.unguaranteed;
+    assert_eq!(n, 2);
+    assert!(matches!(generous.schedule[first.unwrap() as usize], cuorder_model::semantics::Step::Eager { .. }));
+    let strict = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions { withhold: true, ..TimedOptions::default() });
+    let Outcome::Deadlock(stuck) = &strict.outcome else { panic!("{:?}", strict.outcome) };
+    assert!(stuck.is_cycle && stuck.cycle.len() == 4, "{stuck:?}");
+}

@@ -188,6 +188,15 @@ pub struct TimedRun {
     pub outcome: Outcome,
     /// When the last step fired (a deadlock: when the last thing happened before the stall), ns.
     pub makespan_ns: u64,
+    /// The steps of `schedule` that the profile does not guarantee ([`Semantics::starvable`] when taken; the
+    /// platform is as generous as the profile allows): how many, and the index of the first. A [`timed_replay`]
+    /// does not count them (0, `None`).
+    #[serde(default)]
+    pub unguaranteed: (u64, Option<u32>),
+    /// What the same run does when the platform withholds those steps ([`TimedOptions::withhold`]), if it then
+    /// deadlocks: when the last step happened, ns, and the wait-for graph. Set by the caller (`cuorder time`).
+    #[serde(default)]
+    pub withheld_deadlock: Option<(u64, cuorder_model::semantics::Stuck)>,
 }
 
 /// A step's provenance in a timed run, packed into 8 bytes (a 1,024 x 64 pipeline records 3.6 M steps; issue 9,
@@ -269,6 +278,13 @@ pub struct TimedOptions {
     /// The instant [`TimedOptions::max_time`] counts from; `None`: the start of [`timed_run`]. `cuorder time` passes
     /// the instant it started, so that loading the program counts against `--max-time-s` too.
     pub clock_start: Option<std::time::Instant>,
+    /// Take only the steps the profile guarantees: a step the platform may withhold ([`Semantics::starvable`]: an
+    /// eager send beyond the guaranteed window, N2; an item beside a spinning NCCL kernel without independent
+    /// progress, S1; a broadcast root finishing early) is never taken, as a platform that withholds it forever would
+    /// have it. Such a run can deadlock where the generous one completed ([`TimedRun::unguaranteed`]). Its
+    /// [`TimedRun::spans`] and [`TimedRun::flows`] hold only what was unfinished at its end (it is run for its
+    /// outcome).
+    pub withhold: bool,
 }
 
 /// How many steps a timed run takes between two looks at the clock for [`TimedOptions::max_time`].
@@ -276,7 +292,7 @@ pub const TIME_CHECK_EVERY: usize = 4096;
 
 impl Default for TimedOptions {
     fn default() -> Self {
-        TimedOptions { seed: 0, jitter_ns: 0, max_steps: 100_000_000, max_time: None, clock_start: None }
+        TimedOptions { seed: 0, jitter_ns: 0, max_steps: 100_000_000, max_time: None, clock_start: None, withhold: false }
     }
 }
 
@@ -752,11 +768,13 @@ struct Log {
     schedule: Vec<Step>,
     times: Vec<u64>,
     meta: Vec<StepMeta>,
+    /// [`TimedRun::unguaranteed`].
+    unguaranteed: (u64, Option<u32>),
 }
 
 impl Log {
     fn new(sem: &Semantics) -> Log {
-        Log { rec: Recorder::new(sem), schedule: vec![], times: vec![], meta: vec![] }
+        Log { rec: Recorder::new(sem), schedule: vec![], times: vec![], meta: vec![], unguaranteed: (0, None) }
     }
 
     /// Applies `step` to `st` at time `t` (it cost `cost` ns and became enabled after step `by`) and records it.
@@ -801,6 +819,8 @@ impl Log {
                 o
             },
             outcome,
+            unguaranteed: self.unguaranteed,
+            withheld_deadlock: None,
         }
     }
 }
@@ -832,6 +852,9 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             sem.enabled_for_rank(st, r, v);
         }
         v.retain(|s| !matches!(s, Step::Host { choice, .. } if *choice != 0));
+        if opt.withhold {
+            v.retain(|s| !sem.starvable(st, s));
+        }
     };
     let owned = |st: &State, r: RankId, v: &mut Vec<Step>| owned_of(st, r, false, v);
     // Per rank: its pending steps (the enabled steps it owns, less the one just fired), each with its fire time and
@@ -896,7 +919,9 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             // N9: nothing left to do; a watchdog fires its timeout after the oldest unfinished work it watches began.
             None => match watchdog_at(sem, &st, &log, now) {
                 Some(x) => x,
-                None => break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, false)) },
+                // Withholding, the state can be stuck only because the platform withholds what it may (`explain`'s
+                // `starved`).
+                None => break if sem.is_complete(&st) { Outcome::Completed } else { Outcome::Deadlock(sem.explain(&st, opt.withhold)) },
             },
         };
         if log.schedule.len() >= opt.max_steps {
@@ -920,7 +945,17 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             Step::Item(k) => (None, Some(k)),
             _ => (None, None),
         };
+        if sem.starvable(&st, &step) {
+            log.unguaranteed.0 += 1;
+            log.unguaranteed.1.get_or_insert(log.schedule.len() as u32);
+        }
         log.fire(sem, costs, &mut st, step, t, p.cost.min(t), p.by);
+        if opt.withhold {
+            // What a withholding run is for is its outcome (`cuorder time` runs it beside the generous run, whose
+            // spans the report draws): its spans and flows are not kept, which saves their memory.
+            log.rec.spans.clear();
+            log.rec.flows.clear();
+        }
         now = t;
         let last = Some(log.schedule.len() as u32 - 1);
         // What to do, rank by rank in ascending order (as a full recomputation would add new steps): recompute the
