@@ -9,7 +9,8 @@
 //! PyTorch's ProcessGroupNCCL first makes the NCCL stream wait for the current (compute) stream (an event), and
 //! `req.wait()` makes the compute stream wait for an event recorded on the NCCL stream after the group (PyTorch PR
 //! 82450; Megatron's extra `torch.cuda.synchronize()` of `batch_p2p_sync` is left out, so the events alone must
-//! order everything). Forward kernels take 1 ms and backward kernels 2 ms.
+//! order everything). Forward kernels take 1 ms and backward kernels 2 ms per stage; an interleaved stage's v chunks
+//! each hold 1/v of its layers, so a chunk's kernels take 1/v of that.
 //!
 //! The order of forward passes, backward passes and `_communicate` calls on each stage is a transcription of
 //! megatron/core/pipeline_parallel/schedules.py: `forward_backward_pipelining_without_interleaving` (1F1B: warm-up of
@@ -663,8 +664,13 @@ pub fn pipeline(o: &PipelineOptions) -> Result<String, OptionsError> {
     writeln!(out, "// prev, recv from prev, send to next, recv from next) on the NCCL stream. Before it the NCCL stream waits for the").unwrap();
     writeln!(out, "// compute stream (event `c`, ProcessGroupNCCL); after it req.wait() makes the compute stream wait for event `n`").unwrap();
     writeln!(out, "// recorded on the NCCL stream after the group. Buffers: x = activation in, y = activation out, dy = gradient in,").unwrap();
-    writeln!(out, "// dx = gradient out, dw = weight gradient; then {}the microbatch. Forward 1 ms, backward 2 ms.",
-        if v > 1 { "the chunk, a dot and " } else { "" }).unwrap();
+    writeln!(out, "// dx = gradient out, dw = weight gradient; then {}the microbatch. Forward 1 ms, backward 2 ms{}.",
+        if v > 1 { "the chunk, a dot and " } else { "" },
+        if v > 1 {
+            format!(" per stage: each of a stage's {v} chunks holds 1/{v} of its layers (Megatron's virtual pipeline), so a chunk's forward takes {} and its backward {}", chunk_duration(1, v), chunk_duration(2, v))
+        } else {
+            String::new()
+        }).unwrap();
     match o.variant {
         Variant::Correct => {}
         Variant::Bug => writeln!(out, "// This variant departs from that: each call issues its sends, then its recvs, with no group around them.").unwrap(),
@@ -839,6 +845,20 @@ fn spmd_thread(out: &mut String, o: &PipelineOptions) {
     out.push_str("        ]),\n");
 }
 
+/// The duration of one chunk's share of a stage's `ms` milliseconds when the stage holds `chunks` chunks (each
+/// 1/chunks of its layers), as the format writes it: `"1 ms"` for one chunk, else whole microseconds or nanoseconds.
+fn chunk_duration(ms: u64, chunks: u32) -> String {
+    if chunks == 1 {
+        return format!("{ms} ms");
+    }
+    let ns = ms * 1_000_000 / u64::from(chunks);
+    if ns % 1_000 == 0 {
+        format!("{} us", ns / 1_000)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
 fn render_step(out: &mut String, o: &PipelineOptions, st: u32, step: &Step) {
     let v = o.chunks;
     let label = |chunk: u32, mb: u32| if v == 1 { format!("m{mb}") } else { format!("c{chunk} m{mb}") };
@@ -849,9 +869,10 @@ fn render_step(out: &mut String, o: &PipelineOptions, st: u32, step: &Step) {
             let reads = if st == 0 && chunk == 0 { String::new() } else { format!("reads: [{}], ", q(buf("x", v, chunk, microbatch))) };
             writeln!(
                 out,
-                "            Kernel(\"fwd {}\", stream: \"compute\", {reads}writes: [{}], duration: \"1 ms\"),",
+                "            Kernel(\"fwd {}\", stream: \"compute\", {reads}writes: [{}], duration: \"{}\"),",
                 label(chunk, microbatch),
-                q(buf("y", v, chunk, microbatch))
+                q(buf("y", v, chunk, microbatch)),
+                chunk_duration(1, v)
             )
             .unwrap();
         }
@@ -869,10 +890,11 @@ fn render_step(out: &mut String, o: &PipelineOptions, st: u32, step: &Step) {
             }
             writeln!(
                 out,
-                "            Kernel(\"bwd {}\", stream: \"compute\", reads: [{}], writes: [{}], duration: \"2 ms\"),",
+                "            Kernel(\"bwd {}\", stream: \"compute\", reads: [{}], writes: [{}], duration: \"{}\"),",
                 label(chunk, microbatch),
                 reads.join(", "),
-                writes.join(", ")
+                writes.join(", "),
+                chunk_duration(2, v)
             )
             .unwrap();
         }
