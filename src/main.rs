@@ -338,8 +338,9 @@ enum Command {
         costs: String,
         /// Replace the cost model's connection set-up time (`connect_ns`, N7), ns per direction. The first send,
         /// recv or collective between two ranks connects them, and a job pays that in its first iteration only:
-        /// `--connect-ns 0` times the program as a later iteration runs (the ranks still meet at each set-up).
-        #[arg(long)]
+        /// `--connect-ns 0` times the program as a later iteration runs (the ranks still meet at each set-up). A
+        /// number of ns, or a duration with its unit as in programs (`"100 ms"`, `"250 us"`).
+        #[arg(long, value_parser = parse_ns)]
         connect_ns: Option<u64>,
         /// Do not run again taking only the steps the profile guarantees when this run took others (an eager send
         /// beyond the guaranteed window, N2; a kernel beside a spinning NCCL kernel, S1). That second run reports a
@@ -349,8 +350,9 @@ enum Command {
         /// Seed of tie-breaking between steps that fire at the same time (and of --jitter).
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Add a uniform draw from 0..=NS nanoseconds to every step's cost (at most 10^12, 1000 s).
-        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000_000_000))]
+        /// Add a uniform draw from 0..=NS nanoseconds to every step's cost (at most 10^12, 1000 s). A number of ns,
+        /// or a duration with its unit as in programs (`"5 us"`).
+        #[arg(long, default_value_t = 0, value_parser = parse_jitter)]
         jitter: u64,
         /// Write the execution as Chrome trace-event JSON (open in https://ui.perfetto.dev or chrome://tracing) to
         /// this file (not `-`: standard output carries the report).
@@ -580,6 +582,20 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 /// `--time-limit`: a finite, non-negative number of seconds, at most 10^9 (about 31 years).
+/// A duration flag in nanoseconds: a bare number of ns, or a number and a unit as programs write durations
+/// (`"100 ms"`, `"250 us"`; cuorder_model::format::parse_duration).
+fn parse_ns(s: &str) -> Result<u64, String> {
+    cuorder_model::format::parse_duration(s).map_err(|e| format!("{e} (give nanoseconds, or a number with a unit: ns, us, ms, s)"))
+}
+
+/// `--jitter`: [`parse_ns`], at most 10^12 ns (1000 s).
+fn parse_jitter(s: &str) -> Result<u64, String> {
+    match parse_ns(s)? {
+        ns if ns <= 1_000_000_000_000 => Ok(ns),
+        ns => Err(format!("{ns} ns is more than the largest jitter, 10^12 ns (1000 s)")),
+    }
+}
+
 fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && (0.0..=1e9).contains(&x) => Ok(x),

@@ -155,6 +155,14 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     if !overdue.is_empty() {
         let _ = writeln!(s, "  ({OVERDUE_WHY})");
     }
+    if !run.races.is_empty() {
+        let _ = writeln!(
+            s,
+            "note: the times below are those of an execution with a data race: an access ran without waiting for the one \
+             it races with (a kernel reading data that had not arrived, say), so they can be shorter than the program's \
+             once the race is fixed; `cuorder check` names the order that is missing"
+        );
+    }
     let _ = writeln!(s, "makespan: {} ({} ns)", fmt_ns(sum.makespan_ns), sum.makespan_ns);
     s.push_str(&parts_text(sum));
     s.push('\n');
@@ -283,7 +291,9 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
     let names: Vec<String> = lanes.keys().take(MAX_LANES).map(|k| lane_name(sem, k.2)).collect();
     let w = names.iter().map(|n| n.chars().count()).max().unwrap_or(4).max(4);
     let mut s = String::new();
-    let _ = writeln!(s, "{:<w$} 0{:>width$}", "", fmt_ns(run.makespan_ns), width = width);
+    // The end of the axis under the last column, a space at least after the 0 (`--lanes 10` printed "0418.353 ms").
+    let end = fmt_ns(run.makespan_ns);
+    let _ = writeln!(s, "{:<w$} 0{:>width$}", "", end, width = width.max(end.chars().count() + 1));
     for ((_, row), name) in lanes.iter().zip(&names) {
         let _ = writeln!(s, "{name:<w$} |{}|", String::from_utf8_lossy(row));
     }
