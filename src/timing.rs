@@ -163,7 +163,9 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
              once the race is fixed; `cuorder check` names the order that is missing"
         );
     }
-    let _ = writeln!(s, "makespan: {} ({} ns)", fmt_ns(sum.makespan_ns), sum.makespan_ns);
+    // A run stopped at a limit has not ended: its last step is no makespan.
+    let label = if matches!(run.outcome, Outcome::StepLimit(_) | Outcome::TimeLimit { .. }) { "makespan so far (stopped at the limit)" } else { "makespan" };
+    let _ = writeln!(s, "{label}: {} ({} ns)", fmt_ns(sum.makespan_ns), sum.makespan_ns);
     s.push_str(&parts_text(sum));
     s.push('\n');
     let _ = writeln!(s, "{:<8} {:>14} {:>8}", "rank", "compute", "bubble");

@@ -1057,6 +1057,22 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             log.rec.forget(&st);
         }
     };
+    // A run stopped at a limit leaves kernels and copies running: their step (their end) is still pending. They
+    // began when their step was enabled, after the launch overhead (as `Log::fire` draws them), and are drawn to
+    // the end of the run, unfinished (a trial's `--max-steps 500` report showed r0's running 1 ms kernel nowhere).
+    let mut running: Vec<(ItemKey, u64)> = cache
+        .iter()
+        .flat_map(|lists| lists[1].iter())
+        .filter_map(|slot| match slot.step {
+            Step::Item(k) if !matches!(st.item(k).kind, ItemKind::Launch { .. }) => {
+                Some((k, (slot.p.fire - slot.p.cost).saturating_add(costs.item_overhead_ns.min(slot.p.cost))))
+            }
+            _ => None,
+        })
+        .filter(|&(_, start)| start < now)
+        .collect();
+    running.sort_unstable();
+    log.rec.item_start.extend(running);
     log.rec.close_unfinished(sem, &st, now);
     log.finish(sem, costs, (opt.seed, opt.jitter_ns), now, outcome)
 }
