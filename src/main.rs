@@ -889,8 +889,10 @@ fn main() -> ExitCode {
             // give (the send-first deadlock of an eager send beyond the window, N2).
             if !no_withheld_run && matches!(run.outcome, cuorder_sim::run::Outcome::Completed) && run.unguaranteed.0 > 0 && !cuorder::timing::timed_out(&run) {
                 let strict = cuorder_sim::timed::timed_run(&sem, &model, &cuorder_sim::timed::TimedOptions { withhold: true, ..opt.clone() });
-                if let cuorder_sim::run::Outcome::Deadlock(stuck) = strict.outcome {
-                    run.withheld_deadlock = Some((strict.makespan_ns, stuck));
+                match strict.outcome {
+                    cuorder_sim::run::Outcome::Deadlock(stuck) => run.withheld_deadlock = Some((strict.makespan_ns, stuck)),
+                    cuorder_sim::run::Outcome::StepLimit(_) | cuorder_sim::run::Outcome::TimeLimit { .. } => run.withheld_cut = true,
+                    _ => {}
                 }
             }
             if run.makespan_ns == u64::MAX {

@@ -127,6 +127,16 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     if let Some(w) = withheld_text(sem, run) {
         let _ = writeln!(s, "deadlock when withheld: {w}");
     }
+    if run.withheld_cut {
+        let _ = writeln!(
+            s,
+            "note: this execution took {} that profile {} does not guarantee, and the run without them stopped at a \
+             limit (--max-steps, --max-time-s) before its end: whether the program hangs without them is not known \
+             (`cuorder check` decides it)",
+            count(run.unguaranteed.0, "step"),
+            sem.profile.label()
+        );
+    }
     // In time order, as the JSON findings (a race is found when its later access starts, which is not always in
     // time order: the trial saw "data race 5 at 1.210 ms" before "data race 6 at 1.055 ms").
     let mut marks: Vec<_> = run.race_marks.iter().collect();

@@ -592,3 +592,17 @@ fn interleaved_chunks_each_took_a_whole_stage() {
         assert!(inter.makespan_ns < plain.makespan_ns, "v={v}: interleaved {} vs 1F1B {}", inter.makespan_ns, plain.makespan_ns);
     }
 }
+
+/// When the run withholding unguaranteed steps stops at a limit, whether the program hangs without them is not
+/// known, and the report said nothing (it read as if the program had been cleared). It now says so.
+#[test]
+fn a_withheld_run_cut_by_a_limit_went_unsaid() {
+    let prog = load_file("examples/nccl-1456-send-first-connected.ron");
+    let prof = portable();
+    let sem = Semantics::new(&prog, &prof);
+    let strict = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions { withhold: true, max_steps: 5, ..TimedOptions::default() });
+    assert!(matches!(strict.outcome, Outcome::StepLimit(5)), "{:?}", strict.outcome);
+    let run = cuorder_sim::timed::TimedRun { withheld_cut: true, ..timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default()) };
+    let text = cuorder::timing::report_text(&sem, &run, &summarize(&sem, &run), "f.ron");
+    assert!(text.contains("note: this execution took 2 steps that profile portable does not guarantee, and the run without them stopped at a limit"), "{text}");
+}

@@ -197,6 +197,10 @@ pub struct TimedRun {
     /// deadlocks: when the last step happened, ns, and the wait-for graph. Set by the caller (`cuorder time`).
     #[serde(default)]
     pub withheld_deadlock: Option<(u64, cuorder_model::semantics::Stuck)>,
+    /// The run withholding those steps stopped at a limit (`--max-steps`, `--max-time-s`) before it ended, so
+    /// whether it hangs is not known. Set by the caller, as `withheld_deadlock`.
+    #[serde(default)]
+    pub withheld_cut: bool,
 }
 
 /// A step's provenance in a timed run, packed into 8 bytes (a 1,024 x 64 pipeline records 3.6 M steps; issue 9,
@@ -821,6 +825,7 @@ impl Log {
             outcome,
             unguaranteed: self.unguaranteed,
             withheld_deadlock: None,
+            withheld_cut: false,
         }
     }
 }
