@@ -771,7 +771,8 @@ fn main() -> ExitCode {
             ExitCode::from(rep.exit_code() as u8)
         }
         Command::Run { program, profile, seed, witness, timeline, costs, trace, max_steps, budgets, backend, timeout_s, torch } => {
-            if let Some(e) = timeline.as_deref().and_then(cuorder::timing::trace_path_error) {
+            let inputs = [program.as_path(), std::path::Path::new(&profile), std::path::Path::new(costs.as_deref().unwrap_or("-"))];
+            if let Some(e) = timeline.as_deref().and_then(|t| cuorder::timing::trace_path_error(t, &inputs)) {
                 err(&format!("error: {e}\n"));
                 return ExitCode::from(2);
             }
@@ -858,7 +859,8 @@ fn main() -> ExitCode {
                 let flag = if lanes.is_some() { "--lanes" } else { "--compare" };
                 return time_fail(file, format!("{flag} adds to the text report and has no JSON form; drop it or use --format text"));
             }
-            if let Some(e) = timeline.as_deref().and_then(cuorder::timing::trace_path_error) {
+            let inputs = [program.as_path(), std::path::Path::new(&profile), std::path::Path::new(&costs)];
+            if let Some(e) = timeline.as_deref().and_then(|t| cuorder::timing::trace_path_error(t, &inputs)) {
                 return time_fail("-".into(), e);
             }
             let (prof, prog) = match load_both_with(&profile, &program, color, torch) {
@@ -887,13 +889,18 @@ fn main() -> ExitCode {
             // A run that completed only through steps the profile does not guarantee (the platform is as generous as
             // the profile allows) is run again taking only guaranteed steps: a hang there is one the platform may
             // give (the send-first deadlock of an eager send beyond the window, N2).
-            if !no_withheld_run && matches!(run.outcome, cuorder_sim::run::Outcome::Completed) && run.unguaranteed.0 > 0 && !cuorder::timing::timed_out(&run) {
-                let strict = cuorder_sim::timed::timed_run(&sem, &model, &cuorder_sim::timed::TimedOptions { withhold: true, ..opt.clone() });
-                match strict.outcome {
-                    cuorder_sim::run::Outcome::Deadlock(stuck) => run.withheld_deadlock = Some((strict.makespan_ns, stuck)),
-                    cuorder_sim::run::Outcome::StepLimit(_) | cuorder_sim::run::Outcome::TimeLimit { .. } => run.withheld_cut = true,
-                    _ => {}
-                }
+            if matches!(run.outcome, cuorder_sim::run::Outcome::Completed) && run.unguaranteed.0 > 0 && !cuorder::timing::timed_out(&run) {
+                use cuorder_sim::{run::Outcome, timed::Withheld};
+                run.withheld = if no_withheld_run {
+                    Withheld::Skipped
+                } else {
+                    let strict = cuorder_sim::timed::timed_run(&sem, &model, &cuorder_sim::timed::TimedOptions { withhold: true, ..opt.clone() });
+                    match strict.outcome {
+                        Outcome::Deadlock(stuck) => Withheld::Deadlock(strict.makespan_ns, stuck),
+                        Outcome::StepLimit(_) | Outcome::TimeLimit { .. } => Withheld::Cut,
+                        _ => Withheld::Completed,
+                    }
+                };
             }
             if run.makespan_ns == u64::MAX {
                 // Times saturate at 2^64 - 1 ns (about 584 years) instead of wrapping: a run that reaches it has no
@@ -914,7 +921,10 @@ fn main() -> ExitCode {
             // As `check` at a limit: 1 if something was found before it, else 3.
             let code = if cuorder::timing::has_finding(&run) {
                 1
-            } else if matches!(run.outcome, cuorder_sim::run::Outcome::StepLimit(_) | cuorder_sim::run::Outcome::TimeLimit { .. }) {
+            } else if matches!(run.outcome, cuorder_sim::run::Outcome::StepLimit(_) | cuorder_sim::run::Outcome::TimeLimit { .. })
+                || run.withheld == cuorder_sim::timed::Withheld::Cut
+            {
+                // A limit also cut the run without the unguaranteed steps: whether it hangs is not known.
                 3
             } else {
                 0

@@ -13,7 +13,7 @@ use cuorder_model::program::RankId;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::cost::CostModel;
 use cuorder_sim::run::Outcome;
-use cuorder_sim::timed::{describe, FlowKind, Lane, PathPart, SpanKind, Summary, TimedRun};
+use cuorder_sim::timed::{describe, FlowKind, Lane, PathPart, SpanKind, Summary, TimedRun, Withheld};
 
 /// Rows of the per-rank and per-stream tables the text report prints (JSON has all).
 pub const MAX_TABLE_ROWS: usize = 64;
@@ -76,14 +76,14 @@ pub fn has_finding(run: &TimedRun) -> bool {
         || !run.overdue.is_empty()
         || matches!(run.outcome, Outcome::Deadlock(_) | Outcome::Undefined(_))
         || timed_out(run)
-        || run.withheld_deadlock.is_some()
+        || matches!(run.withheld, Withheld::Deadlock(..))
 }
 
 /// The finding of a run that completed only through steps the profile does not guarantee and deadlocks without
-/// them ([`TimedRun::withheld_deadlock`]), in words: the steps, the first of them, when and how the run without
+/// them ([`TimedRun::withheld`]), in words: the steps, the first of them, when and how the run without
 /// them hangs.
 pub fn withheld_text(sem: &Semantics, run: &TimedRun) -> Option<String> {
-    let (at, stuck) = run.withheld_deadlock.as_ref()?;
+    let Withheld::Deadlock(at, stuck) = &run.withheld else { return None };
     let (n, first) = run.unguaranteed;
     let first = first.map_or(String::new(), |i| {
         let (lane, what) = describe(sem, &run.schedule[i as usize], run.host_op(i as usize));
@@ -127,15 +127,26 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     if let Some(w) = withheld_text(sem, run) {
         let _ = writeln!(s, "deadlock when withheld: {w}");
     }
-    if run.withheld_cut {
-        let _ = writeln!(
-            s,
-            "note: this execution took {} that profile {} does not guarantee, and the run without them stopped at a \
-             limit (--max-steps, --max-time-s) before its end: whether the program hangs without them is not known \
-             (`cuorder check` decides it)",
-            count(run.unguaranteed.0, "step"),
-            sem.profile.label()
-        );
+    let unguaranteed = || format!("{} that profile {} does not guarantee", count(run.unguaranteed.0, "step"), sem.profile.label());
+    match run.withheld {
+        Withheld::Cut => {
+            let _ = writeln!(
+                s,
+                "note: this execution took {}, and the run without them stopped at a limit (--max-steps, \
+                 --max-time-s) before its end: whether the program hangs without them is not known (`cuorder check` \
+                 decides it)",
+                unguaranteed()
+            );
+        }
+        Withheld::Skipped => {
+            let _ = writeln!(
+                s,
+                "note: this execution took {}; --no-withheld-run skipped the run without them, so whether the program \
+                 hangs without them is not known (`cuorder check` decides it)",
+                unguaranteed()
+            );
+        }
+        Withheld::NotRun | Withheld::Completed | Withheld::Deadlock(..) => {}
     }
     // In time order, as the JSON findings (a race is found when its later access starts, which is not always in
     // time order: the trial saw "data race 5 at 1.210 ms" before "data race 6 at 1.055 ms").
@@ -443,7 +454,10 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
         })
         .chain(withheld_text(sem, run).map(|text| TimeFinding {
             kind: "deadlock when withheld".into(),
-            at_ns: run.withheld_deadlock.as_ref().map_or(0, |w| w.0),
+            at_ns: match run.withheld {
+                Withheld::Deadlock(at, _) => at,
+                _ => 0,
+            },
             text,
         }))
         .chain(timeouts(sem, run).into_iter().map(|(at_ns, text)| TimeFinding { kind: "timeout".into(), at_ns, text }))
@@ -652,9 +666,16 @@ pub fn load_costs(spec: &str) -> Result<CostModel, String> {
 }
 
 /// Why `path` cannot take a Chrome trace, found before the run: `-` (standard output carries the report, and
-/// writing a file named `-` surprised a user).
-pub fn trace_path_error(path: &std::path::Path) -> Option<String> {
-    (path == std::path::Path::new("-")).then(|| "--timeline -: standard output carries the report; give the trace a file name".to_string())
+/// writing a file named `-` surprised a user), or it is one of the command's `inputs` (the program, a cost model or
+/// profile file: `time p.ron --timeline p.ron` overwrote the program with the trace).
+pub fn trace_path_error(path: &std::path::Path, inputs: &[&std::path::Path]) -> Option<String> {
+    if path == std::path::Path::new("-") {
+        return Some("--timeline -: standard output carries the report; give the trace a file name".to_string());
+    }
+    let real = std::fs::canonicalize(path).ok()?;
+    inputs.iter().find(|i| std::fs::canonicalize(i).is_ok_and(|x| x == real)).map(|i| {
+        format!("--timeline {}: that is an input of this command ({}); the trace would overwrite it, so give it another name", path.display(), i.display())
+    })
 }
 
 /// Writes [`chrome_trace`] to `path` (compact JSON, final newline).

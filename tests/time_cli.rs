@@ -617,10 +617,10 @@ fn time_said_completed_for_a_program_that_hangs_without_eager_delivery() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["time"]["unguaranteed_steps"], 2);
     assert_eq!(v["time"]["findings"][0]["kind"], "deadlock when withheld", "{out}");
-    // Skipped on request: this execution alone completed.
+    // Skipped on request: this execution alone completed (and the report says what was not checked).
     let (code, out, _) = cli(&["time", file, "--no-withheld-run"]);
     assert_eq!(code, 0, "{out}");
-    assert!(!out.contains("withheld"), "{out}");
+    assert!(!out.contains("deadlock when withheld") && out.contains("--no-withheld-run skipped the run without them"), "{out}");
     // A correct pipeline takes eager deliveries beyond the window too, and completes without them.
     let p = tmp("withheld-1f1b.ron");
     let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "4", "-o", p.to_str().unwrap()]);
@@ -710,4 +710,23 @@ fn a_report_cut_by_a_limit_left_out_running_kernels() {
     assert_eq!(code, 3);
     let text = std::fs::read_to_string(&trace).unwrap();
     assert!(text.contains("fwd m0 (unfinished)"), "no unfinished kernel in the trace");
+}
+
+/// `time p.ron --timeline p.ron` wrote the trace over the program (second trial); and `--no-withheld-run` on the
+/// send-first exchange printed a clean "completed" with no word that the run relied on two unguaranteed steps.
+#[test]
+fn timeline_overwrote_the_program_and_a_skipped_withheld_run_went_unsaid() {
+    let p = tmp("victim.ron");
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/nccl-1456-send-first-connected.ron"), &p).unwrap();
+    let before = std::fs::read_to_string(&p).unwrap();
+    let other = p.parent().unwrap().join(".").join("victim.ron");
+    for cmd in ["time", "run"] {
+        let (code, _, err) = cli(&[cmd, p.to_str().unwrap(), "--timeline", other.to_str().unwrap()]);
+        assert_eq!(code, 2, "{cmd}: {err}");
+        assert!(err.contains("that is an input of this command"), "{cmd}: {err}");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), before, "{cmd} overwrote the program");
+    }
+    let (code, out, _) = cli(&["time", p.to_str().unwrap(), "--no-withheld-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("note: this execution took 2 steps that profile portable does not guarantee; --no-withheld-run skipped the run without them"), "{out}");
 }

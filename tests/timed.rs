@@ -602,7 +602,7 @@ fn a_withheld_run_cut_by_a_limit_went_unsaid() {
     let sem = Semantics::new(&prog, &prof);
     let strict = timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions { withhold: true, max_steps: 5, ..TimedOptions::default() });
     assert!(matches!(strict.outcome, Outcome::StepLimit(5)), "{:?}", strict.outcome);
-    let run = cuorder_sim::timed::TimedRun { withheld_cut: true, ..timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default()) };
+    let run = cuorder_sim::timed::TimedRun { withheld: cuorder_sim::timed::Withheld::Cut, ..timed_run(&sem, &CostModel::h200_nvlink(), &TimedOptions::default()) };
     let text = cuorder::timing::report_text(&sem, &run, &summarize(&sem, &run), "f.ron");
     assert!(text.contains("note: this execution took 2 steps that profile portable does not guarantee, and the run without them stopped at a limit"), "{text}");
 }

@@ -193,14 +193,27 @@ pub struct TimedRun {
     /// does not count them (0, `None`).
     #[serde(default)]
     pub unguaranteed: (u64, Option<u32>),
-    /// What the same run does when the platform withholds those steps ([`TimedOptions::withhold`]), if it then
-    /// deadlocks: when the last step happened, ns, and the wait-for graph. Set by the caller (`cuorder time`).
+    /// What the same run did when the platform withheld those steps ([`TimedOptions::withhold`]). Set by the
+    /// caller (`cuorder time`); [`Withheld::NotRun`] from [`timed_run`].
     #[serde(default)]
-    pub withheld_deadlock: Option<(u64, cuorder_model::semantics::Stuck)>,
-    /// The run withholding those steps stopped at a limit (`--max-steps`, `--max-time-s`) before it ended, so
-    /// whether it hangs is not known. Set by the caller, as `withheld_deadlock`.
-    #[serde(default)]
-    pub withheld_cut: bool,
+    pub withheld: Withheld,
+}
+
+/// What a run that withholds the steps the profile does not guarantee ([`TimedOptions::withhold`]) did, beside a
+/// run that took some ([`TimedRun::withheld`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Withheld {
+    /// Not run: the run took no unguaranteed step, or did not complete.
+    #[default]
+    NotRun,
+    /// Not run on request (`--no-withheld-run`), though the run took unguaranteed steps.
+    Skipped,
+    /// It completed too.
+    Completed,
+    /// It deadlocked: when its last step happened, ns, and the wait-for graph.
+    Deadlock(u64, cuorder_model::semantics::Stuck),
+    /// It stopped at a limit (`--max-steps`, `--max-time-s`) before its end: whether it hangs is not known.
+    Cut,
 }
 
 /// A step's provenance in a timed run, packed into 8 bytes (a 1,024 x 64 pipeline records 3.6 M steps; issue 9,
@@ -824,8 +837,7 @@ impl Log {
             },
             outcome,
             unguaranteed: self.unguaranteed,
-            withheld_deadlock: None,
-            withheld_cut: false,
+            withheld: Withheld::NotRun,
         }
     }
 }
