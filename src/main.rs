@@ -740,6 +740,22 @@ fn load_both_with(
 ) -> Result<(cuorder_model::profile::Profile, cuorder_model::program::Program), LoadError> {
     let prof = load_profile(profile)?;
     let (prog, _) = cuorder::load_program_with(program, color, &torch.options())?;
+    // Settings that change nothing are refused, not reported as applied ("PyTorch calls lowered with
+    // --torch-version before82450 (overriding the program's `torch:`)" was printed for a program with neither).
+    let given = torch.flags();
+    if !given.is_empty() && !prog.uses_torch {
+        let message = format!(
+            "{}: {} {} no effect: the program makes no PyTorch call and has no `torch:` setting; drop {}",
+            program.display(),
+            given.join(", "),
+            if given.len() == 1 { "has" } else { "have" },
+            if given.len() == 1 { "it" } else { "them" }
+        );
+        return Err(LoadError {
+            rendered: format!("error: {message}\n"),
+            issues: vec![cuorder::LoadIssue { file: program.display().to_string(), line: None, column: None, message, help: None }],
+        });
+    }
     for w in cuorder::load_warnings(&prog) {
         eprintln!("warning: {}: {w}", program.display());
     }

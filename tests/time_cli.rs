@@ -730,3 +730,27 @@ fn timeline_overwrote_the_program_and_a_skipped_withheld_run_went_unsaid() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("note: this execution took 2 steps that profile portable does not guarantee; --no-withheld-run skipped the run without them"), "{out}");
 }
+
+/// `--torch-version before82450` on a program with no PyTorch call and no `torch:` setting (both trials: lesson L3)
+/// printed "PyTorch calls lowered with --torch-version before82450 (overriding the program's `torch:`)" and recorded
+/// the setting in JSON, though it changed nothing. Settings that change nothing are refused, in every command that
+/// takes them; a PyTorch-dialect program still takes them.
+#[test]
+fn torch_settings_on_a_program_without_pytorch_were_reported_as_applied() {
+    for cmd in ["check", "run", "time", "explore"] {
+        let (code, out, err) = cli(&[cmd, L3, "--torch-version", "before82450", "--torch-init", "lazy"]);
+        assert_eq!(code, 2, "{cmd}: {out}{err}");
+        assert!(
+            err.contains("--torch-version before82450, --torch-init lazy have no effect: the program makes no PyTorch call and has no `torch:` setting"),
+            "{cmd}: {err}"
+        );
+        assert!(!out.contains("PyTorch calls lowered"), "{cmd}: {out}");
+    }
+    let (code, out, _) = cli(&["time", L3, "--torch-version", "before82450", "--format", "json"]);
+    assert_eq!(code, 2);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["errors"][0]["message"].as_str().unwrap().contains("has no effect"), "{out}");
+    let (code, out, err) = cli(&["check", "examples/torch/megatron-batch-p2p.ron", "--torch-version", "before82450"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.starts_with("PyTorch calls lowered with --torch-version before82450"), "{out}");
+}

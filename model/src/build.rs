@@ -23,6 +23,7 @@ impl Builder {
                 ranks: vec![rank; ranks as usize],
                 comms: vec![Comm { name: "world".into(), members: (0..ranks).collect(), explicit_init: false, nonblocking: false, watchdog_ns: None }],
                 barriers: vec![],
+                uses_torch: false,
             },
         }
     }

@@ -217,7 +217,7 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
             Rank { streams, events: decls.events.clone(), buffers: decls.buffers.clone(), threads }
         })
         .collect();
-    let program = Program { name: name.to_string(), ranks, comms: decls.comms.clone(), barriers };
+    let program = Program { name: name.to_string(), ranks, comms: decls.comms.clone(), barriers, uses_torch: torch_decls.used };
     // The same validation as every other way in: anything it finds here is a gap in the checks above, reported at
     // the op rather than left for the semantics to trip over.
     program.validate().map_err(|errs| {

@@ -55,6 +55,11 @@ pub struct Program {
     pub comms: Vec<Comm>,
     /// Every host barrier, index = `BarrierId` used by [`OpKind::Barrier`].
     pub barriers: Vec<BarrierDecl>,
+    /// Whether the program was written in the PyTorch dialect (a `torch:` setting or a PyTorch call, lowered when
+    /// loaded), so that the dialect's settings (`--torch-version`, ...) can change it. False for a program built in
+    /// code or read in resolved form.
+    #[serde(default)]
+    pub uses_torch: bool,
 }
 
 /// What one rank (process + GPU) declares and runs.

@@ -631,6 +631,7 @@ mod tests {
             }],
             comms: vec![],
             barriers: vec![],
+            uses_torch: false,
         }
     }
 
