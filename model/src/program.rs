@@ -57,8 +57,10 @@ pub struct Program {
     pub barriers: Vec<BarrierDecl>,
     /// Whether the program was written in the PyTorch dialect (a `torch:` setting or a PyTorch call, lowered when
     /// loaded), so that the dialect's settings (`--torch-version`, ...) can change it. False for a program built in
-    /// code or read in resolved form.
-    #[serde(default)]
+    /// code or read in resolved form. Not serialized: the resolved form, and the fingerprint of a packed hardware
+    /// run (`cuorder_hw::pack::fingerprint`, its compact RON), stay what they were (a recorded trace stopped
+    /// matching its program when this field was serialized).
+    #[serde(skip)]
     pub uses_torch: bool,
 }
 
