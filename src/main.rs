@@ -581,7 +581,6 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     cuorder_model::format::parse_size(s)
 }
 
-/// `--time-limit`: a finite, non-negative number of seconds, at most 10^9 (about 31 years).
 /// A duration flag in nanoseconds: a bare number of ns, or a number and a unit as programs write durations
 /// (`"100 ms"`, `"250 us"`; cuorder_model::format::parse_duration).
 fn parse_ns(s: &str) -> Result<u64, String> {
@@ -596,6 +595,7 @@ fn parse_jitter(s: &str) -> Result<u64, String> {
     }
 }
 
+/// `--time-limit`: a finite, non-negative number of seconds, at most 10^9 (about 31 years).
 fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && (0.0..=1e9).contains(&x) => Ok(x),
@@ -887,13 +887,12 @@ fn main() -> ExitCode {
                 Ok(m) => m,
                 Err(e) => return time_fail(costs.clone(), format!("--costs: {e}")),
             };
-            if model.logical && jitter > 0 {
-                return time_fail("-".into(), format!("--jitter has no effect under logical costs ({}), where every step costs 1; drop it or give --costs another model", model.name));
+            // Under logical costs every step costs 1: flags that change costs would change nothing.
+            let cost_flag = if jitter > 0 { Some("--jitter") } else if connect_ns.is_some() { Some("--connect-ns") } else { None };
+            if let (true, Some(flag)) = (model.logical, cost_flag) {
+                return time_fail("-".into(), format!("{flag} has no effect under logical costs ({}), where every step costs 1; drop it or give --costs another model", model.name));
             }
             if let Some(ns) = connect_ns {
-                if model.logical {
-                    return time_fail("-".into(), format!("--connect-ns has no effect under logical costs ({}), where every step costs 1; drop it or give --costs another model", model.name));
-                }
                 model.connect_ns = ns;
                 // Reports name the override, so that the figures are not mistaken for the model's own.
                 model.name = format!("{}, --connect-ns {ns}", model.name);

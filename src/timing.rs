@@ -84,19 +84,23 @@ pub fn has_finding(run: &TimedRun) -> bool {
 /// them hangs.
 pub fn withheld_text(sem: &Semantics, run: &TimedRun) -> Option<String> {
     let Withheld::Deadlock(at, stuck) = &run.withheld else { return None };
-    let (n, first) = run.unguaranteed;
-    let first = first.map_or(String::new(), |i| {
+    let first = run.unguaranteed.1.map_or(String::new(), |i| {
         let (lane, what) = describe(sem, &run.schedule[i as usize], run.host_op(i as usize));
         format!(" (the first: {lane}: {what})")
     });
     Some(format!(
-        "this execution completed only through {} that profile {} does not guarantee{first}; a platform that withholds \
-         them, as the profile allows, deadlocks at {}:\n{}",
-        count(n, "step"),
-        sem.profile.label(),
+        "this execution completed only through {}{first}; a platform that withholds them, as the profile allows, \
+         deadlocks at {}:\n{}",
+        unguaranteed_text(sem, run),
         fmt_ns(*at),
         crate::timeline::stuck_text(stuck).trim_end()
     ))
+}
+
+/// "N steps that profile P does not guarantee": the steps of `run` the platform took though the profile lets it
+/// withhold them ([`TimedRun::unguaranteed`]).
+fn unguaranteed_text(sem: &Semantics, run: &TimedRun) -> String {
+    format!("{} that profile {} does not guarantee", count(run.unguaranteed.0, "step"), sem.profile.label())
 }
 
 /// Whether a watchdog fired (N9): the run ends, as `check`'s "timeout" verdict says, with the hang aborted.
@@ -127,7 +131,6 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
     if let Some(w) = withheld_text(sem, run) {
         let _ = writeln!(s, "deadlock when withheld: {w}");
     }
-    let unguaranteed = || format!("{} that profile {} does not guarantee", count(run.unguaranteed.0, "step"), sem.profile.label());
     match run.withheld {
         Withheld::Cut => {
             let _ = writeln!(
@@ -135,7 +138,7 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
                 "note: this execution took {}, and the run without them stopped at a limit (--max-steps, \
                  --max-time-s) before its end: whether the program hangs without them is not known (`cuorder check` \
                  decides it)",
-                unguaranteed()
+                unguaranteed_text(sem, run)
             );
         }
         Withheld::Skipped => {
@@ -143,7 +146,7 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
                 s,
                 "note: this execution took {}; --no-withheld-run skipped the run without them, so whether the program \
                  hangs without them is not known (`cuorder check` decides it)",
-                unguaranteed()
+                unguaranteed_text(sem, run)
             );
         }
         Withheld::NotRun | Withheld::Completed | Withheld::Deadlock(..) => {}

@@ -18,6 +18,19 @@ fn tmp(name: &str) -> std::path::PathBuf {
     d.join(name)
 }
 
+/// `cuorder gen pipeline --schedule 1f1b --stages S --microbatches M [FLAGS] -o NAME` in the test's temporary
+/// directory; the file's path.
+fn gen_1f1b(name: &str, stages: u32, microbatches: u32, flags: &[&str]) -> std::path::PathBuf {
+    let p = tmp(name);
+    let (s, m) = (stages.to_string(), microbatches.to_string());
+    let mut args = vec!["gen", "pipeline", "--schedule", "1f1b", "--stages", &s, "--microbatches", &m];
+    args.extend_from_slice(flags);
+    args.extend(["-o", p.to_str().unwrap()]);
+    let (code, _, err) = cli(&args);
+    assert_eq!(code, 0, "{err}");
+    p
+}
+
 /// A program file `name` with `text` in the test's temporary directory.
 fn program_file(name: &str, text: &str) -> std::path::PathBuf {
     let p = tmp(name);
@@ -175,9 +188,7 @@ fn watched_collective_outliving_its_timeout_completed_without_a_word() {
     assert_eq!(v["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "overdue" && e["cat"] == "finding").count(), 2);
     // A 16-stage pipeline issued ahead under a 10 ms watchdog: 183 overdue launches; the text lists the first 10
     // in time, then a count (the JSON lists all).
-    let pipe = tmp("overdue-pipeline.ron");
-    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "16", "--microbatches", "8", "-o", pipe.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
+    let pipe = gen_1f1b("overdue-pipeline.ron", 16, 8, &[]);
     let pipe_text = std::fs::read_to_string(&pipe).unwrap().replace("Comm(\"pp\")", "Comm(\"pp\", watchdog: \"10 ms\")");
     std::fs::write(&pipe, pipe_text).unwrap();
     let (code, out, _) = cli(&["time", pipe.to_str().unwrap()]);
@@ -358,9 +369,7 @@ fn ignored_flags_and_timeline_dash_were_silently_accepted() {
 #[test]
 fn long_critical_path_hid_its_last_steps() {
     // The text showed the first 40 steps and "… N more", so what ended the run was never shown.
-    let prog = tmp("p8.ron");
-    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "8", "--microbatches", "8", "-o", prog.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
+    let prog = gen_1f1b("p8.ron", 8, 8, &[]);
     let (_, out, _) = cli(&["time", prog.to_str().unwrap()]);
     let makespan: String = out.lines().find(|l| l.starts_with("makespan: ")).unwrap().split(" (").next().unwrap()["makespan: ".len()..].to_string();
     let path: Vec<&str> = out.lines().skip_while(|l| !l.starts_with("critical path:")).skip(1).take_while(|l| !l.is_empty()).collect();
@@ -546,9 +555,7 @@ fn saturated_makespan_was_printed_as_a_result_now_refused() {
 /// the report covers the steps taken, exit 3 with no finding, outcome `time limit` in JSON.
 #[test]
 fn time_had_no_wall_clock_budget() {
-    let p = tmp("budget-1f1b.ron");
-    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "16", "--microbatches", "8", "-o", p.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
+    let p = gen_1f1b("budget-1f1b.ron", 16, 8, &[]);
     let file = p.to_str().unwrap();
     let (code, out, _) = cli(&["time", file, "--max-time-s", "0"]);
     assert_eq!(code, 3, "{out}");
@@ -572,9 +579,7 @@ fn time_had_no_wall_clock_budget() {
 /// most of it is set-up, and `--connect-ns` replaces the set-up cost.
 #[test]
 fn a_pipeline_makespan_did_not_say_it_was_mostly_connection_setup() {
-    let p = tmp("setup-1f1b.ron");
-    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "8", "--microbatches", "4", "-o", p.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
+    let p = gen_1f1b("setup-1f1b.ron", 8, 4, &[]);
     let file = p.to_str().unwrap();
     let (code, out, err) = cli(&["time", file]);
     assert_eq!(code, 0, "{err}");
@@ -622,16 +627,13 @@ fn time_said_completed_for_a_program_that_hangs_without_eager_delivery() {
     assert_eq!(code, 0, "{out}");
     assert!(!out.contains("deadlock when withheld") && out.contains("--no-withheld-run skipped the run without them"), "{out}");
     // A correct pipeline takes eager deliveries beyond the window too, and completes without them.
-    let p = tmp("withheld-1f1b.ron");
-    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "4", "-o", p.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
+    let p = gen_1f1b("withheld-1f1b.ron", 4, 4, &[]);
     let (code, out, _) = cli(&["time", p.to_str().unwrap(), "--format", "json"]);
     assert_eq!(code, 0, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["time"]["unguaranteed_steps"].as_u64().unwrap() > 0, "{out}");
     // And its --bug variant (send before recv, ungrouped) hangs so.
-    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--bug", "-o", p.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
+    let p = gen_1f1b("withheld-1f1b-bug.ron", 4, 8, &["--bug"]);
     let (code, out, _) = cli(&["time", p.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("deadlock when withheld:"), "{out}");
@@ -642,9 +644,7 @@ fn time_said_completed_for_a_program_that_hangs_without_eager_delivery() {
 /// And `--jitter` was taken under logical costs, whose banner says every step takes 1 unit, and changed the times.
 #[test]
 fn races_were_listed_out_of_time_order_and_logical_costs_took_jitter() {
-    let p = tmp("race-order-1f1b.ron");
-    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "--race", "-o", p.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
+    let p = gen_1f1b("race-order-1f1b.ron", 4, 8, &["--race"]);
     let file = p.to_str().unwrap();
     let (code, out, _) = cli(&["time", file, "--connect-ns", "0"]);
     assert_eq!(code, 1, "{out}");
@@ -670,9 +670,7 @@ fn races_were_listed_out_of_time_order_and_logical_costs_took_jitter() {
 /// write durations so; and `--lanes 10` on a 418 ms run printed its axis as "0418.353 ms".
 #[test]
 fn duration_flags_took_only_nanoseconds_and_the_lanes_axis_ran_into_its_end() {
-    let p = tmp("units-1f1b.ron");
-    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "8", "--microbatches", "4", "-o", p.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
+    let p = gen_1f1b("units-1f1b.ron", 8, 4, &[]);
     let file = p.to_str().unwrap();
     let (code, with_unit, _) = cli(&["time", file, "--connect-ns", "10 ms", "--jitter", "5 us"]);
     assert_eq!(code, 0);
@@ -695,9 +693,7 @@ fn duration_flags_took_only_nanoseconds_and_the_lanes_axis_ran_into_its_end() {
 /// progress is drawn to the end of the run; and the time the run stopped at was called its makespan.
 #[test]
 fn a_report_cut_by_a_limit_left_out_running_kernels() {
-    let p = tmp("cut-1f1b.ron");
-    let (code, _, err) = cli(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "8", "-o", p.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
+    let p = gen_1f1b("cut-1f1b.ron", 4, 8, &[]);
     let (code, out, _) = cli(&["time", p.to_str().unwrap(), "--max-steps", "500", "--connect-ns", "0", "--lanes", "60"]);
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("makespan so far (stopped at the limit): 214.292 µs"), "{out}");

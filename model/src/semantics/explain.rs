@@ -376,17 +376,10 @@ impl<'p> Semantics<'p> {
                             edge(Node::Item(*d), reason, format!("{me} must wait for {} to end ({why})", self.item_label(st, *d)));
                         }
                         if starved {
-                            // A running launch is at the head of each of its streams (a queue's head moves on only when
-                            // its item ends), so the spinning ones are among the heads of the device's streams: looking
-                            // there, not at every item, keeps this per pending item O(streams) (a stuck 256 x 64
-                            // pipeline, every item issued, took 9 s in the scan). In key order, as the scan was.
-                            let mut spinning: Vec<ItemKey> = self
-                                .rank_streams(item.rank())
-                                .filter_map(|s| {
-                                    let (q, head) = &st.streams.queues[self.stream_index(s)];
-                                    q.get(*head as usize).copied().filter(|h| st.item(*h).is_spinning())
-                                })
-                                .collect();
+                            // From the heads of the device's streams, not every item: O(streams) per pending item (a
+                            // stuck 256 x 64 pipeline, every item issued, took 9 s in a scan of all items). In key
+                            // order, as the scan was.
+                            let mut spinning: Vec<ItemKey> = self.spinning_launches(st, item.rank()).collect();
                             spinning.sort_unstable();
                             spinning.dedup();
                             for rk in spinning {

@@ -467,15 +467,18 @@ impl<'p> Semantics<'p> {
         !rival && !connecting
     }
 
-    /// Whether an NCCL launch is running (spinning) on the device: a running launch heads its queues, so only the
-    /// heads of the device's streams are looked at.
+    /// Whether an NCCL launch is running (spinning) on the device ([`Self::spinning_launches`]).
     pub(crate) fn device_spinning(&self, st: &State, rank: RankId, m: &DeviceMemo) -> bool {
-        DeviceMemo::ask(&m.spinning, rank, || {
-            self.reduction.nccl_on.contains(&rank)
-                && self.rank_streams(rank).any(|s| {
-                    let (q, head) = &st.streams.queues[self.stream_index(s)];
-                    q.get(*head as usize).is_some_and(|k| st.item(*k).is_spinning())
-                })
+        DeviceMemo::ask(&m.spinning, rank, || self.reduction.nccl_on.contains(&rank) && self.spinning_launches(st, rank).next().is_some())
+    }
+
+    /// The NCCL launches running (spinning) on the device, one per stream they head (a launch on several streams
+    /// comes once per stream): a running launch heads its queues (a queue's head moves on only when its item ends),
+    /// so only the heads of the device's streams are looked at, not every item.
+    pub(crate) fn spinning_launches<'s>(&'s self, st: &'s State, rank: RankId) -> impl Iterator<Item = ItemKey> + 's {
+        self.rank_streams(rank).filter_map(move |s| {
+            let (q, head) = &st.streams.queues[self.stream_index(s)];
+            q.get(*head as usize).copied().filter(|k| st.item(*k).is_spinning())
         })
     }
 
