@@ -540,3 +540,27 @@ fn taking_connection_setups_alone_changes_no_verdict_on_collective_orders() {
     assert_eq!(compared, 125);
     assert_eq!(verdicts.len(), 2, "both clean and failing programs");
 }
+
+/// Issue 30, item 1: a rank's steps were taken as a persistent set (`Semantics::rank_set`) although the steps left
+/// out (the collective completion that ends the rank's own all-reduce) change what the rank's own allocation
+/// observes: `t` is recorded on the NCCL stream (P4), so its block becomes reusable by `u` only once the all-reduce
+/// ends. The search ran the allocation before the completion in every execution it explored, and said "no problem
+/// in any execution" (31 states) where `copy_out` on `red` reads `t`'s block while `next` writes it as `u`.
+#[test]
+fn a_rank_set_left_out_the_collective_end_its_own_allocation_observes() {
+    let text = r#"Program(ranks: 1, streams: [Stream("red", NonBlocking), Stream("nccl", NonBlocking)], events: ["end"],
+      buffers: [Pooled("t", "16 MiB"), Pooled("u", "16 MiB")], comms: [Comm("world")],
+      threads: [Thread("main", [Alloc("t", stream: "sL"), Kernel("fill", stream: "sL", writes: ["t"]),
+        StreamSync("sL"), AllReduce(buf: "t", stream: "nccl"), RecordStream("t", stream: "nccl"),
+        Record("end", stream: "nccl"), Wait("end", stream: "red"), Kernel("copy_out", stream: "red", reads: ["t"]),
+        Free("t"), Alloc("u", stream: "sL"), Kernel("next", stream: "sL", writes: ["u"]), DeviceSync])])"#;
+    let p = cuorder_model::format::load("allreduce-record-stream", text).unwrap();
+    let kinds = |r: &cuorder::report::Report| r.findings.iter().map(|f| format!("{} {}", f.kind, f.frequency)).collect::<Vec<_>>();
+    for prof in [Profile::portable(), Profile::eager()] {
+        let on = check(&p, &prof, &Limits::default());
+        let off = check(&p, &prof, &Limits { reduce: false, forget: false, ..Limits::default() });
+        assert_eq!(kinds(&off), ["data race sometimes"], "{}", off.to_text());
+        assert_eq!(kinds(&on), kinds(&off), "{}", on.to_text());
+        assert!(on.findings[0].text.contains("copy_out") && on.findings[0].text.contains("next"), "{}", on.to_text());
+    }
+}

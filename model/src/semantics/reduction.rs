@@ -346,6 +346,14 @@ impl<'p> Semantics<'p> {
             if connecting.contains(&r) || idx.iter().all(|i| self.starvable_in(st, &enabled[*i], m)) || !self.rank_isolated(st, r) {
                 continue;
             }
+            // The steps outside the set include the deliveries and collective completions that end the rank's own
+            // running launches, and ending a launch changes what the rank's own queries and allocations observe
+            // (S4, P4: a block recorded on the launch's stream becomes reusable). Such a rank is not isolated from
+            // them (issue 30: an allocation after an all-reduce on a recorded stream lost the P4 race in which the
+            // all-reduce ends first).
+            if !self.device_quiet(st, r) && self.spinning_launches(st, r).next().is_some() {
+                continue;
+            }
             best = Some(idx);
         }
         best
