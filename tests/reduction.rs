@@ -104,7 +104,10 @@ fn compare(name: &str, p: &cuorder_model::program::Program, prof: &Profile, max_
         return false;
     }
     assert_eq!(key(&on), key(&off), "{name} under {}", prof.name);
-    assert!(on.states <= off.states);
+    // States inside a chain of single successors are counted each time the chain is entered, and a reduced search
+    // enters chains that the unreduced one merges at a branching point: with nothing to reduce (two threads of a
+    // rank enqueueing on one stream leave no step to withhold, issue 30) it may count a few more.
+    assert!(on.states <= off.states + off.states / 5, "{name} under {}: {} states reduced, {} unreduced", prof.name, on.states, off.states);
     // Forgetting alone: same findings, and never more states (forgotten history only merges states).
     let remembering = check(p, prof, &Limits { forget: false, ..Limits::default() });
     assert_eq!(key(&on), key(&remembering), "{name} under {} (forgetting)", prof.name);
@@ -563,4 +566,78 @@ fn a_rank_set_left_out_the_collective_end_its_own_allocation_observes() {
         assert_eq!(kinds(&on), kinds(&off), "{}", on.to_text());
         assert!(on.findings[0].text.contains("copy_out") && on.findings[0].text.contains("next"), "{}", on.to_text());
     }
+}
+
+/// Found by the differential campaign (issue 30, `sim::differential` seed 42): rank 1's thread `t1` synchronizes on
+/// an event recorded behind rank 1's send, then enqueues `r4` on stream `a`, where `main` enqueues `c2`. The rank's
+/// steps were taken as a persistent set while `t1` was blocked; the delivery that releases it is outside the set,
+/// and `t1`'s later enqueue on `a` does not commute with `main`'s. Every execution explored enqueued `c2` first, so
+/// the race of `c2` with the send was called "in every execution"; when `r4` goes first, `c2` is ordered after the
+/// send (stream order behind `r4`, which follows the synchronize).
+#[test]
+fn a_rank_set_ignored_a_blocked_thread_that_enqueues_on_a_shared_stream() {
+    let text = r#"Program(ranks: 2, streams: [Stream("a", NonBlocking)], events: ["e1"],
+      buffers: [Buffer("x", "4 KiB"), Buffer("y", "4 KiB")], comms: [Comm("world")],
+      threads: [
+        Thread("main", ranks: [0], ops: [Recv(from: Rank(1), buf: "y", stream: "a", comm: "world")]),
+        Thread("main", ranks: [1], ops: [Send(to: Rank(0), buf: "x", stream: "sL", comm: "world"), Kernel("c2", stream: "a", writes: ["x"])]),
+        Thread("t1", ranks: [1], ops: [Record("e1", stream: "sL"), EventSync("e1"), Kernel("r4", stream: "a")]),
+      ])"#;
+    let p = cuorder_model::format::load("blocked-thread-shared-stream", text).unwrap();
+    let kinds = |r: &cuorder::report::Report| r.findings.iter().map(|f| format!("{} {}", f.kind, f.frequency)).collect::<Vec<_>>();
+    for prof in [Profile::portable(), Profile::eager()] {
+        let on = check(&p, &prof, &Limits::default());
+        let off = check(&p, &prof, &Limits { reduce: false, forget: false, ..Limits::default() });
+        assert_eq!(kinds(&off), ["data race sometimes"], "{}", off.to_text());
+        assert_eq!(kinds(&on), kinds(&off), "under {}: {}", prof.name, on.to_text());
+    }
+}
+
+/// Found by the differential campaign (issue 30, seed 92): rank 1 issues an all-reduce on `c1` on stream `a`, then
+/// (after creating `c2`) one on `c2` on stream `b`. The start of the first launch was taken alone
+/// (`Semantics::launch_is_local`) because no rival launch was queued yet, but the second, still to be issued, may
+/// start first, spin, and keep the first from starting (S1) while rank 0 waits for it in `c1`: a hang under
+/// `portable` that `check` called "no problem in any execution".
+#[test]
+fn a_launch_start_taken_alone_lost_a_rival_launch_still_to_be_issued() {
+    let text = r#"Program(ranks: 2, streams: [Stream("a", NonBlocking), Stream("b", Blocking)],
+      buffers: [Buffer("x", "64 MiB")],
+      comms: [Comm("c1", members: [0, 1], init: Explicit), Comm("c2", members: [0, 1], init: Explicit)],
+      threads: [
+        Thread("main", ranks: [0], ops: [CommInit("c1"), AllReduce(buf: "x", stream: "sPT", comm: "c1"), CommInit("c2"), AllReduce(buf: "x", stream: "sPT", comm: "c2")]),
+        Thread("main", ranks: [1], ops: [CommInit("c1"), AllReduce(buf: "x", stream: "a", comm: "c1"), CommInit("c2"), AllReduce(buf: "x", stream: "b", comm: "c2")]),
+      ])"#;
+    let p = cuorder_model::format::load("rival-launch-to-issue", text).unwrap();
+    let kinds = |r: &cuorder::report::Report| r.findings.iter().map(|f| format!("{} {}", f.kind, f.frequency)).collect::<Vec<_>>();
+    let on = check(&p, &Profile::portable(), &Limits::default());
+    let off = check(&p, &Profile::portable(), &Limits { reduce: false, forget: false, ..Limits::default() });
+    assert!(kinds(&off).contains(&"deadlock sometimes".to_string()), "{}", off.to_text());
+    assert_eq!(kinds(&on), kinds(&off), "{}", on.to_text());
+}
+
+/// Found by the differential campaign (issue 30, seed 177): every execution ends in undefined behaviour (host
+/// functions that call CUDA on ranks 1 and 2, S8), and rank 0 races between a host function and a host read. The
+/// reduced search ran rank 0 first, so all its final states held the race ("in every execution"); the full search
+/// also ends executions at the undefined use before rank 0 ran ("in some executions"). An undefined execution
+/// allows any observation, so "in every execution" is now decided over the defined final states only, whichever
+/// undefined states a search reaches first.
+#[test]
+fn undefined_final_states_decided_whether_a_race_is_in_every_execution() {
+    let text = r#"Program(ranks: 3, buffers: [Buffer("h", "4 KiB", space: PinnedHost), Buffer("k", "4 KiB", space: PageableHost)],
+      threads: [
+        Thread("main", ranks: [0], ops: [HostFunc("f3", stream: "sPT", reads: ["k"], writes: ["h"]), HostRead("h")]),
+        Thread("main", ranks: [1], ops: [DeviceSync]),
+        Thread("t1", ranks: [1], ops: [HostFunc("f2", stream: "sL", calls_cuda: true)]),
+        Thread("main", ranks: [2], ops: [HostFunc("f1", stream: "sL", calls_cuda: true)]),
+      ])"#;
+    let p = cuorder_model::format::load("undefined-everywhere", text).unwrap();
+    let kinds = |r: &cuorder::report::Report| {
+        let mut v: Vec<String> = r.findings.iter().map(|f| format!("{} {}", f.kind, f.frequency)).collect();
+        v.sort();
+        v
+    };
+    let on = check(&p, &Profile::portable(), &Limits::default());
+    let off = check(&p, &Profile::portable(), &Limits { reduce: false, forget: false, ..Limits::default() });
+    assert_eq!(kinds(&on), kinds(&off), "{}\n{}", on.to_text(), off.to_text());
+    assert!(kinds(&off).contains(&"data race always".to_string()), "{}", off.to_text());
 }

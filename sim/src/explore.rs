@@ -146,6 +146,10 @@ pub(crate) struct Collector {
     /// Number of distinct final states each problem appears in.
     pub terminal_hits: BTreeMap<ProblemKey, usize>,
     pub terminal_states: usize,
+    /// Final states that are undefined (counted in `terminal_states` too).
+    pub undefined_states: usize,
+    /// Number of distinct final states that are not undefined each problem appears in.
+    pub defined_hits: BTreeMap<ProblemKey, usize>,
     pub completed_states: usize,
     pub starved_states: usize,
 }
@@ -157,10 +161,18 @@ impl Collector {
     pub fn finish(self, states: usize, limit_hit: Option<String>) -> Exploration {
         let keys = self.keys();
         let mut findings = self.findings;
+        // An execution that ends in undefined behaviour allows any observation, so it contradicts no claim that
+        // a race, stale read or timeout happens in every execution: those are decided over the defined final
+        // states only (issue 30: which undefined states a reduced search reached first decided "always" before;
+        // where every final state is undefined, a problem found is in every execution that is defined, vacuously).
+        let defined = self.terminal_states - self.undefined_states;
         for (key, idx) in &self.index {
+            let hits = self.terminal_hits.get(key).copied().unwrap_or(0);
+            let defined_hits = self.defined_hits.get(key).copied().unwrap_or(0);
             let always = match key {
                 ProblemKey::Deadlock(..) => self.completed_states == 0 && limit_hit.is_none(),
-                _ => self.terminal_hits.get(key).copied().unwrap_or(0) == self.terminal_states && limit_hit.is_none(),
+                ProblemKey::Undefined(..) => hits == self.terminal_states && limit_hit.is_none(),
+                _ => defined_hits == defined && limit_hit.is_none(),
             };
             findings[*idx].frequency = if always { Frequency::Always } else { Frequency::Sometimes };
         }
@@ -181,6 +193,8 @@ impl Collector {
             index: BTreeMap::new(),
             terminal_hits: BTreeMap::new(),
             terminal_states: 0,
+            undefined_states: 0,
+            defined_hits: BTreeMap::new(),
             completed_states: 0,
             starved_states: 0,
         }
@@ -284,9 +298,17 @@ impl Collector {
         }
         if empty {
             self.terminal_states += 1;
+            if st.undefined.is_some() {
+                // Only its undefined use counts: the other problems are decided over the defined final states
+                // (`finish`), unless none is defined.
+                self.undefined_states += 1;
+            }
             present.sort();
             present.dedup();
             for k in present {
+                if st.undefined.is_none() {
+                    *self.defined_hits.entry(k.clone()).or_default() += 1;
+                }
                 *self.terminal_hits.entry(k).or_default() += 1;
             }
         }

@@ -31,6 +31,9 @@ pub(crate) struct Tables {
     /// Per global thread: device -> the effect point of the last op that issues an NCCL launch on it (S1: a launch
     /// still to be issued may spin before an item already issued starts).
     launcher: Vec<BTreeMap<RankId, u32>>,
+    /// Per global thread: stream -> the effect point of the last op that issues an NCCL launch on it (a launch still
+    /// to be issued on another stream of a device may start before one already issued, S1, N5).
+    launcher_streams: Vec<BTreeMap<StreamRef, u32>>,
     /// Device -> the global threads that issue NCCL launches on it (from `launcher`).
     issuers: BTreeMap<RankId, Vec<ThreadId>>,
     /// Device -> (global thread, index of its last op observing the device), from `observer`: most devices have
@@ -43,6 +46,10 @@ pub(crate) struct Tables {
     /// Resource (other than a communicator) -> every thread that uses it: (thread, last read, last write), from
     /// `touch`, so that [`Semantics::rank_isolated`] looks only at the users of what the rank touches.
     users: BTreeMap<Resource, Vec<(ThreadId, Option<u32>, Option<u32>)>>,
+    /// The resources two or more threads use where one of them writes (a communicator only among threads of one
+    /// rank: launches of two ranks on one communicator commute), each with its users (thread, last read, last
+    /// write): what [`Semantics::threads_interfere`] looks at.
+    shared: Vec<Vec<(ThreadId, Option<u32>, Option<u32>)>>,
     /// Communicator -> every thread that uses it: (thread, last use, last life-cycle call), from `comm_use`.
     comm_users: BTreeMap<CommId, Vec<(ThreadId, u32, Option<u32>)>>,
     /// Whether anything can abort a communicator (a `CommAbort` op or a watchdog; N9, N13).
@@ -62,15 +69,21 @@ impl Tables {
         let mut observer = vec![];
         let mut comm_use = vec![];
         let mut launcher = vec![];
+        let mut launcher_streams = vec![];
         let nccl_on = infos.iter().flatten().filter(|i| i.comm.is_some()).filter_map(|i| i.acting_rank).collect();
         for (info, at) in infos.iter().zip(points) {
             let mut t: BTreeMap<Resource, (Option<u32>, Option<u32>)> = BTreeMap::new();
             let mut o: BTreeMap<RankId, u32> = BTreeMap::new();
             let mut cu: BTreeMap<CommId, (u32, Option<u32>)> = BTreeMap::new();
             let mut la: BTreeMap<RankId, u32> = BTreeMap::new();
+            let mut ls: BTreeMap<StreamRef, u32> = BTreeMap::new();
             for (i, inf) in info.iter().enumerate() {
                 if let (Some(_), Some(r)) = (inf.comm, inf.acting_rank) {
                     let e = la.entry(r).or_default();
+                    *e = (*e).max(at[i]);
+                }
+                if let (Some(_), Some(s)) = (inf.comm, inf.stream) {
+                    let e = ls.entry(s).or_default();
                     *e = (*e).max(at[i]);
                 }
                 if let Some(c) = inf.comm {
@@ -93,6 +106,7 @@ impl Tables {
             observer.push(o);
             comm_use.push(cu);
             launcher.push(la);
+            launcher_streams.push(ls);
         }
         let nonblocking = program.comms.iter().any(|c| c.nonblocking);
         let aborts = program.comms.iter().any(|c| c.watchdog_ns.is_some())
@@ -127,13 +141,34 @@ impl Tables {
                 }
             }
         }
+        let mut shared: Vec<Vec<(ThreadId, Option<u32>, Option<u32>)>> =
+            users.values().filter(|v| v.len() > 1 && v.iter().any(|(_, _, w)| w.is_some())).cloned().collect();
+        let rank_of_thread = |u: usize| {
+            let mut r = 0usize;
+            for (i, rk) in program.ranks.iter().enumerate() {
+                let before: usize = program.ranks[..i].iter().map(|x| x.threads.len()).sum();
+                if u >= before && u < before + rk.threads.len() {
+                    r = i;
+                }
+            }
+            r
+        };
+        let mut comm_by_rank: BTreeMap<(Resource, usize), Vec<(ThreadId, Option<u32>, Option<u32>)>> = BTreeMap::new();
+        for (u, t) in touch.iter().enumerate() {
+            for (res, (rd, wr)) in t {
+                if matches!(res, Resource::Comm(_)) {
+                    comm_by_rank.entry((*res, rank_of_thread(u))).or_default().push((u as ThreadId, *rd, *wr));
+                }
+            }
+        }
+        shared.extend(comm_by_rank.into_values().filter(|v| v.len() > 1 && v.iter().any(|(_, _, w)| w.is_some())));
         let mut comm_users: BTreeMap<CommId, Vec<(ThreadId, u32, Option<u32>)>> = BTreeMap::new();
         for (u, cu) in comm_use.iter().enumerate() {
             for (c, (last, life)) in cu {
                 comm_users.entry(*c).or_default().push((u as ThreadId, *last, *life));
             }
         }
-        Tables { touch, observer, nccl_on, launcher, issuers, observers_of, launch_streams, users, comm_users, aborts, comm_use, nonblocking }
+        Tables { touch, observer, nccl_on, launcher, launcher_streams, issuers, observers_of, launch_streams, users, shared, comm_users, aborts, comm_use, nonblocking }
     }
 }
 
@@ -181,16 +216,18 @@ pub struct DeviceMemo {
     /// Per rank: 0 not asked yet, 1 no, 2 yes.
     spinning: Vec<std::cell::Cell<u8>>,
     may_spin: Vec<std::cell::Cell<u8>>,
+    /// [`Semantics::threads_interfere`] for the state: 0 not asked yet, 1 no, 2 yes.
+    interfere: std::cell::Cell<u8>,
 }
 
 impl DeviceMemo {
     /// Remembers nothing (every question is computed).
-    pub const NONE: DeviceMemo = DeviceMemo { spinning: Vec::new(), may_spin: Vec::new() };
+    pub const NONE: DeviceMemo = DeviceMemo { spinning: Vec::new(), may_spin: Vec::new(), interfere: std::cell::Cell::new(0) };
 
     /// A memo for the ranks of `sem`'s program.
     pub fn new(sem: &Semantics) -> DeviceMemo {
         let n = sem.program.ranks.len();
-        DeviceMemo { spinning: vec![std::cell::Cell::new(0); n], may_spin: vec![std::cell::Cell::new(0); n] }
+        DeviceMemo { spinning: vec![std::cell::Cell::new(0); n], may_spin: vec![std::cell::Cell::new(0); n], interfere: std::cell::Cell::new(0) }
     }
 
     /// Forgets every answer (before asking about another state).
@@ -198,6 +235,7 @@ impl DeviceMemo {
         for c in self.spinning.iter().chain(&self.may_spin) {
             c.set(0);
         }
+        self.interfere.set(0);
     }
 
     fn ask(slots: &[std::cell::Cell<u8>], rank: RankId, f: impl FnOnce() -> bool) -> bool {
@@ -354,9 +392,72 @@ impl<'p> Semantics<'p> {
             if !self.device_quiet(st, r) && self.spinning_launches(st, r).next().is_some() {
                 continue;
             }
+            // A blocked thread of the rank can be released by a step outside the set (a delivery ending the launch
+            // its synchronize waits for, another rank's barrier arrival), and its later ops are steps of the rank
+            // that the set does not hold: when they use what another thread of the rank uses (two threads
+            // enqueueing on one stream), taking the set first loses the executions in which the released thread
+            // goes first (issue 30: a kernel issued behind an event synchronize on another thread's stream was
+            // ordered after that thread's kernel in every execution explored; "data race in every execution").
+            if self.blocked_thread_conflicts(st, r) {
+                continue;
+            }
             best = Some(idx);
         }
         best
+    }
+
+    /// Whether two host threads still have ops that use one resource, one of them writing it (two threads enqueueing
+    /// on one stream, a record and a wait of one event): the order of their steps then matters, and a thread's
+    /// steps may wait for device work (a synchronize). Leaving an item start or a delivery for later
+    /// ([`Self::postponable`]) then delays the threads it would release, and loses the executions in which they go
+    /// before the other thread (issue 30: a kernel enqueued by a thread after an event synchronize, on a stream
+    /// another thread enqueues on, was always enqueued second).
+    pub(crate) fn threads_interfere(&self, st: &State, m: &DeviceMemo) -> bool {
+        let ask = || {
+            let later = |u: ThreadId, i: Option<u32>| i.is_some_and(|i| i >= st.host.threads[u as usize].pc);
+            self.reduction.shared.iter().any(|users| {
+                users.iter().enumerate().any(|(i, (u, urd, uwr))| {
+                    let (ur, uw) = (later(*u, *urd), later(*u, *uwr));
+                    (ur || uw)
+                        && users[i + 1..].iter().any(|(v, vrd, vwr)| {
+                            let (vr, vw) = (later(*v, *vrd), later(*v, *vwr));
+                            v != u && ((uw && (vr || vw)) || (ur && vw))
+                        })
+                })
+            })
+        };
+        match m.interfere.get() {
+            1 => false,
+            2 => true,
+            _ => {
+                let x = ask();
+                m.interfere.set(1 + u8::from(x));
+                x
+            }
+        }
+    }
+
+    /// Whether a blocked thread of rank `r` has an op at or after its current one that uses a resource another
+    /// thread of the rank still uses in a conflicting way (one of them writes it): its later steps, once a step
+    /// outside the rank's set releases it, do not commute with the other thread's ([`Self::rank_set`]).
+    fn blocked_thread_conflicts(&self, st: &State, r: RankId) -> bool {
+        let own = self.rank_threads(r);
+        if own.len() < 2 {
+            return false;
+        }
+        let later = |u: ThreadId, i: Option<u32>| i.is_some_and(|i| i >= st.host.threads[u as usize].pc);
+        own.clone().filter(|u| st.host.threads[*u as usize].wait.is_some()).any(|u| {
+            self.reduction.touch[u as usize].iter().any(|(res, (rd, wr))| {
+                let (ur, uw) = (later(u, *rd), later(u, *wr));
+                (ur || uw)
+                    && own.clone().filter(|v| *v != u).any(|v| {
+                        self.reduction.touch[v as usize].get(res).is_some_and(|(vrd, vwr)| {
+                            let (vr, vw) = (later(v, *vrd), later(v, *vwr));
+                            (uw && (vr || vw)) || (ur && vw)
+                        })
+                    })
+            })
+        })
     }
 
     /// Whether, from `st` on, no host call of another rank can interfere with rank `r` nor the reverse
@@ -472,7 +573,16 @@ impl<'p> Semantics<'p> {
         let connecting = st.host.threads.iter().enumerate().any(|(u, th)| {
             self.rank_of(u as ThreadId) == rank && matches!(&th.wait, Some(Wait::Connect { need, .. }) if !need.is_empty())
         });
-        !rival && !connecting
+        // A rival still to be issued: a thread that will launch on another stream of the device (issue 30: an
+        // all-reduce issued later on another stream started first and spun, and the platform withheld this one,
+        // S1; taking this start alone lost that hang, "no problem in any execution").
+        let future_rival = self.reduction.issuers.get(&rank).is_some_and(|threads| {
+            threads.iter().any(|u| {
+                let pc = st.host.threads[*u as usize].pc;
+                self.reduction.launcher_streams[*u as usize].iter().any(|(s, last)| s.rank == rank && !item.streams.contains(s) && pc <= *last)
+            })
+        });
+        !rival && !connecting && !future_rival
     }
 
     /// Whether an NCCL launch is running (spinning) on the device ([`Self::spinning_launches`]).
@@ -571,7 +681,7 @@ impl<'p> Semantics<'p> {
 
     /// [`Self::postponable`], with answers about devices kept in `m` (for `st` only).
     pub fn postponable_in(&self, st: &State, step: &Step, m: &DeviceMemo) -> bool {
-        if self.reduction.aborts || self.reduction.nonblocking {
+        if self.reduction.aborts || self.reduction.nonblocking || self.threads_interfere(st, m) {
             return false;
         }
         match step {

@@ -1,0 +1,759 @@
+//! The differential campaign (issue 30): seeded programs over every operation family, small enough for the naive
+//! [`crate::reference`] explorer to finish, each checked by the exhaustive search (`check`: reduction, forgetting,
+//! withholding, eager dominance), by the reference, by DPOR and by random walks; the first three must report the
+//! same findings (problem key and frequency), and every sampled finding must be one `check` reports.
+//!
+//! Programs are generated as the RON surface text users write (docs/program-format.md) and loaded with
+//! [`cuorder_model::format::load`], so the loader, the SPMD expansion and the PyTorch dialect's lowering are on the
+//! path too. Every choice derives from the seed ([`crate::rng::Rng`]): the program of a seed is the same text on
+//! every machine. [`GEN_VERSION`] names the generator's behaviour.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use cuorder_model::profile::Profile;
+use cuorder_model::semantics::Semantics;
+use cuorder_model::verdict::{Frequency, ProblemKey};
+
+use crate::explore::{explore, Exploration, Limits};
+use crate::rng::Rng;
+use crate::strategy::{sample, SampleOptions, Strategy};
+
+/// The generator's behaviour version: a seed names a program only together with it.
+pub const GEN_VERSION: u32 = 1;
+
+/// The operation families a program is built around (each program also mixes in ops of other families).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// Kernels on the legacy, per-thread, blocking and non-blocking streams (S1, S2).
+    Streams,
+    /// Event record, wait, query, synchronize (S3, S4).
+    Events,
+    /// Stream, event and device synchronization, queries, host reads and writes, host barriers (S4).
+    HostSync,
+    /// Synchronous and asynchronous copies and memsets between device, pinned and pageable memory (S5).
+    Copies,
+    /// The caching allocator (Alloc, Free, RecordStream; P4), cudaFree and cudaMalloc (S7).
+    Allocator,
+    /// Ungrouped sends and receives (N2, N3, N7).
+    P2p,
+    /// Grouped sends and receives (N4, N14).
+    Groups,
+    /// Every collective kind (C1).
+    Collectives,
+    /// Explicit init, split, non-blocking communicators with polls, abort, finalize and destroy, watchdogs (N8,
+    /// N9, N12, N13).
+    Communicators,
+    /// Host functions on streams (S8).
+    HostFuncs,
+    /// Value assertions (V1).
+    Expect,
+    /// The PyTorch dialect (P1-P5).
+    Torch,
+}
+
+impl Family {
+    /// Every family, in the order the campaign cycles through them.
+    pub const ALL: [Family; 12] = [
+        Family::Streams,
+        Family::Events,
+        Family::HostSync,
+        Family::Copies,
+        Family::Allocator,
+        Family::P2p,
+        Family::Groups,
+        Family::Collectives,
+        Family::Communicators,
+        Family::HostFuncs,
+        Family::Expect,
+        Family::Torch,
+    ];
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Streams => "streams",
+            Family::Events => "events",
+            Family::HostSync => "host-sync",
+            Family::Copies => "copies",
+            Family::Allocator => "allocator",
+            Family::P2p => "p2p",
+            Family::Groups => "groups",
+            Family::Collectives => "collectives",
+            Family::Communicators => "communicators",
+            Family::HostFuncs => "host-funcs",
+            Family::Expect => "expect",
+            Family::Torch => "torch",
+        }
+    }
+}
+
+/// The family of program `seed`: seeds cycle through [`Family::ALL`], so any range of 12 seeds covers each once.
+pub fn family_of(seed: u64) -> Family {
+    Family::ALL[(seed % Family::ALL.len() as u64) as usize]
+}
+
+struct G {
+    rng: Rng,
+    ranks: u32,
+    /// Per rank, per thread: the ops, as RON text.
+    ops: Vec<Vec<Vec<String>>>,
+    /// Extra communicator declarations.
+    comms: Vec<String>,
+    /// A counter for unique names.
+    n: u32,
+    /// The size unit of buffers: every device buffer is 4 units, so that collectives over 1 to 4 ranks fit.
+    unit: &'static str,
+    unit_kib: u64,
+    /// Ranks whose allocator pattern was used (Alloc of `p` and `q` happens once per rank).
+    pooled: Vec<bool>,
+    /// Ranks that released `z` with cudaFree.
+    freed: Vec<bool>,
+    /// Communicators finalized or destroyed at the end (no op may follow).
+    closing: bool,
+}
+
+const STREAMS: [&str; 4] = ["sL", "sPT", "a", "b"];
+
+impl G {
+    fn below(&mut self, n: u64) -> u64 {
+        self.rng.below(n)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+    fn name(&mut self, base: &str) -> String {
+        self.n += 1;
+        format!("{base}{}", self.n)
+    }
+    fn stream(&mut self) -> &'static str {
+        self.pick(&STREAMS)
+    }
+    fn thread(&mut self, rank: u32) -> usize {
+        self.below(self.ops[rank as usize].len() as u64) as usize
+    }
+    fn push(&mut self, rank: u32, thread: usize, op: String) {
+        self.ops[rank as usize][thread].push(op);
+    }
+    fn size(&self, units: u64) -> String {
+        let kib = units * self.unit_kib;
+        if kib % 1024 == 0 { format!("{} MiB", kib / 1024) } else { format!("{kib} KiB") }
+    }
+    fn slice(&self, buf: &str, units: u64) -> String {
+        format!("Slice(\"{buf}\", 0, \"{}\")", self.size(units))
+    }
+
+    // ----- local snippets: one thread of one rank -----
+
+    fn kernel(&mut self, rank: u32, t: usize) {
+        let bufs = ["x", "y"];
+        let (r, w) = (self.pick(&bufs), self.pick(&bufs));
+        let s = self.stream();
+        let k = self.name("k");
+        let reads = if self.chance(70) { format!("\"{r}\"") } else { String::new() };
+        let writes = if self.chance(70) { format!("\"{w}\"") } else { String::new() };
+        self.push(rank, t, format!("Kernel(\"{k}\", stream: \"{s}\", reads: [{reads}], writes: [{writes}])"));
+    }
+
+    fn events(&mut self, rank: u32, t: usize) {
+        let (s1, s2) = (self.stream(), self.stream());
+        let e = self.pick(&["e0", "e1"]);
+        let k = self.name("w");
+        let k2 = self.name("r");
+        let record = format!("Record(\"{e}\", stream: \"{s1}\")");
+        let write = format!("Kernel(\"{k}\", stream: \"{s1}\", writes: [\"x\"])");
+        let wait = match self.below(4) {
+            0 => format!("EventSync(\"{e}\")"),
+            1 => format!("EventQuery(\"{e}\")"),
+            _ => format!("Wait(\"{e}\", stream: \"{s2}\")"),
+        };
+        let read = format!("Kernel(\"{k2}\", stream: \"{s2}\", reads: [\"x\"])");
+        // L3 (ordered), L4 (record before the write), L5 (wait before the record).
+        let order: Vec<String> = match self.below(4) {
+            0 => vec![record, write, wait, read],
+            1 => vec![wait, write, record, read],
+            _ => vec![write, record, wait, read],
+        };
+        for op in order {
+            self.push(rank, t, op);
+        }
+    }
+
+    fn host_sync(&mut self, rank: u32, t: usize) {
+        let s = self.stream();
+        if self.chance(50) {
+            self.push(rank, t, format!("Memcpy(dst: \"h\", src: \"x\", stream: \"{s}\")"));
+        }
+        let op = match self.below(7) {
+            0 => format!("StreamSync(\"{s}\")"),
+            1 => "DeviceSync".to_string(),
+            2 => format!("StreamQuery(\"{s}\")"),
+            3 => format!("EventQuery(\"{}\")", self.pick(&["e0", "e1"])),
+            4 => "Barrier(\"bar\")".to_string(),
+            _ => format!("StreamSync(\"{s}\")"),
+        };
+        self.push(rank, t, op);
+        let access = if self.chance(50) { "HostRead(\"h\")" } else { "HostWrite(\"h\")" };
+        self.push(rank, t, access.to_string());
+    }
+
+    fn copies(&mut self, rank: u32, t: usize) {
+        let s = self.stream();
+        let op = match self.below(6) {
+            0 => format!("Memcpy(dst: \"h\", src: \"x\", stream: \"{s}\")"),
+            1 => "Memcpy(dst: \"y\", src: \"x\")".to_string(),
+            2 => format!("Memset(\"x\", stream: \"{s}\")"),
+            3 => "Memset(\"y\")".to_string(),
+            4 => format!("Memcpy(dst: \"x\", src: \"k\", stream: \"{s}\")"),
+            _ => "Memcpy(dst: \"k\", src: \"y\")".to_string(),
+        };
+        self.push(rank, t, op);
+    }
+
+    fn allocator(&mut self, rank: u32, t: usize) {
+        if std::mem::replace(&mut self.pooled[rank as usize], true) {
+            return self.kernel(rank, t);
+        }
+        let (s1, s2) = (self.stream(), self.stream());
+        let fill = self.name("fill");
+        let use_ = self.name("use");
+        let next = self.name("next");
+        self.push(rank, t, format!("Alloc(\"p\", stream: \"{s1}\")"));
+        self.push(rank, t, format!("Kernel(\"{fill}\", stream: \"{s1}\", writes: [\"p\"])"));
+        if self.chance(50) {
+            self.push(rank, t, format!("Record(\"e1\", stream: \"{s1}\")"));
+            self.push(rank, t, format!("Wait(\"e1\", stream: \"{s2}\")"));
+        }
+        self.push(rank, t, format!("Kernel(\"{use_}\", stream: \"{s2}\", reads: [\"p\"])"));
+        if self.chance(50) {
+            self.push(rank, t, format!("RecordStream(\"p\", stream: \"{s2}\")"));
+        }
+        self.push(rank, t, "Free(\"p\")".into());
+        let s3 = if self.chance(70) { s1 } else { self.stream() };
+        self.push(rank, t, format!("Alloc(\"q\", stream: \"{s3}\")"));
+        self.push(rank, t, format!("Kernel(\"{next}\", stream: \"{s3}\", writes: [\"q\"])"));
+        if self.chance(30) && !std::mem::replace(&mut self.freed[rank as usize], true) {
+            let s = self.stream();
+            let k = self.name("z");
+            self.push(rank, t, format!("Kernel(\"{k}\", stream: \"{s}\", writes: [\"z\"])"));
+            self.push(rank, t, "Free(\"z\")".into());
+        } else if self.chance(30) {
+            self.push(rank, t, "Malloc(\"1 MiB\")".into());
+        }
+    }
+
+    fn host_func(&mut self, rank: u32, t: usize) {
+        let s = self.stream();
+        let f = self.name("f");
+        let body = match self.below(4) {
+            0 => "reads: [\"h\"]",
+            1 => "writes: [\"h\"]",
+            2 => "calls_cuda: true",
+            _ => "reads: [\"k\"], writes: [\"h\"]",
+        };
+        self.push(rank, t, format!("HostFunc(\"{f}\", stream: \"{s}\", {body})"));
+        if self.chance(50) {
+            self.push(rank, t, "HostRead(\"h\")".into());
+        }
+    }
+
+    fn expect(&mut self, rank: u32, t: usize) {
+        let (s1, s2) = (self.stream(), self.stream());
+        if self.chance(50) {
+            let k = self.name("w");
+            self.push(rank, t, format!("Kernel(\"{k}\", stream: \"{s1}\", writes: [\"x\"])"));
+            if self.chance(60) {
+                self.push(rank, t, format!("Record(\"e0\", stream: \"{s1}\")"));
+                self.push(rank, t, format!("Wait(\"e0\", stream: \"{s2}\")"));
+            }
+            self.push(rank, t, format!("Expect(\"x\", written_by: Kernel(\"{k}\"), stream: \"{s2}\")"));
+        } else {
+            self.push(rank, t, format!("Memcpy(dst: \"h\", src: \"y\", stream: \"{s1}\")"));
+            if self.chance(60) {
+                self.push(rank, t, format!("StreamSync(\"{s1}\")"));
+            }
+            self.push(rank, t, "Expect(\"h\", written_by: Memcpy)".into());
+        }
+    }
+
+    fn local(&mut self, family: Family) {
+        let rank = self.below(self.ranks as u64) as u32;
+        let t = self.thread(rank);
+        match family {
+            Family::Streams => self.kernel(rank, t),
+            Family::Events => self.events(rank, t),
+            Family::HostSync => self.host_sync(rank, t),
+            Family::Copies => self.copies(rank, t),
+            Family::Allocator => self.allocator(rank, t),
+            Family::HostFuncs => self.host_func(rank, t),
+            Family::Expect => self.expect(rank, t),
+            _ => self.kernel(rank, t),
+        }
+    }
+
+    // ----- snippets over ranks: the main thread of each rank involved -----
+
+    fn p2p(&mut self, grouped: bool) {
+        if self.ranks < 2 {
+            return self.kernel(0, 0);
+        }
+        let a = self.below(self.ranks as u64) as u32;
+        let b = (a + 1 + self.below(self.ranks as u64 - 1) as u32) % self.ranks;
+        let (sa, sb) = (self.stream(), self.stream());
+        let send = |to: u32, s: &str| format!("Send(to: Rank({to}), buf: \"x\", stream: \"{s}\", comm: \"world\")");
+        let recv = |from: u32, s: &str| format!("Recv(from: Rank({from}), buf: \"y\", stream: \"{s}\", comm: \"world\")");
+        let variant = if grouped { 4 } else { self.below(4) };
+        match variant {
+            // One way.
+            0 => {
+                self.push(a, 0, send(b, sa));
+                self.push(b, 0, recv(a, sb));
+            }
+            // Both send first: a cycle under rendezvous (N2).
+            1 => {
+                self.push(a, 0, send(b, sa));
+                self.push(a, 0, recv(b, sa));
+                self.push(b, 0, send(a, sb));
+                self.push(b, 0, recv(a, sb));
+            }
+            // Ordered by rank parity.
+            2 => {
+                self.push(a, 0, send(b, sa));
+                self.push(a, 0, recv(b, sa));
+                self.push(b, 0, recv(a, sb));
+                self.push(b, 0, send(a, sb));
+            }
+            // Send and recv on two streams of one communicator (N5).
+            3 => {
+                let sa2 = self.stream();
+                self.push(a, 0, send(b, sa));
+                self.push(b, 0, recv(a, sb));
+                self.push(b, 0, send(a, sb));
+                self.push(a, 0, recv(b, sa2));
+            }
+            // Grouped exchange (N4), sometimes one-sided.
+            _ => {
+                self.push(a, 0, format!("Group([{}, {}])", send(b, sa), recv(b, sa)));
+                if self.chance(85) {
+                    self.push(b, 0, format!("Group([{}, {}])", send(a, sb), recv(a, sb)));
+                } else {
+                    self.push(b, 0, send(a, sb));
+                    self.push(b, 0, recv(a, sb));
+                }
+            }
+        }
+        if self.chance(60) {
+            for r in [a, b] {
+                let s = self.stream();
+                let k = self.name("c");
+                self.push(r, 0, format!("Kernel(\"{k}\", stream: \"{s}\", reads: [\"y\"], writes: [\"x\"])"));
+            }
+        }
+    }
+
+    fn collective_op(&mut self, kind: u64, root: u64, s: &str, comm: &str, members: u64) -> String {
+        let u = |g: &G, n: u64| g.slice("x", n);
+        let v = |g: &G, n: u64| g.slice("y", n);
+        match kind {
+            0 => format!("AllReduce(buf: \"x\", stream: \"{s}\", comm: \"{comm}\")"),
+            1 => format!("Broadcast(root: Rank({root}), buf: \"x\", stream: \"{s}\", comm: \"{comm}\")"),
+            2 => format!("AllGather(send: {}, recv: {}, stream: \"{s}\", comm: \"{comm}\")", u(self, 1), v(self, members)),
+            3 => format!("ReduceScatter(send: {}, recv: {}, stream: \"{s}\", comm: \"{comm}\")", u(self, members), v(self, 1)),
+            4 => format!("AllToAll(send: {}, recv: {}, stream: \"{s}\", comm: \"{comm}\")", u(self, members), v(self, members)),
+            5 => format!("Reduce(root: Rank({root}), buf: \"x\", stream: \"{s}\", comm: \"{comm}\")"),
+            6 => format!("Gather(root: Rank({root}), send: {}, recv: {}, stream: \"{s}\", comm: \"{comm}\")", u(self, 1), v(self, members)),
+            _ => format!("Scatter(root: Rank({root}), send: {}, recv: {}, stream: \"{s}\", comm: \"{comm}\")", u(self, members), v(self, 1)),
+        }
+    }
+
+    fn collectives(&mut self) {
+        let kind = self.below(8);
+        let root = self.below(self.ranks as u64);
+        // Each rank's part on a stream of its own choosing (a rank that skips one, or calls another kind, is a load
+        // error: the loader matches collectives statically, C1).
+        for r in 0..self.ranks {
+            let s = self.stream();
+            let op = self.collective_op(kind, root, s, "world", self.ranks as u64);
+            self.push(r, 0, op);
+        }
+        if self.chance(50) {
+            for r in 0..self.ranks {
+                let s = self.stream();
+                let k = self.name("c");
+                self.push(r, 0, format!("Kernel(\"{k}\", stream: \"{s}\", reads: [\"y\"])"));
+            }
+        }
+    }
+
+    fn communicators(&mut self) {
+        match self.below(5) {
+            // An explicitly created communicator of two ranks (N8).
+            0 if self.ranks >= 2 => {
+                let c = self.name("c");
+                self.comms.push(format!("Comm(\"{c}\", members: [0, 1], init: Explicit)"));
+                for r in 0..2 {
+                    let s = self.stream();
+                    self.push(r, 0, format!("CommInit(\"{c}\")"));
+                    self.push(r, 0, format!("AllReduce(buf: \"x\", stream: \"{s}\", comm: \"{c}\")"));
+                }
+            }
+            // A split of world into halves (N8).
+            1 => {
+                let c = self.name("half");
+                for r in 0..self.ranks {
+                    let s = self.stream();
+                    if self.chance(80) {
+                        self.push(r, 0, format!("CommSplit(\"world\", new: \"{c}.{{rank % 2}}\", color: rank % 2)"));
+                        self.push(r, 0, format!("AllReduce(buf: \"x\", stream: \"{s}\", comm: \"{c}.{}\")", r % 2));
+                    } else {
+                        self.push(r, 0, "CommSplit(\"world\")".into());
+                    }
+                }
+            }
+            // A non-blocking communicator (N12).
+            2 => {
+                let c = self.name("nb");
+                self.comms.push(format!("Comm(\"{c}\", init: Explicit, config: NonBlocking)"));
+                let s = self.stream();
+                for r in 0..self.ranks {
+                    self.push(r, 0, format!("CommInit(\"{c}\")"));
+                    self.push(r, 0, format!("Poll(\"{c}\")"));
+                    self.push(r, 0, format!("AllReduce(buf: \"x\", stream: \"{s}\", comm: \"{c}\")"));
+                    if self.chance(80) {
+                        self.push(r, 0, format!("Poll(\"{c}\")"));
+                    }
+                    self.push(r, 0, format!("StreamSync(\"{s}\")"));
+                }
+            }
+            // A guard thread aborts world on rank 0 (N13), or a watchdog watches a hang (N9).
+            3 if self.ranks >= 2 => {
+                let c = self.name("wd");
+                self.comms.push(format!("Comm(\"{c}\", watchdog: \"1 s\")"));
+                let s = self.stream();
+                self.push(0, 0, format!("Recv(from: Rank(1), buf: \"y\", stream: \"{s}\", comm: \"{c}\")"));
+                if self.chance(50) {
+                    self.push(1, 0, format!("Send(to: Rank(0), buf: \"x\", stream: \"{s}\", comm: \"{c}\")"));
+                }
+                self.push(0, 0, format!("StreamSync(\"{s}\")"));
+            }
+            _ => {
+                // Finalize and destroy world at the end of every rank's main thread (N13).
+                self.closing = true;
+            }
+        }
+    }
+
+    fn torch(&mut self) -> String {
+        let ranks = self.ranks.max(2);
+        let mut body: Vec<Vec<String>> = vec![vec!["InitProcessGroup".into()]; ranks as usize];
+        let mut works = 0;
+        let version = if self.chance(30) { "Before82450" } else { "Since82450" };
+        let init = if self.chance(50) { "Lazy" } else { "Eager" };
+        let avoid = self.chance(20);
+        let mut deleted = vec![false; ranks as usize];
+        let mut made = vec![false; ranks as usize];
+        for _ in 0..1 + self.below(3) {
+            match self.below(7) {
+                0 => {
+                    let r = self.below(ranks as u64) as usize;
+                    let k = self.name("fwd");
+                    let s = if self.chance(50) { "side" } else { "sL" };
+                    body[r].push(format!("WithStream(\"{s}\", [Compute(\"{k}\", reads: [\"act\"], writes: [\"grad\"])])"));
+                }
+                1 => {
+                    let a = self.below(ranks as u64) as usize;
+                    let b = (a + 1) % ranks as usize;
+                    body[a].push(format!("DistSend(\"act\", dst: Rank({b}))"));
+                    body[b].push(format!("DistRecv(\"grad\", src: Rank({a}))"));
+                }
+                2 => {
+                    let a = self.below(ranks as u64) as usize;
+                    let b = (a + 1) % ranks as usize;
+                    works += 1;
+                    let k = self.name("bwd");
+                    body[a].push(format!("Isend(\"act\", dst: Rank({b}), work: \"w{works}\")"));
+                    body[b].push(format!("Irecv(\"grad\", src: Rank({a}), work: \"w{works}\")"));
+                    if self.chance(70) {
+                        body[b].push(format!("WorkWait(\"w{works}\")"));
+                    }
+                    if self.chance(70) {
+                        body[a].push(format!("WorkWait(\"w{works}\")"));
+                    }
+                    body[b].push(format!("Compute(\"{k}\", reads: [\"grad\"])"));
+                }
+                3 => {
+                    works += 1;
+                    let asy = self.chance(50);
+                    for (r, b) in body.iter_mut().enumerate() {
+                        if asy {
+                            b.push(format!("DistAllReduce(\"grad\", async_op: \"w{works}\")"));
+                            if r % 2 == 0 || works % 2 == 0 {
+                                b.push(format!("WorkWait(\"w{works}\")"));
+                            }
+                        } else {
+                            b.push("DistAllReduce(\"grad\")".into());
+                        }
+                    }
+                }
+                4 => {
+                    works += 1;
+                    for b in body.iter_mut() {
+                        b.push(format!(
+                            "BatchIsendIrecv([P2POp(Isend, \"act\", Next), P2POp(Irecv, \"grad\", Prev)], works: \"w{works}\")"
+                        ));
+                        b.push(format!("WorkWait(\"w{works}\")"));
+                    }
+                    let k = self.name("use");
+                    for b in body.iter_mut() {
+                        b.push(format!("Compute(\"{k}\", reads: [\"grad\"], writes: [\"act\"])"));
+                    }
+                }
+                5 => {
+                    let r = self.below(ranks as u64) as usize;
+                    if !made[r] {
+                        made[r] = true;
+                        let k = self.name("fill");
+                        let b = (r + 1) % ranks as usize;
+                        body[r].push("WithStream(\"side\", [Empty(\"t\")])".to_string());
+                        body[r].push(format!("WithStream(\"side\", [Compute(\"{k}\", writes: [\"t\"])])"));
+                        if self.chance(50) {
+                            body[r].push("WithStream(\"side\", [RecordEvent(\"ev\")])".into());
+                            body[r].push("WaitEvent(\"ev\")".into());
+                        }
+                        works += 1;
+                        body[r].push(format!("Isend(\"t\", dst: Rank({b}), work: \"w{works}\")"));
+                        body[b].push("DistRecv(\"grad\", src: Rank(".to_string() + &r.to_string() + "))");
+                        if self.chance(60) {
+                            body[r].push(format!("WorkWait(\"w{works}\")"));
+                        }
+                        if self.chance(70) {
+                            deleted[r] = true;
+                            body[r].push("Del(\"t\")".into());
+                            let k2 = self.name("next");
+                            body[r].push("WithStream(\"side\", [Empty(\"u\")])".to_string());
+                            body[r].push(format!("WithStream(\"side\", [Compute(\"{k2}\", writes: [\"u\"])])"));
+                        }
+                    }
+                }
+                _ => {
+                    for b in body.iter_mut() {
+                        b.push("DistBarrier".into());
+                    }
+                }
+            }
+        }
+        for b in body.iter_mut() {
+            if self.chance(80) {
+                b.push("CudaSynchronize".into());
+            }
+        }
+        let _ = deleted;
+        let mut t = String::new();
+        let _ = write!(
+            t,
+            "Program(ranks: {ranks}, torch: Torch(version: {version}, init: {init}, avoid_record_streams: {avoid}),\n  \
+             streams: [Stream(\"side\", NonBlocking)], events: [\"ev\"],\n  \
+             buffers: [Buffer(\"act\", \"{}\"), Buffer(\"grad\", \"{}\"), Pooled(\"t\", \"{}\"), Pooled(\"u\", \"{}\")],\n  threads: [",
+            self.size(4),
+            self.size(4),
+            self.size(4),
+            self.size(4)
+        );
+        for (r, b) in body.iter().enumerate() {
+            let _ = write!(t, "\n    Thread(\"main\", ranks: [{r}], ops: [{}]),", b.join(", "));
+        }
+        t.push_str("\n  ])\n");
+        t
+    }
+
+    fn text(&self) -> String {
+        let mut t = String::new();
+        let comms: Vec<String> = std::iter::once("Comm(\"world\")".to_string()).chain(self.comms.iter().cloned()).collect();
+        let _ = write!(
+            t,
+            "Program(ranks: {}, streams: [Stream(\"a\", NonBlocking), Stream(\"b\", Blocking)], events: [\"e0\", \"e1\"],\n  \
+             buffers: [Buffer(\"x\", \"{s}\"), Buffer(\"y\", \"{s}\"), Buffer(\"z\", \"{s}\"), Buffer(\"h\", \"{s}\", space: PinnedHost), \
+             Buffer(\"k\", \"{s}\", space: PageableHost), Pooled(\"p\", \"{s}\"), Pooled(\"q\", \"{s}\")],\n  \
+             comms: [{}],\n  threads: [",
+            self.ranks,
+            comms.join(", "),
+            s = self.size(4),
+        );
+        for (r, threads) in self.ops.iter().enumerate() {
+            for (i, ops) in threads.iter().enumerate() {
+                let mut ops = ops.clone();
+                if i == 0 && self.closing {
+                    ops.push("CommFinalize(\"world\")".into());
+                    ops.push("CommDestroy(\"world\")".into());
+                }
+                if ops.is_empty() {
+                    continue;
+                }
+                let name = if i == 0 { "main".to_string() } else { format!("t{i}") };
+                let _ = write!(t, "\n    Thread(\"{name}\", ranks: [{r}], ops: [{}]),", ops.join(", "));
+            }
+        }
+        t.push_str("\n  ])\n");
+        t
+    }
+}
+
+/// The program text of `seed` ([`GEN_VERSION`]): built around [`family_of`]`(seed)`, with one to three ranks (two
+/// to three for the PyTorch dialect), one or two host threads per rank, 1 KiB or 16 MiB units (within and beyond
+/// any eager window), and a few ops of other families mixed in.
+pub fn program_text(seed: u64) -> String {
+    let family = family_of(seed);
+    let mut rng = Rng::new(seed ^ 0xd1ff_e4e7);
+    let ranks = 1 + rng.below(3) as u32;
+    let big = rng.below(3) == 0;
+    let threads: Vec<usize> = (0..ranks).map(|_| 1 + rng.below(2) as usize).collect();
+    let mut g = G {
+        rng,
+        ranks,
+        ops: threads.iter().map(|n| vec![vec![]; *n]).collect(),
+        comms: vec![],
+        n: 0,
+        unit: if big { "16 MiB" } else { "1 KiB" },
+        unit_kib: if big { 16 << 10 } else { 1 },
+        pooled: vec![false; ranks as usize],
+        freed: vec![false; ranks as usize],
+        closing: false,
+    };
+    let _ = g.unit;
+    if family == Family::Torch {
+        return g.torch();
+    }
+    let main = 1 + g.below(2);
+    for _ in 0..main {
+        match family {
+            Family::P2p => g.p2p(false),
+            Family::Groups => g.p2p(true),
+            Family::Collectives => g.collectives(),
+            Family::Communicators => g.communicators(),
+            f => g.local(f),
+        }
+    }
+    for _ in 0..g.below(3) {
+        let other = Family::ALL[g.below(11) as usize];
+        match other {
+            Family::P2p | Family::Groups if g.chance(50) => g.p2p(other == Family::Groups),
+            Family::Collectives if g.chance(50) => g.collectives(),
+            f => g.local(f),
+        }
+    }
+    // Make every rank's work finish observably: a device synchronize at the end of some main threads.
+    for r in 0..ranks {
+        if g.chance(60) {
+            g.push(r, 0, "DeviceSync".into());
+        }
+        if g.ops[r as usize].iter().all(|t| t.is_empty()) {
+            g.kernel(r, 0);
+        }
+    }
+    g.text()
+}
+
+/// Budgets of one comparison.
+#[derive(Clone, Debug)]
+pub struct Budgets {
+    /// Distinct states the reference may visit before the program is skipped (nothing compared).
+    pub reference_states: usize,
+    /// States the exhaustive search and DPOR may visit.
+    pub search_states: usize,
+    /// Random walks per program.
+    pub walks: u64,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets { reference_states: 20_000, search_states: 200_000, walks: 16 }
+    }
+}
+
+/// What comparing one (program, profile) pair showed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every engine agreed (the number of findings).
+    Agree(usize),
+    /// The program does not load (a generator defect, counted).
+    Rejected(String),
+    /// The reference (or another engine) ran out of budget: nothing compared.
+    TooBig,
+    /// A disagreement, described.
+    Disagree(String),
+}
+
+/// The findings of an exploration as (problem key, frequency), sorted.
+fn findings(ex: &Exploration) -> BTreeSet<(ProblemKey, bool)> {
+    ex.keys.iter().zip(&ex.findings).map(|(k, f)| (k.clone(), f.frequency == Frequency::Always)).collect()
+}
+
+fn describe(set: &BTreeSet<(ProblemKey, bool)>) -> String {
+    set.iter().map(|(k, always)| format!("{k:?}{}", if *always { " always" } else { "" })).collect::<Vec<_>>().join("; ")
+}
+
+/// Compares the engines on one program under one profile (module docs): `check`'s search against the reference
+/// (findings and frequencies), DPOR against the reference, and random walks (a subset of the reference's keys).
+pub fn compare(sem: &Semantics, budgets: &Budgets, seed: u64) -> Outcome {
+    let Some(reference) = crate::reference::explore_reference(sem, budgets.reference_states) else {
+        return Outcome::TooBig;
+    };
+    let want = findings(&reference);
+    let limits = Limits { max_states: budgets.search_states, ..Limits::default() };
+    let check = explore(sem, &limits);
+    if check.limit_hit.is_some() {
+        return Outcome::Disagree(format!("check stopped at a limit where the reference finished ({} states)", reference.states));
+    }
+    let got = findings(&check);
+    if got != want {
+        return Outcome::Disagree(format!(
+            "check and the reference differ:\n    check only: {}\n    reference only: {}",
+            describe(&got.difference(&want).cloned().collect()),
+            describe(&want.difference(&got).cloned().collect())
+        ));
+    }
+    let dpor = crate::dpor::explore_dpor(sem, &limits);
+    if dpor.exploration.limit_hit.is_none() {
+        let got = findings(&dpor.exploration);
+        if got != want {
+            return Outcome::Disagree(format!(
+                "DPOR and the reference differ:\n    DPOR only: {}\n    reference only: {}",
+                describe(&got.difference(&want).cloned().collect()),
+                describe(&want.difference(&got).cloned().collect())
+            ));
+        }
+    }
+    let keys: BTreeSet<ProblemKey> = want.iter().map(|(k, _)| k.clone()).collect();
+    let opt = SampleOptions { strategy: Strategy::Random, seed, executions: budgets.walks, max_steps: 100_000, ..SampleOptions::default() };
+    let walks = sample(sem, &opt);
+    let extra: Vec<&ProblemKey> = walks.exploration.keys.iter().filter(|k| !keys.contains(*k)).collect();
+    if !extra.is_empty() {
+        return Outcome::Disagree(format!("random walks found what the reference did not: {extra:?}"));
+    }
+    Outcome::Agree(want.len())
+}
+
+/// The profiles every program is compared under: the built-in `portable` and `eager`.
+pub fn profiles() -> Vec<Profile> {
+    vec![Profile::portable(), Profile::eager()]
+}
+
+/// Loads the program of `seed` and compares the engines on it under every profile of [`profiles`].
+pub fn compare_seed(seed: u64, budgets: &Budgets) -> Vec<(String, Outcome)> {
+    let text = program_text(seed);
+    let name = format!("diff-{seed}");
+    let program = match cuorder_model::format::load(&name, &text) {
+        Ok(p) => p,
+        Err(d) => return vec![("load".into(), Outcome::Rejected(format!("{d:?}")))],
+    };
+    profiles()
+        .into_iter()
+        .map(|prof| {
+            let sem = Semantics::new(&program, &prof);
+            (prof.name.clone(), compare(&sem, budgets, seed))
+        })
+        .collect()
+}
