@@ -74,8 +74,9 @@ fn torch_megatron_batch_p2p_races_before_pr_82450_and_is_clean_since() {
 #[test]
 fn torch_new_group_all_to_all_races_before_the_wait_and_is_clean_after() {
     let text = check_torch_example("new-group-all-to-all.ron", "portable");
-    // Each group's all-to-all runs on the communicator split from `world` for it (eager init: ncclCommSplit).
-    assert!(text.contains("all_to_all(tokens -> recv, nccl, torch.group.ep1) (line 24:9)"), "{text}");
+    // Each group's all-to-all runs on the communicator split from `world` for it (eager init: ncclCommSplit), on
+    // the group's own NCCL stream (issue 30).
+    assert!(text.contains("all_to_all(tokens -> recv, nccl.group.ep1, torch.group.ep1) (line 24:9)"), "{text}");
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/torch/new-group-all-to-all.ron");
     let bug = std::fs::read_to_string(path).unwrap();
     let fixed = bug.replace(

@@ -451,3 +451,72 @@ fn a_name_of_another_kind_is_said_and_a_bad_duration_does_not_cascade() {
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].contains("invalid size"), "{e:?}");
 }
+
+/// Issue 30, item 2: every ProcessGroupNCCL has its own NCCL stream (`ncclStreams_`, measured on PyTorch 2.11: the
+/// default group and two `new_group`s record their work events on three streams). A data-parallel all-reduce on a
+/// `new_group` ran on the default group's stream `nccl`, behind which the default group's all-reduce and its
+/// `wait()` then ordered it: clean, where the real job reads the gradient while the group's all-reduce may run.
+#[test]
+fn new_group_collectives_shared_the_default_groups_stream() {
+    let text = r#"Program(ranks: 2, torch: Torch(init: Eager),
+    buffers: [Buffer("g", "4 MiB"), Buffer("h", "4 MiB")],
+    threads: [Thread("main", [InitProcessGroup, NewGroup("dp", [0, 1]), NewGroup("tp", [0, 1]),
+        DistAllReduce("g", group: "dp", async_op: "a"),
+        DistAllReduce("h", async_op: "b"),
+        WorkWait("b"),
+        Compute("use", reads: ["g"]),
+        WorkWait("a"),
+        DistAllReduce("h", group: "tp"),
+        CudaSynchronize])])"#;
+    let p = loaded("groups", text, &TorchOptions::default());
+    // One stream per group: the default group's `nccl` and the groups' own, each collective on its group's.
+    let streams: Vec<String> = p.ranks[0].threads[0]
+        .ops
+        .iter()
+        .filter_map(|o| match &o.kind {
+            OpKind::Collective { stream, .. } => Some(p.stream_label(*stream, 0)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streams, ["nccl.group.dp", "nccl", "nccl.group.tp"]);
+    let r = cuorder::report::check(&p, &Profile::portable(), &Default::default());
+    let races: Vec<String> = kinds(&r).into_iter().filter(|k| k.starts_with("data race")).collect();
+    assert_eq!(races, ["data race always"; 2], "{}", r.to_text());
+    assert!(r.to_text().contains("all_reduce(g -> g, nccl.group.dp, torch.group.dp)"), "{}", r.to_text());
+    // Waiting for the group's own work first orders the read: no race.
+    let fixed = text.replace(r#"WorkWait("b"),"#, r#"WorkWait("b"), WorkWait("a"),"#);
+    let r = cuorder::report::check(&loaded("fixed", &fixed, &TorchOptions::default()), &Profile::portable(), &Default::default());
+    assert!(!kinds(&r).iter().any(|k| k.starts_with("data race")), "{}", r.to_text());
+}
+
+/// Issue 30, item 5: `works.append(dist.isend(..))` in a loop, then `for w in works: w.wait()`. A work named
+/// `"w{i}"` inside `For` was stored under the written name, so `WorkWait("w0")` after the loop was "unknown work";
+/// and sharing the call site's end event would have bound the wait of iteration 0's work to the last iteration's
+/// record.
+#[test]
+fn work_names_made_in_a_for_loop_were_unknown_after_it() {
+    let text = r#"Program(ranks: 2, torch: Torch(init: Eager),
+    buffers: [Buffer("x", "4 MiB"), Buffer("y", "4 MiB")],
+    threads: [Thread("main", [InitProcessGroup,
+        If(rank == 0, then: [
+            For(i, 0..2, [Isend(Slice("x", "{i} MiB", "1 MiB"), dst: Rank(1), work: "w{i}")]),
+            For(i, 0..2, [WorkWait("w{i}")]),
+        ], else: [
+            For(i, 0..2, [Irecv(Slice("y", "{i} MiB", "1 MiB"), src: Rank(0), work: "w{i}")]),
+            WorkWait("WAITED"),
+            Compute("use", reads: [Slice("y", "1 MiB", "1 MiB")]),
+            For(i, 0..2, [WorkWait("w{i}")]),
+        ]),
+        CudaSynchronize])])"#;
+    // Waiting for the second recv's work orders the read of its part; waiting for the first's does not.
+    let p = loaded("w1", &text.replace("WAITED", "w1"), &TorchOptions::default());
+    assert_eq!(verdict(&p), Vec::<String>::new());
+    let p = loaded("w0", &text.replace("WAITED", "w0"), &TorchOptions::default());
+    assert_eq!(verdict(&p), ["data race always"]);
+    // A name that does not interpolate is an error at its place, and an unknown one still says what exists.
+    let e = errors(&text.replace("WAITED", "w{j}"));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("9:22: rank 1: unknown variable"), "{e:?}");
+    let e = errors(&text.replace("WAITED", "w2"));
+    assert!(e[0].starts_with("9:22: rank 1: unknown work `w2`"), "{e:?}");
+}

@@ -205,6 +205,30 @@ pub fn declare_groups(groups: &BTreeMap<String, Vec<u32>>, d: &mut Decls) {
     }
 }
 
+/// The internal NCCL stream of process group `name` created by `NewGroup` (`dist.new_group`): every
+/// `ProcessGroupNCCL` object keeps its own streams (`ncclStreams_`, filled by `ProcessGroupNCCL::initNCCLComm` with
+/// `at::cuda::getStreamFromPool(options_->is_high_priority_stream || force_high)` when the group creates its
+/// communicator), so a new group's collectives never share the default group's stream `nccl`, nor another group's.
+/// Measured on PyTorch 2.11 with NCCL 2.28.9 (issue 30): the default group and two `new_group`s each recorded their
+/// work events on a distinct stream, the same one every iteration. The stream's priority (`is_high_priority_stream`,
+/// `TORCH_NCCL_HIGH_PRIORITY`) changes no ordering and is not modelled.
+pub fn group_stream(name: &str) -> String {
+    format!("{NCCL_STREAM}.group.{name}")
+}
+
+/// Declares the NCCL streams of the process groups some thread ran a collective on ([`group_stream`]), once every
+/// thread has been expanded (non-blocking, as every stream of the CUDA stream pool: S2).
+pub fn declare_group_streams(groups: &BTreeSet<String>, d: &mut Decls) {
+    for g in groups {
+        let s = group_stream(g);
+        if d.stream_idx.contains_key(&s) {
+            continue;
+        }
+        d.streams.push((s.clone(), StreamKind::NonBlocking));
+        d.stream_idx.insert(s, d.streams.len() as u32);
+    }
+}
+
 /// Declares the flat temporaries of `dist.all_gather` / `dist.reduce_scatter` calls (name -> bytes, the largest any
 /// rank or iteration needs) as device buffers, once every thread has been expanded.
 pub fn declare_flats(flats: &BTreeMap<String, u64>, d: &mut Decls) {
@@ -246,6 +270,43 @@ fn end_event(site: u32, work: usize) -> String {
     format!("torch.end.{site}.{work}")
 }
 
+/// The name of the work a call creates (`work:`, `works:` or `async_op:` as written at `at`, filled in for this rank
+/// and iteration: `"w{i}"` in a `For` over `i` is `w0`, `w1`, ..) and its `count` end events. A work named with no
+/// interpolation uses its call site's events `torch.end.N.J`, re-recorded each time the call runs, as Python
+/// rebinding one variable in a loop keeps only the last work. An interpolated name is a work of its own that stays
+/// usable after the loop (`works.append(dist.isend(..))` then `for w in works: w.wait()`), so it gets end events of
+/// its own, `torch.end.N.J.NAME` (noted in `extra`, declared after expansion by [`declare_work_events`]): sharing the
+/// site's events would bind the wait of iteration 0's work to the last iteration's record (S3), a later end than
+/// PyTorch's `WorkNCCL::wait`, which waits on the end event that work itself recorded. A name that does not
+/// interpolate is reported at `at` and the written name is used.
+#[allow(clippy::too_many_arguments)]
+fn name_work(written: &str, at: String, scope: &Scope, rank: u32, n: u32, count: usize, extra: &mut BTreeSet<String>, issues: &mut Issues) -> (String, Vec<String>) {
+    if !written.contains(['{', '}']) {
+        return (written.to_string(), (0..count).map(|j| end_event(n, j)).collect());
+    }
+    match super::expr::interpolate(written, &|v| scope.lookup(v)) {
+        Ok(name) => {
+            let ends: Vec<String> = (0..count).map(|j| format!("{}.{name}", end_event(n, j))).collect();
+            extra.extend(ends.iter().cloned());
+            (name.into_owned(), ends)
+        }
+        Err(m) => {
+            issues.push(Issue { path: at, ..scope.issue(written, m) }.on_rank(rank));
+            (written.to_string(), (0..count).map(|j| end_event(n, j)).collect())
+        }
+    }
+}
+
+/// Declares the end events of works with interpolated names ([`name_work`]), once every thread has been expanded.
+pub fn declare_work_events(events: &BTreeSet<String>, d: &mut Decls) {
+    for e in events {
+        if !d.event_idx.contains_key(e) {
+            d.event_idx.insert(e.clone(), d.events.len() as u32);
+            d.events.push(e.clone());
+        }
+    }
+}
+
 /// What lowering tracks while one thread of one rank is expanded: the current stream (`with torch.cuda.stream`),
 /// the works by name, and whether the process group exists yet.
 pub struct TorchCx<'t> {
@@ -273,6 +334,12 @@ pub struct TorchCx<'t> {
     pub inited_groups: BTreeSet<String>,
     /// Lazily initialised groups this thread created: declared after expansion (`declare_groups`).
     pub lazy_groups: BTreeMap<String, Vec<u32>>,
+    /// The end events of works with interpolated names ([`name_work`]): declared after expansion
+    /// (`declare_work_events`).
+    pub work_events: BTreeSet<String>,
+    /// The process groups this thread ran a collective on: their NCCL streams are declared after expansion
+    /// (`declare_group_streams`).
+    pub group_streams: BTreeSet<String>,
     /// The flat temporaries this thread used (`dist.all_gather` / `dist.reduce_scatter` with equal sizes), with the
     /// largest size in bytes: declared after expansion (`declare_flats`).
     pub flats: BTreeMap<String, u64>,
@@ -347,6 +414,8 @@ impl<'t> TorchCx<'t> {
             groups: BTreeMap::new(),
             inited_groups: BTreeSet::new(),
             lazy_groups: BTreeMap::new(),
+            group_streams: BTreeSet::new(),
+            work_events: BTreeSet::new(),
             flats: BTreeMap::new(),
             work_stash: BTreeMap::new(),
             stashes: BTreeMap::new(),
@@ -397,6 +466,18 @@ impl<'t> TorchCx<'t> {
         freed
     }
 
+    /// The NCCL stream a collective on `group` runs on (`None`: the default group's `nccl`), noting it for
+    /// declaration ([`group_stream`]).
+    fn stream_of(&mut self, group: &Option<String>) -> String {
+        match group {
+            Some(g) => {
+                self.group_streams.insert(g.clone());
+                group_stream(g)
+            }
+            None => NCCL_STREAM.to_string(),
+        }
+    }
+
     fn current(&self) -> String {
         self.current.last().cloned().unwrap_or_else(|| "sL".to_string())
     }
@@ -425,6 +506,7 @@ pub fn lower<'a>(
     let nccl = NCCL_STREAM.to_string();
     let comm = tcx.comm.clone();
     let site = tcx.decls.sites.get(path).map(|s| s.0);
+    let scope = Scope { rank, ranks, env: env.as_deref() };
     // After a skipped op, the errors that depend on earlier calls go here, unreported (`TorchCx::after_skip`).
     let after_skip = tcx.after_skip;
     let mut unreported = Issues::default();
@@ -469,9 +551,9 @@ pub fn lower<'a>(
     }
     // ProcessGroupNCCL.cpp `syncStream`: `ncclEvent.record(getCurrentCUDAStream()); ncclEvent.block(ncclStream)`,
     // before every collective and point-to-point op (P1).
-    let sync_stream = |out: &mut Vec<Item<'a>>, n: u32| {
+    let sync_stream = |out: &mut Vec<Item<'a>>, n: u32, nccl: &str| {
         owned(out, SOp::Record { event: pre_event(n), stream: cur.clone() });
-        owned(out, SOp::Wait { event: pre_event(n), stream: nccl.clone() });
+        owned(out, SOp::Wait { event: pre_event(n), stream: nccl.to_string() });
     };
     // A collective's process group: its communicator (created first by a lazily initialised group's first
     // collective) and its name, or `None` when this rank does nothing ([`on_group`]).
@@ -559,14 +641,21 @@ pub fn lower<'a>(
                 },
             );
             record(out, tensor, &stream);
-            owned(out, SOp::Record { event: end_event(n, 0), stream });
-            match op {
+            let work = match op {
                 SOp::Isend { work, .. } | SOp::Irecv { work, .. } => {
-                    tcx.works.insert(work.clone(), vec![end_event(n, 0)]);
-                    tcx.stash(Some(work), stashed.take());
+                    Some(name_work(work, field(path, "work"), &scope, rank, n, 1, &mut tcx.work_events, issues))
+                }
+                _ => None,
+            };
+            let end = work.as_ref().map_or_else(|| end_event(n, 0), |(_, ends)| ends[0].clone());
+            owned(out, SOp::Record { event: end.clone(), stream });
+            match work {
+                Some((name, ends)) => {
+                    tcx.works.insert(name.clone(), ends);
+                    tcx.stash(Some(&name), stashed.take());
                 }
                 // The work's wait clears its stash at once: nothing stays held.
-                _ => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
+                None => owned(out, SOp::Wait { event: end, stream: cur.clone() }),
             }
         }
         // `batch_isend_irecv`: one NCCL group around the ops (P3). Before PR 82450 each op's work recorded its end
@@ -574,7 +663,8 @@ pub fn lower<'a>(
         // coalesced work's end event is recorded after ncclGroupEnd (ProcessGroupNCCL::endCoalescing).
         SOp::BatchIsendIrecv { ops, works } => {
             let n = site?;
-            sync_stream(out, n);
+            let (works, ends) = name_work(works, field(path, "works"), &scope, rank, n, ops.len(), &mut tcx.work_events, issues);
+            sync_stream(out, n, &nccl);
             push(out, Leaf::GroupStart);
             let inside = tcx.decls.version == STorchVersion::Before82450;
             for (j, o) in ops.iter().enumerate() {
@@ -584,25 +674,33 @@ pub fn lower<'a>(
                 out.push(Item { leaf, path: at.clone(), env: env.clone() });
                 record(out, &o.tensor, &nccl);
                 if inside {
-                    let record = SOp::Record { event: end_event(n, j), stream: nccl.clone() };
+                    let record = SOp::Record { event: ends[j].clone(), stream: nccl.clone() };
                     out.push(Item { leaf: Leaf::Owned(Rc::new(record)), path: at, env: env.clone() });
                 }
             }
             push(out, Leaf::GroupEnd);
             if !inside {
-                for j in 0..ops.len() {
-                    owned(out, SOp::Record { event: end_event(n, j), stream: nccl.clone() });
+                for e in &ends {
+                    owned(out, SOp::Record { event: e.clone(), stream: nccl.clone() });
                 }
             }
-            tcx.works.insert(works.clone(), (0..ops.len()).map(|j| end_event(n, j)).collect());
-            tcx.stash(Some(works), stashed.take());
+            tcx.works.insert(works.clone(), ends);
+            tcx.stash(Some(&works), stashed.take());
         }
         // WorkNCCL::wait -> synchronizeStreams: the current stream waits on the work's end event; the host does not
         // block (P1).
         // With TORCH_NCCL_AVOID_RECORD_STREAMS it then clears the work's stash (`stashed_for_allocator_safety_->clear()`
         // in WorkNCCL::synchronizeStreams): a tensor deleted since the call is freed here, its block returning to its
         // allocation stream's pool (P4).
-        SOp::WorkWait { work } => match tcx.works.get(work) {
+        SOp::WorkWait { work: written } => {
+            let work = &match super::expr::interpolate(written, &|v| scope.lookup(v)) {
+                Ok(w) => w.into_owned(),
+                Err(m) => {
+                    issues.push(Issue { path: field(path, 0), ..scope.issue(written, m) }.on_rank(rank));
+                    return Some(0);
+                }
+            };
+            match tcx.works.get(work) {
             Some(events) => {
                 for e in events.clone() {
                     owned(out, SOp::Wait { event: e, stream: cur.clone() });
@@ -626,7 +724,8 @@ pub fn lower<'a>(
                     issues.push(Issue::new(field(path, 0), format!("unknown work `{work}`")).help(help).on_rank(rank));
                 }
             }
-        },
+            }
+        }
         // `dist.all_gather(tensor_list, tensor)` and `dist.reduce_scatter(output, input_list)`: ProcessGroupNCCL::allgather
         // and ::reduce_scatter (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp). When the list's tensors have one
         // size (`check_same_size`), the list is flattened into a temporary (`newLikeFlat`) and one NCCL collective
@@ -642,6 +741,7 @@ pub fn lower<'a>(
         SOp::DistAllGatherList { async_op, group, .. } | SOp::DistReduceScatterList { async_op, group, .. } => {
             let n = site?;
             let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, if after_skip { &mut unreported } else { issues }, group) else { return Some(0) };
+            let nccl = tcx.stream_of(&group);
             let members = match &group {
                 Some(g) => tcx.groups.get(g).cloned().unwrap_or_default(),
                 None => tcx.names.default_members.clone(),
@@ -653,8 +753,10 @@ pub fn lower<'a>(
                 _ => return None,
             };
             // After an error the call's work still exists, so that its `WorkWait` is not reported as well.
-            if let Some(w) = async_op {
-                tcx.works.insert(w.clone(), vec![end_event(n, 0)]);
+            let work = async_op.as_ref().map(|w| name_work(w, field(path, "async_op"), &scope, rank, n, 1, &mut tcx.work_events, issues));
+            let end = work.as_ref().map_or_else(|| end_event(n, 0), |(_, ends)| ends[0].clone());
+            if let Some((w, ends)) = &work {
+                tcx.works.insert(w.clone(), ends.clone());
             }
             let Some(me) = members.iter().position(|m| *m == rank) else {
                 issues.push(Issue::new(path, "this rank is not a member of the process group's communicator").on_rank(rank));
@@ -730,7 +832,7 @@ pub fn lower<'a>(
                 let bytes = tcx.flats.entry(flat.clone()).or_insert(0);
                 *bytes = (*bytes).max(m as u64 * own);
             }
-            sync_stream(out, n);
+            sync_stream(out, n, &nccl);
             let all_empty = own == 0 && lens.iter().all(|l| *l == 0);
             match (gather, same) {
                 _ if all_empty => {
@@ -787,12 +889,12 @@ pub fn lower<'a>(
                     }
                 }
             }
-            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
-            match async_op {
-                Some(w) => {
-                    tcx.stash(Some(w), stashed.take());
+            owned(out, SOp::Record { event: end.clone(), stream: nccl.clone() });
+            match work {
+                Some((w, _)) => {
+                    tcx.stash(Some(&w), stashed.take());
                 }
-                None => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
+                None => owned(out, SOp::Wait { event: end, stream: cur.clone() }),
             }
         }
         // `dist.all_reduce` / `broadcast` / `all_gather_into_tensor` / `reduce_scatter_tensor`:
@@ -809,7 +911,8 @@ pub fn lower<'a>(
         | SOp::DistScatter { async_op, group, .. } => {
             let n = site?;
             let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, if after_skip { &mut unreported } else { issues }, group) else { return Some(0) };
-            sync_stream(out, n);
+            let nccl = tcx.stream_of(&group);
+            sync_stream(out, n, &nccl);
             // `all_to_all` (lists) and `all_to_all_single` with split sizes: not one NCCL collective but one group
             // of ncclSend/ncclRecv per peer (below).
             let split = match op {
@@ -925,13 +1028,17 @@ pub fn lower<'a>(
                 }
                 _ => {}
             }
-            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
-            match async_op {
-                Some(w) => {
-                    tcx.works.insert(w.clone(), vec![end_event(n, 0)]);
-                    tcx.stash(Some(w), stashed.take());
+            let work = async_op.as_ref().map(|w| name_work(w, field(path, "async_op"), &scope, rank, n, 1, &mut tcx.work_events, issues));
+            match work {
+                Some((w, ends)) => {
+                    owned(out, SOp::Record { event: ends[0].clone(), stream: nccl.clone() });
+                    tcx.works.insert(w.clone(), ends);
+                    tcx.stash(Some(&w), stashed.take());
                 }
-                None => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
+                None => {
+                    owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
+                    owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() });
+                }
             }
         }
         // `dist.barrier()`: ProcessGroupNCCL::barrier all-reduces a one-element tensor, and its work's wait, besides
@@ -939,7 +1046,7 @@ pub fn lower<'a>(
         // cudaStreamSynchronize(currentStream)` in WorkNCCL::synchronize).
         SOp::DistBarrier => {
             let n = site?;
-            sync_stream(out, n);
+            sync_stream(out, n, &nccl);
             let buf = Some(BufArg::Whole(BARRIER_TENSOR.to_string()));
             owned(out, SOp::AllReduce { buf, send: None, recv: None, stream: nccl.clone(), comm: comm.clone() });
             owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
