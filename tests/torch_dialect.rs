@@ -520,3 +520,35 @@ fn work_names_made_in_a_for_loop_were_unknown_after_it() {
     let e = errors(&text.replace("WAITED", "w2"));
     assert!(e[0].starts_with("9:22: rank 1: unknown work `w2`"), "{e:?}");
 }
+
+/// Issue 30, item 5: freeing a tensor's storage while a work still holds the tensor (FSDP's `_free_storage`:
+/// `t.untyped_storage().resize_(0)` after the collective was issued) could not be said. `resize_(0)` drops the
+/// storage's block at once, whatever references the tensor: record_stream still holds the block back until the send
+/// has ended, but TORCH_NCCL_AVOID_RECORD_STREAMS's stash, unlike for `del t`, protects nothing.
+#[test]
+fn freeing_the_storage_of_a_tensor_a_work_holds_could_not_be_said() {
+    let text = r#"Program(ranks: 2, torch: Torch(init: Eager, avoid_record_streams: true),
+    buffers: [Pooled("t", "1 MiB"), Pooled("u", "1 MiB"), Buffer("r", "1 MiB")],
+    threads: [Thread("main", [InitProcessGroup,
+        If(rank == 0, then: [Empty("t"), Compute("fill", writes: ["t"]), Isend("t", dst: Rank(1), work: "w"), FreeStorage("t"),
+                             Empty("u"), Compute("reuse", writes: ["u"]), WorkWait("w"), FreeStorage("t"), Del("t")],
+                      else: [DistRecv("r", src: Rank(0))]),
+        CudaSynchronize])])"#;
+    let stash = loaded("stash", text, &TorchOptions::default());
+    // One Free, at the FreeStorage: neither the wait (releasing the stash), the second FreeStorage (of an empty
+    // storage) nor `del t` frees the block again.
+    let ops = rank0_kinds(&stash);
+    assert_eq!(ops.iter().filter(|k| **k == "Free").count(), 1, "{ops:?}");
+    assert!(ops.iter().position(|k| *k == "Free") < ops.iter().rposition(|k| *k == "Alloc"), "{ops:?}");
+    let r = cuorder::report::check(&stash, &Profile::portable(), &Default::default());
+    assert_eq!(kinds(&r), ["data race sometimes"], "{}", r.to_text());
+    assert!(r.to_text().contains("the caching allocator handed t's freed block to u"), "{}", r.to_text());
+    // record_stream keeps the block from reuse until the send has ended.
+    assert_eq!(verdict(&loaded("record", text, &RECORD)), Vec::<String>::new());
+    // `del t` first: the storage is out of reach.
+    let e = errors(&text.replace(r#"FreeStorage("t"),
+                             Empty("u")"#, r#"Del("t"), FreeStorage("t"),
+                             Empty("u")"#));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("4:133: rank 0: `t` was deleted (`del t`); its storage is no longer reachable"), "{e:?}");
+}

@@ -61,6 +61,7 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
     ("WaitEvent", &["event"]),
     ("Empty", &["tensor"]),
     ("Del", &["tensor"]),
+    ("FreeStorage", &["tensor"]),
     ("OnRanks", &["ranks", "ops"]),
     ("Repeat", &["count", "ops"]),
     ("For", &["var", "range", "ops"]),
@@ -753,6 +754,12 @@ pub enum SOp {
     },
     /// `del t`: the last reference goes, and the block returns to its stream's pool (P4).
     Del {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: String,
+    },
+    /// `t.untyped_storage().resize_(0)` (FSDP's `_free_storage`): the storage's block returns to its stream's pool
+    /// at once, whatever still references the tensor, a work's stash included (P4).
+    FreeStorage {
         #[serde(rename = "_0", alias = "tensor")]
         tensor: String,
     },

@@ -74,6 +74,7 @@ fn works_of(op: &SOp) -> Option<usize> {
         | SOp::CudaSynchronize
         | SOp::Empty { .. }
         | SOp::Del { .. }
+        | SOp::FreeStorage { .. }
         | SOp::WithStream { .. }
         | SOp::Compute { .. }
         | SOp::RecordEvent { .. }
@@ -351,6 +352,9 @@ pub struct TorchCx<'t> {
     holders: BTreeMap<String, BTreeSet<u32>>,
     /// Tensors deleted (`Del`) while a stash held them: their `Free` comes when the last stash lets go.
     deferred: BTreeSet<String>,
+    /// Tensors whose storage `FreeStorage` freed (`resize_(0)`) and no `Empty` has given a block again: a `Del` of
+    /// one frees nothing (its storage holds no block).
+    storage_freed: BTreeSet<String>,
     next_stash: u32,
 }
 
@@ -421,6 +425,7 @@ impl<'t> TorchCx<'t> {
             stashes: BTreeMap::new(),
             holders: BTreeMap::new(),
             deferred: BTreeSet::new(),
+            storage_freed: BTreeSet::new(),
             next_stash: 0,
         }
     }
@@ -519,6 +524,7 @@ pub fn lower<'a>(
             | SOp::WaitEvent { .. }
             | SOp::Empty { .. }
             | SOp::Del { .. }
+        | SOp::FreeStorage { .. }
     );
     // ProcessGroupNCCL records every tensor of a collective or P2P op on the NCCL stream
     // (`c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), ncclStream)`), so that freeing
@@ -1112,16 +1118,50 @@ pub fn lower<'a>(
                 );
                 return Some(0);
             }
+            // `t.untyped_storage().resize_(n)` after `resize_(0)` allocates the same way (on the current stream).
+            if let Ok(n) = super::expr::interpolate(tensor, &|v| scope.lookup(v)) {
+                tcx.storage_freed.remove(n.as_ref());
+            }
             owned(out, SOp::Alloc { buf: tensor.clone(), stream: cur })
         }
         SOp::Del { tensor } => {
             let name = super::expr::interpolate(tensor, &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v));
-            match name.ok().filter(|n| tcx.holders.contains_key(n.as_ref())) {
-                Some(n) => {
+            match name.ok() {
+                // Its storage was freed already: the tensor object going away frees nothing, now or at a stash's
+                // release.
+                Some(n) if tcx.storage_freed.remove(n.as_ref()) => {}
+                Some(n) if tcx.holders.contains_key(n.as_ref()) => {
                     tcx.deferred.insert(n.into_owned());
                 }
-                None => owned(out, SOp::Free { buf: tensor.clone() }),
+                _ => owned(out, SOp::Free { buf: tensor.clone() }),
             }
+        }
+        // `t.untyped_storage().resize_(0)`, as FSDP frees a parameter's unsharded storage (`_free_storage` in
+        // torch/distributed/utils.py, called from torch/distributed/fsdp/_flat_param.py) while the all-gather's work
+        // may still hold the tensor: `resize_bytes_cuda` (aten/src/ATen/native/cuda/Resize.cpp) replaces the storage's DataPtr with
+        // a null one (`storage->set_data_ptr_noswap(at::DataPtr(nullptr, device))`), and the old DataPtr's deleter
+        // hands the block back to the caching allocator at once, however many tensors (a work's
+        // `stashed_for_allocator_safety_` included) still reference the StorageImpl. So the free is here, whatever
+        // the setting (P4): with record_stream the block waits for the NCCL stream's work; with
+        // TORCH_NCCL_AVOID_RECORD_STREAMS the stash protects nothing, and the block may be handed out while the
+        // collective still reads or writes it. A stash holding the tensor later releases nothing.
+        SOp::FreeStorage { tensor } => {
+            let name = super::expr::interpolate(tensor, &|v| scope.lookup(v)).map(|n| n.into_owned());
+            if let Ok(n) = &name {
+                if tcx.deferred.contains(n) && !after_skip {
+                    issues.push(
+                        Issue::new(field(path, 0), format!("`{n}` was deleted (`del {n}`); its storage is no longer reachable"))
+                            .help("free the storage before `del`, or leave it to the stash (freed at `work.wait()`)")
+                            .on_rank(rank),
+                    );
+                    return Some(0);
+                }
+                // Already empty: `resize_(0)` frees nothing (`_free_storage` checks `_size() == 0` first).
+                if !tcx.storage_freed.insert(n.clone()) {
+                    return Some(0);
+                }
+            }
+            owned(out, SOp::Free { buf: tensor.clone() })
         }
         // A tensor operation runs on the current stream (torch.cuda.current_stream()).
         SOp::Compute { name, reads, writes, duration } => owned(
