@@ -552,3 +552,35 @@ fn freeing_the_storage_of_a_tensor_a_work_holds_could_not_be_said() {
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].starts_with("4:133: rank 0: `t` was deleted (`del t`); its storage is no longer reachable"), "{e:?}");
 }
+
+/// Issue 30, item 5: the default group's communicator existed from the start in the model. Initialised lazily (no
+/// `device_id`), ProcessGroupNCCL creates it at the rank's first call that needs it (`getNCCLComm`:
+/// ncclCommInitRankConfig over every rank of the group, N8); `batch_isend_irecv`'s docs: "if this API is the first
+/// collective call in the group ..., all ranks of the group must participate". Two ranks of three exchanging with
+/// `batch_isend_irecv` while the third makes no call on the group hang in that creation; eagerly initialised
+/// (`init_process_group(device_id=)`), the communicator exists and the exchange completes.
+#[test]
+fn the_default_groups_communicator_existed_before_its_first_collective() {
+    let text = r#"Program(ranks: 3,
+    buffers: [Buffer("a", "1 MiB"), Buffer("b", "1 MiB")],
+    threads: [Thread("main", [InitProcessGroup,
+        OnRanks([0, 1], [BatchIsendIrecv([P2POp(Isend, "a", Rank(1 - rank)), P2POp(Irecv, "b", Rank(1 - rank))], works: "r"),
+                         WorkWait("r")]),
+        CudaSynchronize])])"#;
+    let lazy = loaded("lazy", text, &TorchOptions::default());
+    let first = lazy.ranks[0].threads[0].ops.iter().find(|o| matches!(o.kind, OpKind::CommInit { .. }));
+    assert!(first.is_some(), "the first batch creates `world`");
+    assert!(!lazy.ranks[2].threads[0].ops.iter().any(|o| matches!(o.kind, OpKind::CommInit { .. })), "rank 2 never uses it");
+    let r = cuorder::report::check(&lazy, &Profile::portable(), &Default::default());
+    assert_eq!(kinds(&r), ["deadlock always"], "{}", r.to_text());
+    assert!(r.to_text().contains("r2 never calls comm_init(world)"), "{}", r.to_text());
+    let eager = TorchOptions { init: Some(TorchInit::Eager), ..Default::default() };
+    assert_eq!(verdict(&loaded("eager", text, &eager)), Vec::<String>::new());
+    // Every rank's first call creates it once; dist.destroy_process_group() finalizes it only where it was created.
+    let text = r#"Program(ranks: 2, buffers: [Buffer("x", "1 MiB")],
+        threads: [Thread("main", [InitProcessGroup, DistAllReduce("x"), DistBarrier, DestroyProcessGroup])])"#;
+    let p = loaded("twice", text, &TorchOptions::default());
+    let inits = p.ranks[1].threads[0].ops.iter().filter(|o| matches!(o.kind, OpKind::CommInit { .. })).count();
+    assert_eq!(inits, 1);
+    assert_eq!(verdict(&p), Vec::<String>::new());
+}

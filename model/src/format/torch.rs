@@ -46,6 +46,9 @@ pub struct TorchDecls {
     pub watchdog_ns: Option<u64>,
     /// `TORCH_NCCL_AVOID_RECORD_STREAMS`: works stash their tensors instead of `record_stream` (P4).
     pub avoid_record_streams: bool,
+    /// The lowering declared the default group's communicator `world` and the group is initialised lazily: each
+    /// rank creates `world` with a `CommInit` at its first call that uses it (P2, N8).
+    pub lazy_world: bool,
     /// Call site number and number of works, by path.
     sites: BTreeMap<String, (u32, usize)>,
 }
@@ -162,8 +165,15 @@ pub fn declare(p: &SProgram, opts: &super::TorchOptions, d: &mut Decls, issues: 
             d.events.push(name);
         }
     }
+    // The default group's communicator. Initialised lazily (no `device_id`), ProcessGroupNCCL creates it at the
+    // rank's first call that needs it (`getNCCLComm`: `initNCCLComm` -> `NCCLComm::create` -> ncclCommInitRankConfig,
+    // a rendezvous of every rank of the group, N8): a collective, a barrier or a `batch_isend_irecv` (whose docs
+    // say: "if this API is the first collective call in the group ..., all ranks of the group must participate in
+    // this API call"). Initialised eagerly, `init_process_group(device_id=)` creates it at once
+    // (`eager_connect_single_device`, PR 114916), which the model takes as existing from the start.
     if d.comms.is_empty() && d.ranks > 0 {
-        d.comms.push(Comm { name: WORLD.to_string(), members: (0..d.ranks).collect(), explicit_init: false, nonblocking: false, watchdog_ns: None });
+        t.lazy_world = t.init == STorchInit::Lazy;
+        d.comms.push(Comm { name: WORLD.to_string(), members: (0..d.ranks).collect(), explicit_init: t.lazy_world, nonblocking: false, watchdog_ns: None });
         d.comm_idx.insert(WORLD.to_string(), 0);
     }
     t
@@ -323,6 +333,8 @@ pub struct TorchCx<'t> {
     /// Work name -> its end events.
     pub works: BTreeMap<String, Vec<String>>,
     pub initialized: bool,
+    /// This rank has created the default group's communicator (`TorchDecls::lazy_world`; always true otherwise).
+    pub world_created: bool,
     /// The communicator of the default process group (`world`; `None`: the program's only one).
     pub comm: Option<String>,
     /// Pair communicators this thread has created (lazy init, P2).
@@ -412,6 +424,7 @@ impl<'t> TorchCx<'t> {
             after_skip: false,
             works: BTreeMap::new(),
             initialized: false,
+            world_created: !decls.lazy_world,
             comm,
             inited_pairs: BTreeSet::new(),
             pairs: BTreeSet::new(),
@@ -597,7 +610,10 @@ pub fn lower<'a>(
         // communicators this rank holds, in one order on every rank: the default group's, the lazily created pair
         // communicators, the new groups' (N13: finalize is collective).
         SOp::DestroyProcessGroup => {
-            let mut comms: Vec<String> = vec![comm.clone().unwrap_or_else(|| WORLD.to_string())];
+            let mut comms: Vec<String> = Vec::new();
+            if tcx.world_created {
+                comms.push(comm.clone().unwrap_or_else(|| WORLD.to_string()));
+            }
             comms.extend(tcx.inited_pairs.iter().map(|(lo, hi)| pair_comm(*lo, *hi)));
             for (g, members) in &tcx.groups {
                 let holds = if tcx.decls.init == STorchInit::Eager { members.contains(&rank) } else { tcx.inited_groups.contains(g) };
@@ -612,6 +628,7 @@ pub fn lower<'a>(
                 owned(out, SOp::CommDestroy { comm: c });
             }
             tcx.initialized = false;
+            tcx.world_created = !tcx.decls.lazy_world;
         }
         // `dist.send`/`dist.recv` are `pg.send([t], dst, tag).wait()` (torch/distributed/distributed_c10d.py), and
         // ProcessGroupNCCL::pointToPoint runs syncStream, the NCCL call on the NCCL stream, then records the work's
@@ -634,7 +651,10 @@ pub fn lower<'a>(
                     }
                     (pair_stream(lo, hi), Some(pair_comm(lo, hi)), Peer::Rank { rank: ExprArg::int(p.to_string(), i64::from(p)) })
                 }
-                None => (nccl.clone(), comm.clone(), peer.clone()),
+                None => {
+                    create_world(tcx, out, &p, env);
+                    (nccl.clone(), comm.clone(), peer.clone())
+                }
             };
             owned(out, SOp::Record { event: pre_event(n), stream: cur.clone() });
             owned(out, SOp::Wait { event: pre_event(n), stream: stream.clone() });
@@ -670,6 +690,7 @@ pub fn lower<'a>(
         SOp::BatchIsendIrecv { ops, works } => {
             let n = site?;
             let (works, ends) = name_work(works, field(path, "works"), &scope, rank, n, ops.len(), &mut tcx.work_events, issues);
+            create_world(tcx, out, &p, env);
             sync_stream(out, n, &nccl);
             push(out, Leaf::GroupStart);
             let inside = tcx.decls.version == STorchVersion::Before82450;
@@ -747,6 +768,9 @@ pub fn lower<'a>(
         SOp::DistAllGatherList { async_op, group, .. } | SOp::DistReduceScatterList { async_op, group, .. } => {
             let n = site?;
             let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, if after_skip { &mut unreported } else { issues }, group) else { return Some(0) };
+            if group.is_none() {
+                create_world(tcx, out, &p, env);
+            }
             let nccl = tcx.stream_of(&group);
             let members = match &group {
                 Some(g) => tcx.groups.get(g).cloned().unwrap_or_default(),
@@ -917,6 +941,9 @@ pub fn lower<'a>(
         | SOp::DistScatter { async_op, group, .. } => {
             let n = site?;
             let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, if after_skip { &mut unreported } else { issues }, group) else { return Some(0) };
+            if group.is_none() {
+                create_world(tcx, out, &p, env);
+            }
             let nccl = tcx.stream_of(&group);
             sync_stream(out, n, &nccl);
             // `all_to_all` (lists) and `all_to_all_single` with split sizes: not one NCCL collective but one group
@@ -1052,6 +1079,7 @@ pub fn lower<'a>(
         // cudaStreamSynchronize(currentStream)` in WorkNCCL::synchronize).
         SOp::DistBarrier => {
             let n = site?;
+            create_world(tcx, out, &p, env);
             sync_stream(out, n, &nccl);
             let buf = Some(BufArg::Whole(BARRIER_TENSOR.to_string()));
             owned(out, SOp::AllReduce { buf, send: None, recv: None, stream: nccl.clone(), comm: comm.clone() });
@@ -1174,6 +1202,16 @@ pub fn lower<'a>(
         _ => return None,
     }
     Some(out.len() - start)
+}
+
+/// Creates the default group's communicator before this rank's first call that uses it, when it is created lazily
+/// (`TorchDecls::lazy_world`; ProcessGroupNCCL::getNCCLComm, N8).
+fn create_world<'a>(tcx: &mut TorchCx, out: &mut Vec<Item<'a>>, path: &Rc<str>, env: &Option<Rc<Env<'a>>>) {
+    if !tcx.world_created {
+        tcx.world_created = true;
+        let op = SOp::CommInit { comm: WORLD.to_string() };
+        out.push(Item { leaf: Leaf::Owned(Rc::new(op)), path: path.clone(), env: env.clone() });
+    }
 }
 
 /// Where a collective with `group` (as written) runs for `rank`.
