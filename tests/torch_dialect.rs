@@ -269,7 +269,7 @@ fn check_takes_the_torch_profile_from_the_command_line() {
     // A bad value is a usage error (2) that lists the values, not a panic.
     let (code, _, err) = cuorder(&["check", m, "--torch-version", "2.4"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("before82450, since82450"), "{err}");
+    assert!(err.contains("before82450, v2.4, since82450"), "{err}");
     let (code, _, err) = cuorder(&["check", m, "--torch-avoid-record-streams", "yes"]);
     assert_eq!(code, 2, "{err}");
 }
@@ -583,4 +583,48 @@ fn the_default_groups_communicator_existed_before_its_first_collective() {
     let inits = p.ranks[1].threads[0].ops.iter().filter(|o| matches!(o.kind, OpKind::CommInit { .. })).count();
     assert_eq!(inits, 1);
     assert_eq!(verdict(&p), Vec::<String>::new());
+}
+
+/// Issue 30, item 5: `new_group` as PyTorch 2.4 made it could not be said. With an eagerly initialised default
+/// group, 2.4's `_new_process_group_helper` splits the group from the default group's communicator: every rank of
+/// the default group takes part (ncclCommSplit), the non-members at `new_group` (`perform_nocolor_split`), the
+/// members only at their first collective on the group (`getNCCLComm` with `split_from`; `new_group` passed no
+/// `device_id` before PR 129284). A non-member that calls `dist.barrier()` after `new_group` waits in the split for
+/// members that wait in the barrier for it: a hang in 2.4 that later releases (every rank splits at the call) do not
+/// have.
+#[test]
+fn new_group_split_as_pytorch_2_4_made_it_could_not_be_said() {
+    let text = r#"Program(ranks: 3, torch: Torch(init: Eager),
+    buffers: [Buffer("x", "1 MiB")],
+    threads: [Thread("main", [InitProcessGroup,
+        NewGroup("g", [0, 1]),
+        DistBarrier,
+        OnRanks([0, 1], [DistAllReduce("x", group: "g")]),
+        CudaSynchronize])])"#;
+    assert_eq!(verdict(&loaded("later", text, &TorchOptions::default())), Vec::<String>::new());
+    let v24 = TorchOptions { version: Some(TorchVersion::V2_4), ..Default::default() };
+    let p = loaded("v2.4", text, &v24);
+    // The members split at the all-reduce, after the barrier; rank 2 at new_group.
+    let split_at = |r: usize| {
+        p.ranks[r].threads[0].ops.iter().position(|o| matches!(o.kind, OpKind::CommSplit { .. })).expect("a split")
+    };
+    let barrier = p.ranks[0].threads[0].ops.iter().position(|o| matches!(o.kind, OpKind::Collective { .. })).unwrap();
+    assert!(split_at(0) > barrier && split_at(2) == 0, "{} {barrier} {}", split_at(0), split_at(2));
+    let r = cuorder::report::check(&p, &Profile::portable(), &Default::default());
+    assert_eq!(kinds(&r), ["deadlock always"], "{}", r.to_text());
+    assert!(r.to_text().contains("r2 main is blocked in #0 comm_split(world, no color) (line 4:9)"), "{}", r.to_text());
+    // The members' first collective on the group before the barrier: the split completes, and so does the program.
+    let fixed = text.replace(
+        "DistBarrier,\n        OnRanks([0, 1], [DistAllReduce(\"x\", group: \"g\")]),",
+        "OnRanks([0, 1], [DistAllReduce(\"x\", group: \"g\")]),\n        DistBarrier,",
+    );
+    assert_ne!(fixed, text);
+    assert_eq!(verdict(&loaded("fixed", &fixed, &v24)), Vec::<String>::new());
+    // The command line takes the version as `v2.4`.
+    let path = std::env::temp_dir().join(format!("cuorder-new-group-2-4-{}.ron", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let (code, out, err) = cuorder(&["check", path.to_str().unwrap(), "--torch-version", "v2.4"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("deadlock"), "{out}");
 }

@@ -578,17 +578,18 @@ pub fn lower<'a>(
     // collective) and its name, or `None` when this rank does nothing ([`on_group`]).
     // The group tables are passed apart from `tcx`, which `record` borrows.
     let init_kind = tcx.decls.init;
+    let version = tcx.decls.version;
     let enter_group = |out: &mut Vec<Item<'a>>,
                        groups: &BTreeMap<String, Vec<u32>>,
                        inited: &mut BTreeSet<String>,
                        issues: &mut Issues,
                        group: &Option<String>| {
-        let OnGroup::Member { comm, group, init } = on_group(group, path, rank, ranks, env, &comm, groups, inited, init_kind, issues)
+        let OnGroup::Member { comm, group, init } = on_group(group, path, rank, ranks, env, &comm, groups, inited, init_kind, version, issues)
         else {
             return None;
         };
-        if let Some(c) = init {
-            owned(out, SOp::CommInit { comm: c });
+        if let Some(op) = init {
+            owned(out, op);
         }
         Some((comm, group))
     };
@@ -616,7 +617,8 @@ pub fn lower<'a>(
             }
             comms.extend(tcx.inited_pairs.iter().map(|(lo, hi)| pair_comm(*lo, *hi)));
             for (g, members) in &tcx.groups {
-                let holds = if tcx.decls.init == STorchInit::Eager { members.contains(&rank) } else { tcx.inited_groups.contains(g) };
+                let at_call = tcx.decls.init == STorchInit::Eager && tcx.decls.version != STorchVersion::V2_4;
+                let holds = if at_call { members.contains(&rank) } else { tcx.inited_groups.contains(g) };
                 if holds {
                     comms.push(group_comm(g));
                 }
@@ -1114,8 +1116,17 @@ pub fn lower<'a>(
             if tcx.groups.insert(name.clone(), members.clone()).is_some() {
                 issues.push(Issue::new(field(path, 0), format!("process group `{name}` is created twice")).on_rank(rank));
             }
-            if tcx.decls.init == STorchInit::Eager {
-                let member = members.contains(&rank);
+            let member = members.contains(&rank);
+            // PyTorch 2.4 (`_new_process_group_helper`): a non-member of a group split from an eagerly initialised
+            // default group "will need to call `ncclCommSplit` on *all* ranks in this new group's parent group, even
+            // those not in the new group" (`split_from.perform_nocolor_split(..)`, then NON_GROUP_MEMBER); a member
+            // does nothing here: `new_group` passes no `device_id` (PR 129284 came after 2.4), so the group's
+            // communicator is split at the member's first collective on it (`on_group`).
+            if tcx.decls.init == STorchInit::Eager && tcx.decls.version == STorchVersion::V2_4 {
+                if !member {
+                    owned(out, SOp::CommSplit { comm: comm.clone().unwrap_or_else(|| WORLD.to_string()), new: None, color: None, key: Some(ExprArg::int(rank.to_string(), i64::from(rank))) });
+                }
+            } else if tcx.decls.init == STorchInit::Eager {
                 owned(
                     out,
                     SOp::CommSplit {
@@ -1218,7 +1229,7 @@ fn create_world<'a>(tcx: &mut TorchCx, out: &mut Vec<Item<'a>>, path: &Rc<str>, 
 enum OnGroup {
     /// On `comm` (`None`: the program's only communicator); `group` is the group's name, interpolated; `init` the
     /// communicator a lazily initialised group creates first (ProcessGroupNCCL::getNCCLComm: ncclCommInitRank, N8).
-    Member { comm: Option<String>, group: Option<String>, init: Option<String> },
+    Member { comm: Option<String>, group: Option<String>, init: Option<SOp> },
     /// `rank` is not in the group, or the group is unknown (reported): nothing happens.
     Outside,
 }
@@ -1238,6 +1249,7 @@ fn on_group(
     groups: &BTreeMap<String, Vec<u32>>,
     inited: &mut BTreeSet<String>,
     init: STorchInit,
+    version: STorchVersion,
     issues: &mut Issues,
 ) -> OnGroup {
     let group = group.as_ref().map(|g| {
@@ -1259,7 +1271,25 @@ fn on_group(
         }
         Some(members) if !members.contains(&rank) => OnGroup::Outside,
         Some(_) => {
-            let init = (init == STorchInit::Lazy && inited.insert(g.clone())).then(|| group_comm(g));
+            // PyTorch 2.4 with an eagerly initialised default group: the member splits the group's communicator from
+            // the default group's at its first collective on the group (`getNCCLComm`: `NCCLComm::split(parent,
+            // options_->split_color, ..)`, `split_from` set by `_new_process_group_helper` since the default group
+            // has a bound device id); the non-members split at `new_group` (below).
+            let split = init == STorchInit::Eager && version == STorchVersion::V2_4;
+            let init = match (init, split) {
+                (STorchInit::Lazy, _) | (_, true) if inited.insert(g.clone()) => Some(if split {
+                    let color = split_color(&groups[g]);
+                    SOp::CommSplit {
+                        comm: default.clone().unwrap_or_else(|| WORLD.to_string()),
+                        new: Some(group_comm(g)),
+                        color: Some(ExprArg::int(color.to_string(), color)),
+                        key: Some(ExprArg::int(rank.to_string(), i64::from(rank))),
+                    }
+                } else {
+                    SOp::CommInit { comm: group_comm(g) }
+                }),
+                _ => None,
+            };
             OnGroup::Member { comm: Some(group_comm(g)), group, init }
         }
     }
