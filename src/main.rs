@@ -137,7 +137,11 @@ struct TorchArgs {
 enum TorchVersionArg {
     /// Before pytorch/pytorch PR 82450 (2022).
     Before82450,
-    /// Since PR 82450.
+    /// PyTorch 2.4: since PR 82450; new_group's members split from the default group at their first collective on
+    /// it, the other ranks at the new_group call.
+    #[value(name = "v2.4")]
+    V2_4,
+    /// Since PR 82450, as the releases after 2.4.
     Since82450,
 }
 
@@ -156,6 +160,7 @@ impl TorchArgs {
         cuorder_model::format::TorchOptions {
             version: self.torch_version.map(|v| match v {
                 TorchVersionArg::Before82450 => TorchVersion::Before82450,
+                TorchVersionArg::V2_4 => TorchVersion::V2_4,
                 TorchVersionArg::Since82450 => TorchVersion::Since82450,
             }),
             init: self.torch_init.map(|i| match i {
@@ -172,6 +177,7 @@ impl TorchArgs {
         TorchArgs {
             torch_version: t.version.map(|v| match v {
                 TorchVersion::Before82450 => TorchVersionArg::Before82450,
+                TorchVersion::V2_4 => TorchVersionArg::V2_4,
                 TorchVersion::Since82450 => TorchVersionArg::Since82450,
             }),
             torch_init: t.init.map(|i| match i {

@@ -336,6 +336,24 @@ fn fixes(d: &Stuck) -> Vec<&'static str> {
     out
 }
 
+/// Whether ops `lo` < `hi` of `thread` were both issued inside one open NCCL group (N10: a record issued there is
+/// enqueued before the group's kernels). A record issued before the group opened is simply earlier work (S3).
+fn in_one_open_group(sem: &cuorder_model::semantics::Semantics, thread: cuorder_model::semantics::ThreadId, lo: u32, hi: u32) -> bool {
+    use cuorder_model::program::OpKind;
+    let mut depth = 0u32;
+    for op in 0..=hi {
+        if op >= lo && depth == 0 {
+            return false;
+        }
+        match sem.op(cuorder_model::semantics::OpLoc { thread, op }).kind {
+            OpKind::GroupStart => depth += 1,
+            OpKind::GroupEnd => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
+
 fn mentions_rendezvous(d: &Stuck) -> bool {
     d.cycle.iter().any(|e| matches!(e.reason, Reason::Rendezvous { .. }))
 }
@@ -466,7 +484,9 @@ fn wait_hints(sem: &Semantics, st: &State, a: cuorder_model::semantics::ItemKey,
                     let (pd, pa) = (qa.iter().position(|k| k == d), qa.iter().position(|k| *k == a));
                     if let (Some(pd), Some(pa)) = (pd, pa) {
                         if pd < pa {
-                            let in_group = matches!(ia.kind, ItemKind::Launch { .. }) && d.op < a.op;
+                            let in_group = matches!(ia.kind, ItemKind::Launch { .. })
+                                && d.thread == a.thread
+                                && in_one_open_group(sem, a.thread, d.op.min(a.op), d.op.max(a.op));
                             let why = if in_group {
                                 "; it was called inside the open NCCL group, and stream operations inside a group are \
                                  enqueued at call time, before the group's kernels (N10)"

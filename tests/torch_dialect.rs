@@ -269,7 +269,7 @@ fn check_takes_the_torch_profile_from_the_command_line() {
     // A bad value is a usage error (2) that lists the values, not a panic.
     let (code, _, err) = cuorder(&["check", m, "--torch-version", "2.4"]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("before82450, since82450"), "{err}");
+    assert!(err.contains("before82450, v2.4, since82450"), "{err}");
     let (code, _, err) = cuorder(&["check", m, "--torch-avoid-record-streams", "yes"]);
     assert_eq!(code, 2, "{err}");
 }
@@ -450,4 +450,181 @@ fn a_name_of_another_kind_is_said_and_a_bad_duration_does_not_cascade() {
         threads: [Thread("main", [InitProcessGroup, DistAllGatherList(tensor_list: ["g0", "g1"], tensor: "shard"), CudaSynchronize])])"#);
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].contains("invalid size"), "{e:?}");
+}
+
+/// Issue 30, item 2: every ProcessGroupNCCL has its own NCCL stream (`ncclStreams_`, measured on PyTorch 2.11: the
+/// default group and two `new_group`s record their work events on three streams). A data-parallel all-reduce on a
+/// `new_group` ran on the default group's stream `nccl`, behind which the default group's all-reduce and its
+/// `wait()` then ordered it: clean, where the real job reads the gradient while the group's all-reduce may run.
+#[test]
+fn new_group_collectives_shared_the_default_groups_stream() {
+    let text = r#"Program(ranks: 2, torch: Torch(init: Eager),
+    buffers: [Buffer("g", "4 MiB"), Buffer("h", "4 MiB")],
+    threads: [Thread("main", [InitProcessGroup, NewGroup("dp", [0, 1]), NewGroup("tp", [0, 1]),
+        DistAllReduce("g", group: "dp", async_op: "a"),
+        DistAllReduce("h", async_op: "b"),
+        WorkWait("b"),
+        Compute("use", reads: ["g"]),
+        WorkWait("a"),
+        DistAllReduce("h", group: "tp"),
+        CudaSynchronize])])"#;
+    let p = loaded("groups", text, &TorchOptions::default());
+    // One stream per group: the default group's `nccl` and the groups' own, each collective on its group's.
+    let streams: Vec<String> = p.ranks[0].threads[0]
+        .ops
+        .iter()
+        .filter_map(|o| match &o.kind {
+            OpKind::Collective { stream, .. } => Some(p.stream_label(*stream, 0)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streams, ["nccl.group.dp", "nccl", "nccl.group.tp"]);
+    let r = cuorder::report::check(&p, &Profile::portable(), &Default::default());
+    let races: Vec<String> = kinds(&r).into_iter().filter(|k| k.starts_with("data race")).collect();
+    assert_eq!(races, ["data race always"; 2], "{}", r.to_text());
+    assert!(r.to_text().contains("all_reduce(g -> g, nccl.group.dp, torch.group.dp)"), "{}", r.to_text());
+    // Waiting for the group's own work first orders the read: no race.
+    let fixed = text.replace(r#"WorkWait("b"),"#, r#"WorkWait("b"), WorkWait("a"),"#);
+    let r = cuorder::report::check(&loaded("fixed", &fixed, &TorchOptions::default()), &Profile::portable(), &Default::default());
+    assert!(!kinds(&r).iter().any(|k| k.starts_with("data race")), "{}", r.to_text());
+}
+
+/// Issue 30, item 5: `works.append(dist.isend(..))` in a loop, then `for w in works: w.wait()`. A work named
+/// `"w{i}"` inside `For` was stored under the written name, so `WorkWait("w0")` after the loop was "unknown work";
+/// and sharing the call site's end event would have bound the wait of iteration 0's work to the last iteration's
+/// record.
+#[test]
+fn work_names_made_in_a_for_loop_were_unknown_after_it() {
+    let text = r#"Program(ranks: 2, torch: Torch(init: Eager),
+    buffers: [Buffer("x", "4 MiB"), Buffer("y", "4 MiB")],
+    threads: [Thread("main", [InitProcessGroup,
+        If(rank == 0, then: [
+            For(i, 0..2, [Isend(Slice("x", "{i} MiB", "1 MiB"), dst: Rank(1), work: "w{i}")]),
+            For(i, 0..2, [WorkWait("w{i}")]),
+        ], else: [
+            For(i, 0..2, [Irecv(Slice("y", "{i} MiB", "1 MiB"), src: Rank(0), work: "w{i}")]),
+            WorkWait("WAITED"),
+            Compute("use", reads: [Slice("y", "1 MiB", "1 MiB")]),
+            For(i, 0..2, [WorkWait("w{i}")]),
+        ]),
+        CudaSynchronize])])"#;
+    // Waiting for the second recv's work orders the read of its part; waiting for the first's does not.
+    let p = loaded("w1", &text.replace("WAITED", "w1"), &TorchOptions::default());
+    assert_eq!(verdict(&p), Vec::<String>::new());
+    let p = loaded("w0", &text.replace("WAITED", "w0"), &TorchOptions::default());
+    assert_eq!(verdict(&p), ["data race always"]);
+    // A name that does not interpolate is an error at its place, and an unknown one still says what exists.
+    let e = errors(&text.replace("WAITED", "w{j}"));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("9:22: rank 1: unknown variable"), "{e:?}");
+    let e = errors(&text.replace("WAITED", "w2"));
+    assert!(e[0].starts_with("9:22: rank 1: unknown work `w2`"), "{e:?}");
+}
+
+/// Issue 30, item 5: freeing a tensor's storage while a work still holds the tensor (FSDP's `_free_storage`:
+/// `t.untyped_storage().resize_(0)` after the collective was issued) could not be said. `resize_(0)` drops the
+/// storage's block at once, whatever references the tensor: record_stream still holds the block back until the send
+/// has ended, but TORCH_NCCL_AVOID_RECORD_STREAMS's stash, unlike for `del t`, protects nothing.
+#[test]
+fn freeing_the_storage_of_a_tensor_a_work_holds_could_not_be_said() {
+    let text = r#"Program(ranks: 2, torch: Torch(init: Eager, avoid_record_streams: true),
+    buffers: [Pooled("t", "1 MiB"), Pooled("u", "1 MiB"), Buffer("r", "1 MiB")],
+    threads: [Thread("main", [InitProcessGroup,
+        If(rank == 0, then: [Empty("t"), Compute("fill", writes: ["t"]), Isend("t", dst: Rank(1), work: "w"), FreeStorage("t"),
+                             Empty("u"), Compute("reuse", writes: ["u"]), WorkWait("w"), FreeStorage("t"), Del("t")],
+                      else: [DistRecv("r", src: Rank(0))]),
+        CudaSynchronize])])"#;
+    let stash = loaded("stash", text, &TorchOptions::default());
+    // One Free, at the FreeStorage: neither the wait (releasing the stash), the second FreeStorage (of an empty
+    // storage) nor `del t` frees the block again.
+    let ops = rank0_kinds(&stash);
+    assert_eq!(ops.iter().filter(|k| **k == "Free").count(), 1, "{ops:?}");
+    assert!(ops.iter().position(|k| *k == "Free") < ops.iter().rposition(|k| *k == "Alloc"), "{ops:?}");
+    let r = cuorder::report::check(&stash, &Profile::portable(), &Default::default());
+    assert_eq!(kinds(&r), ["data race sometimes"], "{}", r.to_text());
+    assert!(r.to_text().contains("the caching allocator handed t's freed block to u"), "{}", r.to_text());
+    // record_stream keeps the block from reuse until the send has ended.
+    assert_eq!(verdict(&loaded("record", text, &RECORD)), Vec::<String>::new());
+    // `del t` first: the storage is out of reach.
+    let e = errors(&text.replace(r#"FreeStorage("t"),
+                             Empty("u")"#, r#"Del("t"), FreeStorage("t"),
+                             Empty("u")"#));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("4:133: rank 0: `t` was deleted (`del t`); its storage is no longer reachable"), "{e:?}");
+}
+
+/// Issue 30, item 5: the default group's communicator existed from the start in the model. Initialised lazily (no
+/// `device_id`), ProcessGroupNCCL creates it at the rank's first call that needs it (`getNCCLComm`:
+/// ncclCommInitRankConfig over every rank of the group, N8); `batch_isend_irecv`'s docs: "if this API is the first
+/// collective call in the group ..., all ranks of the group must participate". Two ranks of three exchanging with
+/// `batch_isend_irecv` while the third makes no call on the group hang in that creation; eagerly initialised
+/// (`init_process_group(device_id=)`), the communicator exists and the exchange completes.
+#[test]
+fn the_default_groups_communicator_existed_before_its_first_collective() {
+    let text = r#"Program(ranks: 3,
+    buffers: [Buffer("a", "1 MiB"), Buffer("b", "1 MiB")],
+    threads: [Thread("main", [InitProcessGroup,
+        OnRanks([0, 1], [BatchIsendIrecv([P2POp(Isend, "a", Rank(1 - rank)), P2POp(Irecv, "b", Rank(1 - rank))], works: "r"),
+                         WorkWait("r")]),
+        CudaSynchronize])])"#;
+    let lazy = loaded("lazy", text, &TorchOptions::default());
+    let first = lazy.ranks[0].threads[0].ops.iter().find(|o| matches!(o.kind, OpKind::CommInit { .. }));
+    assert!(first.is_some(), "the first batch creates `world`");
+    assert!(!lazy.ranks[2].threads[0].ops.iter().any(|o| matches!(o.kind, OpKind::CommInit { .. })), "rank 2 never uses it");
+    let r = cuorder::report::check(&lazy, &Profile::portable(), &Default::default());
+    assert_eq!(kinds(&r), ["deadlock always"], "{}", r.to_text());
+    assert!(r.to_text().contains("r2 never calls comm_init(world)"), "{}", r.to_text());
+    let eager = TorchOptions { init: Some(TorchInit::Eager), ..Default::default() };
+    assert_eq!(verdict(&loaded("eager", text, &eager)), Vec::<String>::new());
+    // Every rank's first call creates it once; dist.destroy_process_group() finalizes it only where it was created.
+    let text = r#"Program(ranks: 2, buffers: [Buffer("x", "1 MiB")],
+        threads: [Thread("main", [InitProcessGroup, DistAllReduce("x"), DistBarrier, DestroyProcessGroup])])"#;
+    let p = loaded("twice", text, &TorchOptions::default());
+    let inits = p.ranks[1].threads[0].ops.iter().filter(|o| matches!(o.kind, OpKind::CommInit { .. })).count();
+    assert_eq!(inits, 1);
+    assert_eq!(verdict(&p), Vec::<String>::new());
+}
+
+/// Issue 30, item 5: `new_group` as PyTorch 2.4 made it could not be said. With an eagerly initialised default
+/// group, 2.4's `_new_process_group_helper` splits the group from the default group's communicator: every rank of
+/// the default group takes part (ncclCommSplit), the non-members at `new_group` (`perform_nocolor_split`), the
+/// members only at their first collective on the group (`getNCCLComm` with `split_from`; `new_group` passed no
+/// `device_id` before PR 129284). A non-member that calls `dist.barrier()` after `new_group` waits in the split for
+/// members that wait in the barrier for it: a hang in 2.4 that later releases (every rank splits at the call) do not
+/// have.
+#[test]
+fn new_group_split_as_pytorch_2_4_made_it_could_not_be_said() {
+    let text = r#"Program(ranks: 3, torch: Torch(init: Eager),
+    buffers: [Buffer("x", "1 MiB")],
+    threads: [Thread("main", [InitProcessGroup,
+        NewGroup("g", [0, 1]),
+        DistBarrier,
+        OnRanks([0, 1], [DistAllReduce("x", group: "g")]),
+        CudaSynchronize])])"#;
+    assert_eq!(verdict(&loaded("later", text, &TorchOptions::default())), Vec::<String>::new());
+    let v24 = TorchOptions { version: Some(TorchVersion::V2_4), ..Default::default() };
+    let p = loaded("v2.4", text, &v24);
+    // The members split at the all-reduce, after the barrier; rank 2 at new_group.
+    let split_at = |r: usize| {
+        p.ranks[r].threads[0].ops.iter().position(|o| matches!(o.kind, OpKind::CommSplit { .. })).expect("a split")
+    };
+    let barrier = p.ranks[0].threads[0].ops.iter().position(|o| matches!(o.kind, OpKind::Collective { .. })).unwrap();
+    assert!(split_at(0) > barrier && split_at(2) == 0, "{} {barrier} {}", split_at(0), split_at(2));
+    let r = cuorder::report::check(&p, &Profile::portable(), &Default::default());
+    assert_eq!(kinds(&r), ["deadlock always"], "{}", r.to_text());
+    assert!(r.to_text().contains("r2 main is blocked in #0 comm_split(world, no color) (line 4:9)"), "{}", r.to_text());
+    // The members' first collective on the group before the barrier: the split completes, and so does the program.
+    let fixed = text.replace(
+        "DistBarrier,\n        OnRanks([0, 1], [DistAllReduce(\"x\", group: \"g\")]),",
+        "OnRanks([0, 1], [DistAllReduce(\"x\", group: \"g\")]),\n        DistBarrier,",
+    );
+    assert_ne!(fixed, text);
+    assert_eq!(verdict(&loaded("fixed", &fixed, &v24)), Vec::<String>::new());
+    // The command line takes the version as `v2.4`.
+    let path = std::env::temp_dir().join(format!("cuorder-new-group-2-4-{}.ron", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let (code, out, err) = cuorder(&["check", path.to_str().unwrap(), "--torch-version", "v2.4"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("deadlock"), "{out}");
 }

@@ -121,6 +121,8 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
     let mut expanded = Vec::new();
     let mut pairs = std::collections::BTreeSet::new();
     let mut groups = BTreeMap::new();
+    let mut group_streams = std::collections::BTreeSet::new();
+    let mut work_events = std::collections::BTreeSet::new();
     let mut flats: BTreeMap<String, u64> = BTreeMap::new();
     let mut paths = expand::PathCache::default();
     let torch_names = torch::TorchNames::new(&decls);
@@ -131,6 +133,8 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
             let items = expand(decl.ops, &decl.ops_path, r, ranks, &mut budget, &mut tcx, &mut issues, &mut paths);
             pairs.append(&mut tcx.pairs);
             groups.append(&mut tcx.lazy_groups);
+            group_streams.append(&mut tcx.group_streams);
+            work_events.append(&mut tcx.work_events);
             for (name, bytes) in std::mem::take(&mut tcx.flats) {
                 let b = flats.entry(name).or_insert(0);
                 *b = (*b).max(bytes);
@@ -140,6 +144,8 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
     }
     torch::declare_pairs(&pairs, &mut decls);
     torch::declare_groups(&groups, &mut decls);
+    torch::declare_group_streams(&group_streams, &mut decls);
+    torch::declare_work_events(&work_events, &mut decls);
     torch::declare_flats(&flats, &mut decls);
     // A skipped op that may have been a split leaves the splits' matching unknown: their errors are not reported.
     let skipped_may_split = holes.iter().any(|h| h.could_be("CommSplit"));

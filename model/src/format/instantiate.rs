@@ -169,6 +169,7 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
         | SOp::DistBarrier
         | SOp::Empty { .. }
         | SOp::Del { .. }
+        | SOp::FreeStorage { .. }
         | SOp::WithStream { .. }
         | SOp::Compute { .. }
         | SOp::RecordEvent { .. }

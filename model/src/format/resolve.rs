@@ -842,6 +842,7 @@ impl<'a, 'i> Resolver<'a, 'i> {
             | SOp::DistBarrier
             | SOp::Empty { .. }
             | SOp::Del { .. }
+            | SOp::FreeStorage { .. }
             | SOp::WithStream { .. }
             | SOp::Compute { .. }
             | SOp::RecordEvent { .. }

@@ -61,6 +61,7 @@ pub const POSITIONAL: &[(&str, &[&str])] = &[
     ("WaitEvent", &["event"]),
     ("Empty", &["tensor"]),
     ("Del", &["tensor"]),
+    ("FreeStorage", &["tensor"]),
     ("OnRanks", &["ranks", "ops"]),
     ("Repeat", &["count", "ops"]),
     ("For", &["var", "range", "ops"]),
@@ -150,7 +151,13 @@ pub enum STorchVersion {
     /// Before pytorch/pytorch PR 82450 (2022): `batch_isend_irecv` records each work's end event inside the open
     /// NCCL group.
     Before82450,
-    /// Since PR 82450: the end events are recorded after the group end.
+    /// PyTorch 2.4 (since PR 82450): `new_group` with an eagerly initialised default group makes every rank of the
+    /// default group take part in an `ncclCommSplit` of its communicator, the group's members at their first
+    /// collective on the group (`getNCCLComm` with `options_->split_from`), every other rank at the `new_group`
+    /// call (`perform_nocolor_split`), so a non-member blocks in `new_group` until the members reach that collective.
+    V2_4,
+    /// Since PR 82450, in the releases after 2.4: the end events are recorded after the group end, and `new_group`
+    /// splits at the call on every rank (PR 129284, PR 138781).
     #[default]
     Since82450,
 }
@@ -753,6 +760,12 @@ pub enum SOp {
     },
     /// `del t`: the last reference goes, and the block returns to its stream's pool (P4).
     Del {
+        #[serde(rename = "_0", alias = "tensor")]
+        tensor: String,
+    },
+    /// `t.untyped_storage().resize_(0)` (FSDP's `_free_storage`): the storage's block returns to its stream's pool
+    /// at once, whatever still references the tensor, a work's stash included (P4).
+    FreeStorage {
         #[serde(rename = "_0", alias = "tensor")]
         tensor: String,
     },

@@ -833,7 +833,8 @@ fn torch_batch_end_events_move_after_the_group_with_pr_82450_and_streams_nest() 
         "record(torch.end.3.0@nccl)",
         "wait(torch.end.3.0@sL)",
     ];
-    let head = ["record(torch.pre.0@side)", "wait(torch.pre.0@nccl)", "group{"];
+    // Lazily initialised (the default): the batch first creates the default group's communicator (issue 30).
+    let head = ["CommInit { comm: CommId(0) }", "record(torch.pre.0@side)", "wait(torch.pre.0@nccl)", "group{"];
     let mut expect_before: Vec<&str> = head.to_vec();
     expect_before.extend(["send@nccl", "record(torch.end.0.0@nccl)", "recv@nccl", "record(torch.end.0.1@nccl)", "}"]);
     expect_before.extend(tail);
@@ -869,7 +870,15 @@ fn torch_barrier_all_reduces_a_hidden_tensor_and_synchronizes_the_current_stream
     assert!(last.starts_with("StreamSynchronize"), "{last}");
     assert_eq!(
         ops,
-        ["record(torch.pre.0@side)", "wait(torch.pre.0@nccl)", "AllReduce@nccl", "record(torch.end.0.0@nccl)", "wait(torch.end.0.0@side)"]
+        [
+            // Lazily initialised (the default): the barrier first creates the default group's communicator (issue 30).
+            "CommInit { comm: CommId(0) }",
+            "record(torch.pre.0@side)",
+            "wait(torch.pre.0@nccl)",
+            "AllReduce@nccl",
+            "record(torch.end.0.0@nccl)",
+            "wait(torch.end.0.0@side)"
+        ]
     );
     let b = p.ranks[0].buffers.last().unwrap();
     assert_eq!((b.name.as_str(), b.bytes), ("torch.barrier", 4));

@@ -46,6 +46,9 @@ pub struct TorchDecls {
     pub watchdog_ns: Option<u64>,
     /// `TORCH_NCCL_AVOID_RECORD_STREAMS`: works stash their tensors instead of `record_stream` (P4).
     pub avoid_record_streams: bool,
+    /// The lowering declared the default group's communicator `world` and the group is initialised lazily: each
+    /// rank creates `world` with a `CommInit` at its first call that uses it (P2, N8).
+    pub lazy_world: bool,
     /// Call site number and number of works, by path.
     sites: BTreeMap<String, (u32, usize)>,
 }
@@ -74,6 +77,7 @@ fn works_of(op: &SOp) -> Option<usize> {
         | SOp::CudaSynchronize
         | SOp::Empty { .. }
         | SOp::Del { .. }
+        | SOp::FreeStorage { .. }
         | SOp::WithStream { .. }
         | SOp::Compute { .. }
         | SOp::RecordEvent { .. }
@@ -161,8 +165,15 @@ pub fn declare(p: &SProgram, opts: &super::TorchOptions, d: &mut Decls, issues: 
             d.events.push(name);
         }
     }
+    // The default group's communicator. Initialised lazily (no `device_id`), ProcessGroupNCCL creates it at the
+    // rank's first call that needs it (`getNCCLComm`: `initNCCLComm` -> `NCCLComm::create` -> ncclCommInitRankConfig,
+    // a rendezvous of every rank of the group, N8): a collective, a barrier or a `batch_isend_irecv` (whose docs
+    // say: "if this API is the first collective call in the group ..., all ranks of the group must participate in
+    // this API call"). Initialised eagerly, `init_process_group(device_id=)` creates it at once
+    // (`eager_connect_single_device`, PR 114916), which the model takes as existing from the start.
     if d.comms.is_empty() && d.ranks > 0 {
-        d.comms.push(Comm { name: WORLD.to_string(), members: (0..d.ranks).collect(), explicit_init: false, nonblocking: false, watchdog_ns: None });
+        t.lazy_world = t.init == STorchInit::Lazy;
+        d.comms.push(Comm { name: WORLD.to_string(), members: (0..d.ranks).collect(), explicit_init: t.lazy_world, nonblocking: false, watchdog_ns: None });
         d.comm_idx.insert(WORLD.to_string(), 0);
     }
     t
@@ -202,6 +213,30 @@ pub fn declare_groups(groups: &BTreeMap<String, Vec<u32>>, d: &mut Decls) {
         }
         d.comm_idx.insert(comm.clone(), d.comms.len() as u32);
         d.comms.push(Comm { name: comm, members: ranks.clone(), explicit_init: true, nonblocking: false, watchdog_ns: None });
+    }
+}
+
+/// The internal NCCL stream of process group `name` created by `NewGroup` (`dist.new_group`): every
+/// `ProcessGroupNCCL` object keeps its own streams (`ncclStreams_`, filled by `ProcessGroupNCCL::initNCCLComm` with
+/// `at::cuda::getStreamFromPool(options_->is_high_priority_stream || force_high)` when the group creates its
+/// communicator), so a new group's collectives never share the default group's stream `nccl`, nor another group's.
+/// Measured on PyTorch 2.11 with NCCL 2.28.9 (issue 30): the default group and two `new_group`s each recorded their
+/// work events on a distinct stream, the same one every iteration. The stream's priority (`is_high_priority_stream`,
+/// `TORCH_NCCL_HIGH_PRIORITY`) changes no ordering and is not modelled.
+pub fn group_stream(name: &str) -> String {
+    format!("{NCCL_STREAM}.group.{name}")
+}
+
+/// Declares the NCCL streams of the process groups some thread ran a collective on ([`group_stream`]), once every
+/// thread has been expanded (non-blocking, as every stream of the CUDA stream pool: S2).
+pub fn declare_group_streams(groups: &BTreeSet<String>, d: &mut Decls) {
+    for g in groups {
+        let s = group_stream(g);
+        if d.stream_idx.contains_key(&s) {
+            continue;
+        }
+        d.streams.push((s.clone(), StreamKind::NonBlocking));
+        d.stream_idx.insert(s, d.streams.len() as u32);
     }
 }
 
@@ -246,6 +281,43 @@ fn end_event(site: u32, work: usize) -> String {
     format!("torch.end.{site}.{work}")
 }
 
+/// The name of the work a call creates (`work:`, `works:` or `async_op:` as written at `at`, filled in for this rank
+/// and iteration: `"w{i}"` in a `For` over `i` is `w0`, `w1`, ..) and its `count` end events. A work named with no
+/// interpolation uses its call site's events `torch.end.N.J`, re-recorded each time the call runs, as Python
+/// rebinding one variable in a loop keeps only the last work. An interpolated name is a work of its own that stays
+/// usable after the loop (`works.append(dist.isend(..))` then `for w in works: w.wait()`), so it gets end events of
+/// its own, `torch.end.N.J.NAME` (noted in `extra`, declared after expansion by [`declare_work_events`]): sharing the
+/// site's events would bind the wait of iteration 0's work to the last iteration's record (S3), a later end than
+/// PyTorch's `WorkNCCL::wait`, which waits on the end event that work itself recorded. A name that does not
+/// interpolate is reported at `at` and the written name is used.
+#[allow(clippy::too_many_arguments)]
+fn name_work(written: &str, at: String, scope: &Scope, rank: u32, n: u32, count: usize, extra: &mut BTreeSet<String>, issues: &mut Issues) -> (String, Vec<String>) {
+    if !written.contains(['{', '}']) {
+        return (written.to_string(), (0..count).map(|j| end_event(n, j)).collect());
+    }
+    match super::expr::interpolate(written, &|v| scope.lookup(v)) {
+        Ok(name) => {
+            let ends: Vec<String> = (0..count).map(|j| format!("{}.{name}", end_event(n, j))).collect();
+            extra.extend(ends.iter().cloned());
+            (name.into_owned(), ends)
+        }
+        Err(m) => {
+            issues.push(Issue { path: at, ..scope.issue(written, m) }.on_rank(rank));
+            (written.to_string(), (0..count).map(|j| end_event(n, j)).collect())
+        }
+    }
+}
+
+/// Declares the end events of works with interpolated names ([`name_work`]), once every thread has been expanded.
+pub fn declare_work_events(events: &BTreeSet<String>, d: &mut Decls) {
+    for e in events {
+        if !d.event_idx.contains_key(e) {
+            d.event_idx.insert(e.clone(), d.events.len() as u32);
+            d.events.push(e.clone());
+        }
+    }
+}
+
 /// What lowering tracks while one thread of one rank is expanded: the current stream (`with torch.cuda.stream`),
 /// the works by name, and whether the process group exists yet.
 pub struct TorchCx<'t> {
@@ -261,6 +333,8 @@ pub struct TorchCx<'t> {
     /// Work name -> its end events.
     pub works: BTreeMap<String, Vec<String>>,
     pub initialized: bool,
+    /// This rank has created the default group's communicator (`TorchDecls::lazy_world`; always true otherwise).
+    pub world_created: bool,
     /// The communicator of the default process group (`world`; `None`: the program's only one).
     pub comm: Option<String>,
     /// Pair communicators this thread has created (lazy init, P2).
@@ -273,6 +347,12 @@ pub struct TorchCx<'t> {
     pub inited_groups: BTreeSet<String>,
     /// Lazily initialised groups this thread created: declared after expansion (`declare_groups`).
     pub lazy_groups: BTreeMap<String, Vec<u32>>,
+    /// The end events of works with interpolated names ([`name_work`]): declared after expansion
+    /// (`declare_work_events`).
+    pub work_events: BTreeSet<String>,
+    /// The process groups this thread ran a collective on: their NCCL streams are declared after expansion
+    /// (`declare_group_streams`).
+    pub group_streams: BTreeSet<String>,
     /// The flat temporaries this thread used (`dist.all_gather` / `dist.reduce_scatter` with equal sizes), with the
     /// largest size in bytes: declared after expansion (`declare_flats`).
     pub flats: BTreeMap<String, u64>,
@@ -284,6 +364,9 @@ pub struct TorchCx<'t> {
     holders: BTreeMap<String, BTreeSet<u32>>,
     /// Tensors deleted (`Del`) while a stash held them: their `Free` comes when the last stash lets go.
     deferred: BTreeSet<String>,
+    /// Tensors whose storage `FreeStorage` freed (`resize_(0)`) and no `Empty` has given a block again: a `Del` of
+    /// one frees nothing (its storage holds no block).
+    storage_freed: BTreeSet<String>,
     next_stash: u32,
 }
 
@@ -341,17 +424,21 @@ impl<'t> TorchCx<'t> {
             after_skip: false,
             works: BTreeMap::new(),
             initialized: false,
+            world_created: !decls.lazy_world,
             comm,
             inited_pairs: BTreeSet::new(),
             pairs: BTreeSet::new(),
             groups: BTreeMap::new(),
             inited_groups: BTreeSet::new(),
             lazy_groups: BTreeMap::new(),
+            group_streams: BTreeSet::new(),
+            work_events: BTreeSet::new(),
             flats: BTreeMap::new(),
             work_stash: BTreeMap::new(),
             stashes: BTreeMap::new(),
             holders: BTreeMap::new(),
             deferred: BTreeSet::new(),
+            storage_freed: BTreeSet::new(),
             next_stash: 0,
         }
     }
@@ -397,6 +484,18 @@ impl<'t> TorchCx<'t> {
         freed
     }
 
+    /// The NCCL stream a collective on `group` runs on (`None`: the default group's `nccl`), noting it for
+    /// declaration ([`group_stream`]).
+    fn stream_of(&mut self, group: &Option<String>) -> String {
+        match group {
+            Some(g) => {
+                self.group_streams.insert(g.clone());
+                group_stream(g)
+            }
+            None => NCCL_STREAM.to_string(),
+        }
+    }
+
     fn current(&self) -> String {
         self.current.last().cloned().unwrap_or_else(|| "sL".to_string())
     }
@@ -425,6 +524,7 @@ pub fn lower<'a>(
     let nccl = NCCL_STREAM.to_string();
     let comm = tcx.comm.clone();
     let site = tcx.decls.sites.get(path).map(|s| s.0);
+    let scope = Scope { rank, ranks, env: env.as_deref() };
     // After a skipped op, the errors that depend on earlier calls go here, unreported (`TorchCx::after_skip`).
     let after_skip = tcx.after_skip;
     let mut unreported = Issues::default();
@@ -437,6 +537,7 @@ pub fn lower<'a>(
             | SOp::WaitEvent { .. }
             | SOp::Empty { .. }
             | SOp::Del { .. }
+        | SOp::FreeStorage { .. }
     );
     // ProcessGroupNCCL records every tensor of a collective or P2P op on the NCCL stream
     // (`c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), ncclStream)`), so that freeing
@@ -469,25 +570,26 @@ pub fn lower<'a>(
     }
     // ProcessGroupNCCL.cpp `syncStream`: `ncclEvent.record(getCurrentCUDAStream()); ncclEvent.block(ncclStream)`,
     // before every collective and point-to-point op (P1).
-    let sync_stream = |out: &mut Vec<Item<'a>>, n: u32| {
+    let sync_stream = |out: &mut Vec<Item<'a>>, n: u32, nccl: &str| {
         owned(out, SOp::Record { event: pre_event(n), stream: cur.clone() });
-        owned(out, SOp::Wait { event: pre_event(n), stream: nccl.clone() });
+        owned(out, SOp::Wait { event: pre_event(n), stream: nccl.to_string() });
     };
     // A collective's process group: its communicator (created first by a lazily initialised group's first
     // collective) and its name, or `None` when this rank does nothing ([`on_group`]).
     // The group tables are passed apart from `tcx`, which `record` borrows.
     let init_kind = tcx.decls.init;
+    let version = tcx.decls.version;
     let enter_group = |out: &mut Vec<Item<'a>>,
                        groups: &BTreeMap<String, Vec<u32>>,
                        inited: &mut BTreeSet<String>,
                        issues: &mut Issues,
                        group: &Option<String>| {
-        let OnGroup::Member { comm, group, init } = on_group(group, path, rank, ranks, env, &comm, groups, inited, init_kind, issues)
+        let OnGroup::Member { comm, group, init } = on_group(group, path, rank, ranks, env, &comm, groups, inited, init_kind, version, issues)
         else {
             return None;
         };
-        if let Some(c) = init {
-            owned(out, SOp::CommInit { comm: c });
+        if let Some(op) = init {
+            owned(out, op);
         }
         Some((comm, group))
     };
@@ -509,10 +611,14 @@ pub fn lower<'a>(
         // communicators this rank holds, in one order on every rank: the default group's, the lazily created pair
         // communicators, the new groups' (N13: finalize is collective).
         SOp::DestroyProcessGroup => {
-            let mut comms: Vec<String> = vec![comm.clone().unwrap_or_else(|| WORLD.to_string())];
+            let mut comms: Vec<String> = Vec::new();
+            if tcx.world_created {
+                comms.push(comm.clone().unwrap_or_else(|| WORLD.to_string()));
+            }
             comms.extend(tcx.inited_pairs.iter().map(|(lo, hi)| pair_comm(*lo, *hi)));
             for (g, members) in &tcx.groups {
-                let holds = if tcx.decls.init == STorchInit::Eager { members.contains(&rank) } else { tcx.inited_groups.contains(g) };
+                let at_call = tcx.decls.init == STorchInit::Eager && tcx.decls.version != STorchVersion::V2_4;
+                let holds = if at_call { members.contains(&rank) } else { tcx.inited_groups.contains(g) };
                 if holds {
                     comms.push(group_comm(g));
                 }
@@ -524,6 +630,7 @@ pub fn lower<'a>(
                 owned(out, SOp::CommDestroy { comm: c });
             }
             tcx.initialized = false;
+            tcx.world_created = !tcx.decls.lazy_world;
         }
         // `dist.send`/`dist.recv` are `pg.send([t], dst, tag).wait()` (torch/distributed/distributed_c10d.py), and
         // ProcessGroupNCCL::pointToPoint runs syncStream, the NCCL call on the NCCL stream, then records the work's
@@ -546,7 +653,10 @@ pub fn lower<'a>(
                     }
                     (pair_stream(lo, hi), Some(pair_comm(lo, hi)), Peer::Rank { rank: ExprArg::int(p.to_string(), i64::from(p)) })
                 }
-                None => (nccl.clone(), comm.clone(), peer.clone()),
+                None => {
+                    create_world(tcx, out, &p, env);
+                    (nccl.clone(), comm.clone(), peer.clone())
+                }
             };
             owned(out, SOp::Record { event: pre_event(n), stream: cur.clone() });
             owned(out, SOp::Wait { event: pre_event(n), stream: stream.clone() });
@@ -559,14 +669,21 @@ pub fn lower<'a>(
                 },
             );
             record(out, tensor, &stream);
-            owned(out, SOp::Record { event: end_event(n, 0), stream });
-            match op {
+            let work = match op {
                 SOp::Isend { work, .. } | SOp::Irecv { work, .. } => {
-                    tcx.works.insert(work.clone(), vec![end_event(n, 0)]);
-                    tcx.stash(Some(work), stashed.take());
+                    Some(name_work(work, field(path, "work"), &scope, rank, n, 1, &mut tcx.work_events, issues))
+                }
+                _ => None,
+            };
+            let end = work.as_ref().map_or_else(|| end_event(n, 0), |(_, ends)| ends[0].clone());
+            owned(out, SOp::Record { event: end.clone(), stream });
+            match work {
+                Some((name, ends)) => {
+                    tcx.works.insert(name.clone(), ends);
+                    tcx.stash(Some(&name), stashed.take());
                 }
                 // The work's wait clears its stash at once: nothing stays held.
-                _ => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
+                None => owned(out, SOp::Wait { event: end, stream: cur.clone() }),
             }
         }
         // `batch_isend_irecv`: one NCCL group around the ops (P3). Before PR 82450 each op's work recorded its end
@@ -574,7 +691,9 @@ pub fn lower<'a>(
         // coalesced work's end event is recorded after ncclGroupEnd (ProcessGroupNCCL::endCoalescing).
         SOp::BatchIsendIrecv { ops, works } => {
             let n = site?;
-            sync_stream(out, n);
+            let (works, ends) = name_work(works, field(path, "works"), &scope, rank, n, ops.len(), &mut tcx.work_events, issues);
+            create_world(tcx, out, &p, env);
+            sync_stream(out, n, &nccl);
             push(out, Leaf::GroupStart);
             let inside = tcx.decls.version == STorchVersion::Before82450;
             for (j, o) in ops.iter().enumerate() {
@@ -584,25 +703,33 @@ pub fn lower<'a>(
                 out.push(Item { leaf, path: at.clone(), env: env.clone() });
                 record(out, &o.tensor, &nccl);
                 if inside {
-                    let record = SOp::Record { event: end_event(n, j), stream: nccl.clone() };
+                    let record = SOp::Record { event: ends[j].clone(), stream: nccl.clone() };
                     out.push(Item { leaf: Leaf::Owned(Rc::new(record)), path: at, env: env.clone() });
                 }
             }
             push(out, Leaf::GroupEnd);
             if !inside {
-                for j in 0..ops.len() {
-                    owned(out, SOp::Record { event: end_event(n, j), stream: nccl.clone() });
+                for e in &ends {
+                    owned(out, SOp::Record { event: e.clone(), stream: nccl.clone() });
                 }
             }
-            tcx.works.insert(works.clone(), (0..ops.len()).map(|j| end_event(n, j)).collect());
-            tcx.stash(Some(works), stashed.take());
+            tcx.works.insert(works.clone(), ends);
+            tcx.stash(Some(&works), stashed.take());
         }
         // WorkNCCL::wait -> synchronizeStreams: the current stream waits on the work's end event; the host does not
         // block (P1).
         // With TORCH_NCCL_AVOID_RECORD_STREAMS it then clears the work's stash (`stashed_for_allocator_safety_->clear()`
         // in WorkNCCL::synchronizeStreams): a tensor deleted since the call is freed here, its block returning to its
         // allocation stream's pool (P4).
-        SOp::WorkWait { work } => match tcx.works.get(work) {
+        SOp::WorkWait { work: written } => {
+            let work = &match super::expr::interpolate(written, &|v| scope.lookup(v)) {
+                Ok(w) => w.into_owned(),
+                Err(m) => {
+                    issues.push(Issue { path: field(path, 0), ..scope.issue(written, m) }.on_rank(rank));
+                    return Some(0);
+                }
+            };
+            match tcx.works.get(work) {
             Some(events) => {
                 for e in events.clone() {
                     owned(out, SOp::Wait { event: e, stream: cur.clone() });
@@ -626,7 +753,8 @@ pub fn lower<'a>(
                     issues.push(Issue::new(field(path, 0), format!("unknown work `{work}`")).help(help).on_rank(rank));
                 }
             }
-        },
+            }
+        }
         // `dist.all_gather(tensor_list, tensor)` and `dist.reduce_scatter(output, input_list)`: ProcessGroupNCCL::allgather
         // and ::reduce_scatter (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp). When the list's tensors have one
         // size (`check_same_size`), the list is flattened into a temporary (`newLikeFlat`) and one NCCL collective
@@ -642,6 +770,10 @@ pub fn lower<'a>(
         SOp::DistAllGatherList { async_op, group, .. } | SOp::DistReduceScatterList { async_op, group, .. } => {
             let n = site?;
             let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, if after_skip { &mut unreported } else { issues }, group) else { return Some(0) };
+            if group.is_none() {
+                create_world(tcx, out, &p, env);
+            }
+            let nccl = tcx.stream_of(&group);
             let members = match &group {
                 Some(g) => tcx.groups.get(g).cloned().unwrap_or_default(),
                 None => tcx.names.default_members.clone(),
@@ -653,8 +785,10 @@ pub fn lower<'a>(
                 _ => return None,
             };
             // After an error the call's work still exists, so that its `WorkWait` is not reported as well.
-            if let Some(w) = async_op {
-                tcx.works.insert(w.clone(), vec![end_event(n, 0)]);
+            let work = async_op.as_ref().map(|w| name_work(w, field(path, "async_op"), &scope, rank, n, 1, &mut tcx.work_events, issues));
+            let end = work.as_ref().map_or_else(|| end_event(n, 0), |(_, ends)| ends[0].clone());
+            if let Some((w, ends)) = &work {
+                tcx.works.insert(w.clone(), ends.clone());
             }
             let Some(me) = members.iter().position(|m| *m == rank) else {
                 issues.push(Issue::new(path, "this rank is not a member of the process group's communicator").on_rank(rank));
@@ -730,7 +864,7 @@ pub fn lower<'a>(
                 let bytes = tcx.flats.entry(flat.clone()).or_insert(0);
                 *bytes = (*bytes).max(m as u64 * own);
             }
-            sync_stream(out, n);
+            sync_stream(out, n, &nccl);
             let all_empty = own == 0 && lens.iter().all(|l| *l == 0);
             match (gather, same) {
                 _ if all_empty => {
@@ -787,12 +921,12 @@ pub fn lower<'a>(
                     }
                 }
             }
-            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
-            match async_op {
-                Some(w) => {
-                    tcx.stash(Some(w), stashed.take());
+            owned(out, SOp::Record { event: end.clone(), stream: nccl.clone() });
+            match work {
+                Some((w, _)) => {
+                    tcx.stash(Some(&w), stashed.take());
                 }
-                None => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
+                None => owned(out, SOp::Wait { event: end, stream: cur.clone() }),
             }
         }
         // `dist.all_reduce` / `broadcast` / `all_gather_into_tensor` / `reduce_scatter_tensor`:
@@ -809,7 +943,11 @@ pub fn lower<'a>(
         | SOp::DistScatter { async_op, group, .. } => {
             let n = site?;
             let Some((comm, group)) = enter_group(out, &tcx.groups, &mut tcx.inited_groups, if after_skip { &mut unreported } else { issues }, group) else { return Some(0) };
-            sync_stream(out, n);
+            if group.is_none() {
+                create_world(tcx, out, &p, env);
+            }
+            let nccl = tcx.stream_of(&group);
+            sync_stream(out, n, &nccl);
             // `all_to_all` (lists) and `all_to_all_single` with split sizes: not one NCCL collective but one group
             // of ncclSend/ncclRecv per peer (below).
             let split = match op {
@@ -925,13 +1063,17 @@ pub fn lower<'a>(
                 }
                 _ => {}
             }
-            owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
-            match async_op {
-                Some(w) => {
-                    tcx.works.insert(w.clone(), vec![end_event(n, 0)]);
-                    tcx.stash(Some(w), stashed.take());
+            let work = async_op.as_ref().map(|w| name_work(w, field(path, "async_op"), &scope, rank, n, 1, &mut tcx.work_events, issues));
+            match work {
+                Some((w, ends)) => {
+                    owned(out, SOp::Record { event: ends[0].clone(), stream: nccl.clone() });
+                    tcx.works.insert(w.clone(), ends);
+                    tcx.stash(Some(&w), stashed.take());
                 }
-                None => owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() }),
+                None => {
+                    owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
+                    owned(out, SOp::Wait { event: end_event(n, 0), stream: cur.clone() });
+                }
             }
         }
         // `dist.barrier()`: ProcessGroupNCCL::barrier all-reduces a one-element tensor, and its work's wait, besides
@@ -939,7 +1081,8 @@ pub fn lower<'a>(
         // cudaStreamSynchronize(currentStream)` in WorkNCCL::synchronize).
         SOp::DistBarrier => {
             let n = site?;
-            sync_stream(out, n);
+            create_world(tcx, out, &p, env);
+            sync_stream(out, n, &nccl);
             let buf = Some(BufArg::Whole(BARRIER_TENSOR.to_string()));
             owned(out, SOp::AllReduce { buf, send: None, recv: None, stream: nccl.clone(), comm: comm.clone() });
             owned(out, SOp::Record { event: end_event(n, 0), stream: nccl.clone() });
@@ -973,8 +1116,17 @@ pub fn lower<'a>(
             if tcx.groups.insert(name.clone(), members.clone()).is_some() {
                 issues.push(Issue::new(field(path, 0), format!("process group `{name}` is created twice")).on_rank(rank));
             }
-            if tcx.decls.init == STorchInit::Eager {
-                let member = members.contains(&rank);
+            let member = members.contains(&rank);
+            // PyTorch 2.4 (`_new_process_group_helper`): a non-member of a group split from an eagerly initialised
+            // default group "will need to call `ncclCommSplit` on *all* ranks in this new group's parent group, even
+            // those not in the new group" (`split_from.perform_nocolor_split(..)`, then NON_GROUP_MEMBER); a member
+            // does nothing here: `new_group` passes no `device_id` (PR 129284 came after 2.4), so the group's
+            // communicator is split at the member's first collective on it (`on_group`).
+            if tcx.decls.init == STorchInit::Eager && tcx.decls.version == STorchVersion::V2_4 {
+                if !member {
+                    owned(out, SOp::CommSplit { comm: comm.clone().unwrap_or_else(|| WORLD.to_string()), new: None, color: None, key: Some(ExprArg::int(rank.to_string(), i64::from(rank))) });
+                }
+            } else if tcx.decls.init == STorchInit::Eager {
                 owned(
                     out,
                     SOp::CommSplit {
@@ -1005,16 +1157,50 @@ pub fn lower<'a>(
                 );
                 return Some(0);
             }
+            // `t.untyped_storage().resize_(n)` after `resize_(0)` allocates the same way (on the current stream).
+            if let Ok(n) = super::expr::interpolate(tensor, &|v| scope.lookup(v)) {
+                tcx.storage_freed.remove(n.as_ref());
+            }
             owned(out, SOp::Alloc { buf: tensor.clone(), stream: cur })
         }
         SOp::Del { tensor } => {
             let name = super::expr::interpolate(tensor, &|v| Scope { rank, ranks, env: env.as_deref() }.lookup(v));
-            match name.ok().filter(|n| tcx.holders.contains_key(n.as_ref())) {
-                Some(n) => {
+            match name.ok() {
+                // Its storage was freed already: the tensor object going away frees nothing, now or at a stash's
+                // release.
+                Some(n) if tcx.storage_freed.remove(n.as_ref()) => {}
+                Some(n) if tcx.holders.contains_key(n.as_ref()) => {
                     tcx.deferred.insert(n.into_owned());
                 }
-                None => owned(out, SOp::Free { buf: tensor.clone() }),
+                _ => owned(out, SOp::Free { buf: tensor.clone() }),
             }
+        }
+        // `t.untyped_storage().resize_(0)`, as FSDP frees a parameter's unsharded storage (`_free_storage` in
+        // torch/distributed/utils.py, called from torch/distributed/fsdp/_flat_param.py) while the all-gather's work
+        // may still hold the tensor: `resize_bytes_cuda` (aten/src/ATen/native/cuda/Resize.cpp) replaces the storage's DataPtr with
+        // a null one (`storage->set_data_ptr_noswap(at::DataPtr(nullptr, device))`), and the old DataPtr's deleter
+        // hands the block back to the caching allocator at once, however many tensors (a work's
+        // `stashed_for_allocator_safety_` included) still reference the StorageImpl. So the free is here, whatever
+        // the setting (P4): with record_stream the block waits for the NCCL stream's work; with
+        // TORCH_NCCL_AVOID_RECORD_STREAMS the stash protects nothing, and the block may be handed out while the
+        // collective still reads or writes it. A stash holding the tensor later releases nothing.
+        SOp::FreeStorage { tensor } => {
+            let name = super::expr::interpolate(tensor, &|v| scope.lookup(v)).map(|n| n.into_owned());
+            if let Ok(n) = &name {
+                if tcx.deferred.contains(n) && !after_skip {
+                    issues.push(
+                        Issue::new(field(path, 0), format!("`{n}` was deleted (`del {n}`); its storage is no longer reachable"))
+                            .help("free the storage before `del`, or leave it to the stash (freed at `work.wait()`)")
+                            .on_rank(rank),
+                    );
+                    return Some(0);
+                }
+                // Already empty: `resize_(0)` frees nothing (`_free_storage` checks `_size() == 0` first).
+                if !tcx.storage_freed.insert(n.clone()) {
+                    return Some(0);
+                }
+            }
+            owned(out, SOp::Free { buf: tensor.clone() })
         }
         // A tensor operation runs on the current stream (torch.cuda.current_stream()).
         SOp::Compute { name, reads, writes, duration } => owned(
@@ -1029,11 +1215,21 @@ pub fn lower<'a>(
     Some(out.len() - start)
 }
 
+/// Creates the default group's communicator before this rank's first call that uses it, when it is created lazily
+/// (`TorchDecls::lazy_world`; ProcessGroupNCCL::getNCCLComm, N8).
+fn create_world<'a>(tcx: &mut TorchCx, out: &mut Vec<Item<'a>>, path: &Rc<str>, env: &Option<Rc<Env<'a>>>) {
+    if !tcx.world_created {
+        tcx.world_created = true;
+        let op = SOp::CommInit { comm: WORLD.to_string() };
+        out.push(Item { leaf: Leaf::Owned(Rc::new(op)), path: path.clone(), env: env.clone() });
+    }
+}
+
 /// Where a collective with `group` (as written) runs for `rank`.
 enum OnGroup {
     /// On `comm` (`None`: the program's only communicator); `group` is the group's name, interpolated; `init` the
     /// communicator a lazily initialised group creates first (ProcessGroupNCCL::getNCCLComm: ncclCommInitRank, N8).
-    Member { comm: Option<String>, group: Option<String>, init: Option<String> },
+    Member { comm: Option<String>, group: Option<String>, init: Option<SOp> },
     /// `rank` is not in the group, or the group is unknown (reported): nothing happens.
     Outside,
 }
@@ -1053,6 +1249,7 @@ fn on_group(
     groups: &BTreeMap<String, Vec<u32>>,
     inited: &mut BTreeSet<String>,
     init: STorchInit,
+    version: STorchVersion,
     issues: &mut Issues,
 ) -> OnGroup {
     let group = group.as_ref().map(|g| {
@@ -1074,7 +1271,25 @@ fn on_group(
         }
         Some(members) if !members.contains(&rank) => OnGroup::Outside,
         Some(_) => {
-            let init = (init == STorchInit::Lazy && inited.insert(g.clone())).then(|| group_comm(g));
+            // PyTorch 2.4 with an eagerly initialised default group: the member splits the group's communicator from
+            // the default group's at its first collective on the group (`getNCCLComm`: `NCCLComm::split(parent,
+            // options_->split_color, ..)`, `split_from` set by `_new_process_group_helper` since the default group
+            // has a bound device id); the non-members split at `new_group` (below).
+            let split = init == STorchInit::Eager && version == STorchVersion::V2_4;
+            let init = match (init, split) {
+                (STorchInit::Lazy, _) | (_, true) if inited.insert(g.clone()) => Some(if split {
+                    let color = split_color(&groups[g]);
+                    SOp::CommSplit {
+                        comm: default.clone().unwrap_or_else(|| WORLD.to_string()),
+                        new: Some(group_comm(g)),
+                        color: Some(ExprArg::int(color.to_string(), color)),
+                        key: Some(ExprArg::int(rank.to_string(), i64::from(rank))),
+                    }
+                } else {
+                    SOp::CommInit { comm: group_comm(g) }
+                }),
+                _ => None,
+            };
             OnGroup::Member { comm: Some(group_comm(g)), group, init }
         }
     }
