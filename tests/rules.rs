@@ -630,6 +630,41 @@ fn s7_cuda_launch_blocking_makes_launches_synchronous() {
     assert!(r.to_text().contains("fix: CUDA_LAUNCH_BLOCKING=1 makes every NCCL launch wait for its peers"), "{}", r.to_text());
 }
 
+/// Issue 30 item 5: with CUDA_LAUNCH_BLOCKING=1 one thread driving two GPUs groups a send on GPU 0 with its recv on
+/// GPU 1. NCCL launches the group's kernels one device after another and the first launch blocks until its kernel
+/// ends, which needs the second (NVIDIA/nccl PR 774, "When managing multiple devices per OS thread ... we
+/// deadlock"). The model issued both launches at once and reported no problem.
+#[test]
+fn launch_blocking_across_two_gpus_of_one_thread_did_not_hang() {
+    let t = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "64 MiB"), Buffer("y", "64 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", ranks: [0], ops: [
+            Group([Send(to: Rank(1), buf: "x", stream: "s0"), Recv(from: Rank(0), buf: "y@1", stream: "s0@1")]),
+            StreamSync("s0@1"),
+        ])])"#;
+    let eager = |lb: bool| {
+        move |p: &mut cuorder_model::profile::Profile| {
+            *p = cuorder_model::profile::Profile { launch_blocking: lb, ..cuorder_model::profile::Profile::eager() }
+        }
+    };
+    assert_eq!(kinds(&verdict_with("lb-2gpu", t, eager(false))), Vec::<String>::new());
+    // 64 MiB is beyond `eager`'s window: the send waits for the recv, never launched.
+    let r = verdict_with("lb-2gpu", t, eager(true));
+    assert_eq!(kinds(&r), vec!["deadlock always"], "{}", r.to_text());
+    assert!(r.to_text().contains("NCCL launches a group's kernels one after another"), "{}", r.to_text());
+    // Under `portable` the send may finish eagerly, so the hang is "sometimes".
+    let r = verdict_with("lb-2gpu", t, |p| p.launch_blocking = true);
+    assert_eq!(kinds(&r), vec!["deadlock sometimes"], "{}", r.to_text());
+    // One GPU per process: each rank's group is one launch, which does not wait for another of its own.
+    let spmd = r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "64 MiB"), Buffer("y", "64 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            Group([Send(to: Next, buf: "x", stream: "s0"), Recv(from: Prev, buf: "y", stream: "s0")]),
+            StreamSync("s0"),
+        ])])"#;
+    assert_eq!(kinds(&verdict_with("lb-spmd", spmd, eager(true))), Vec::<String>::new());
+}
+
 #[test]
 fn s8_a_host_function_is_ordered_like_a_kernel_on_its_stream() {
     let same = gpu1(AB, "", BUFS, r#"Kernel("w", stream: "sA", writes: ["a"]), Memcpy(dst: "p", src: "a", stream: "sA"), HostFunc("cb", stream: "sA", reads: ["p"])"#);

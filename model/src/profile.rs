@@ -93,28 +93,31 @@ impl Default for HostCallSync {
 /// Semantic parameters of one platform. Every field is a behaviour that the documentation leaves open; where a
 /// capacity or behaviour is undocumented, the profile separates what is *guaranteed* (the explorer relies on it)
 /// from what was merely *observed* (the explorer explores both ways).
+///
+/// **Read from RON** (a profile file, a calibration's measurements, a saved finding), every *semantic* field must be
+/// written out: a profile that leaves one out is refused, naming the field and what to write
+/// ([`SEMANTIC_FIELDS`]), never filled in with a default (issue 30: a profile written before `p2p_plan` existed ran
+/// every group as one kernel plan without a word). Only the informational fields (`description`,
+/// `independent_progress_observed`, `launch_queue_depth_observed`) may be left out: they change no verdict.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "ProfileFile")]
 pub struct Profile {
     /// Name shown in reports (`portable`, `eager`, or a calibrated profile's name).
     pub name: String,
-    /// One line saying where the numbers come from.
-    #[serde(default)]
+    /// One line saying where the numbers come from (informational: may be left out of a RON profile).
     pub description: String,
     /// N2: bytes a send may deliver into a connection's internal buffers with no recv running, per (communicator,
     /// source, destination) connection. 0 = rendezvous: a send ends only together with its recv.
     pub eager_bytes_per_connection: u64,
     /// N2: of that window, the bytes that are *guaranteed*: sends beyond this (up to `eager_bytes_per_connection`)
     /// may or may not complete without their recv, so the explorer also reports the executions in which the
-    /// platform refuses them. Defaults to `eager_bytes_per_connection` (a window that is always available).
-    #[serde(default)]
+    /// platform refuses them. `None`: all of `eager_bytes_per_connection` (a window that is always available).
     pub eager_bytes_guaranteed: Option<u64>,
     /// S1: `true` when streams are *guaranteed* to progress independently. `false` (the documented guarantee) also
     /// explores executions in which a spinning NCCL kernel keeps every other item of its device from starting.
     pub independent_progress: bool,
     /// S1: `true` when hardware runs were *seen* to run a spinning NCCL kernel beside other work (informational: an
-    /// observation is not a guarantee, so it changes no verdict).
-    #[serde(default)]
+    /// observation is not a guarantee, so it changes no verdict; may be left out of a RON profile: `false`).
     pub independent_progress_observed: bool,
     /// N7: `true` when P2P connections are set up lazily at the first launch that needs them, blocking the host until
     /// the peer's host sets up the mirrored direction. `false`: every connection exists once the communicator does.
@@ -127,29 +130,23 @@ pub struct Profile {
     /// N5: `true` when that serialization also *orders* memory (the previous launch's end happens before the next
     /// launch's start). No document guarantees it, so by default the serialization can delay (and hang) a launch but
     /// a program may not rely on it to order its accesses.
-    #[serde(default)]
     pub serialization_orders: bool,
-    /// S7: which host calls synchronize implicitly. Absent in a RON profile: each may synchronize its device, none
-    /// is guaranteed to (the documented behaviour).
-    #[serde(default)]
+    /// S7: which host calls synchronize implicitly (`HostCallSync::default()`: each may synchronize its device, none
+    /// is guaranteed to, the documented behaviour).
     pub implicit_sync: HostCallSync,
     /// S7: `CUDA_LAUNCH_BLOCKING=1`: every launch (kernel, asynchronous copy or memset, host function, NCCL launch)
     /// returns only once its work has ended.
-    #[serde(default)]
     pub launch_blocking: bool,
     /// S6: the number of issued items that have not started a stream's queue holds; an enqueue on a stream with that
     /// many blocks the host thread until one of them starts. `None`: unbounded (no launch ever blocks for room).
     /// A bound is a capacity the platform *guarantees* to provide and is assumed to refuse beyond.
-    #[serde(default)]
     pub launch_queue_depth: Option<u32>,
     /// S6: the depth hardware runs were *seen* to have (informational, like `independent_progress_observed`: an
-    /// observation changes no verdict). About 1000 launches per stream (NVIDIA developer forum, "CUDA stream are
-    /// blocked when launch lots of kernels (>1000)").
-    #[serde(default)]
+    /// observation changes no verdict; may be left out of a RON profile: `None`). About 1000 launches per stream
+    /// (NVIDIA developer forum, "CUDA stream are blocked when launch lots of kernels (>1000)").
     pub launch_queue_depth_observed: Option<u32>,
-    /// N14: the kernel-plan budget NCCL cuts a group's point-to-point calls with; `None` (the default when a RON
-    /// profile leaves it out): every group is launched as one plan, as the NCCL User Guide describes (N4).
-    #[serde(default)]
+    /// N14: the kernel-plan budget NCCL cuts a group's point-to-point calls with; `None`: every group is launched as
+    /// one plan, as the NCCL User Guide describes (N4). A RON profile must say which (no default).
     pub p2p_plan: Option<PlanBudget>,
     /// Where the profile was read from, as the user gave it (`--profile my.ron`); `None` for a built-in profile and
     /// one made in code. Not a semantic parameter (no rule reads it) and no part of a profile file (never read or
@@ -158,6 +155,122 @@ pub struct Profile {
     /// the other fields.
     #[serde(skip)]
     pub source: Option<String>,
+}
+
+/// The semantic fields of [`Profile`] that a RON profile must write out, each as (field, a line to add, what it
+/// means and the alternative). The line to add is the value the field had when a profile file left it out, before
+/// issue 30 (so adding it keeps the verdicts a file gave), or `portable`'s for fields that were always required. A
+/// profile file that leaves one out is refused with these lines ([`Profile::from_ron`]).
+pub const SEMANTIC_FIELDS: &[(&str, &str, &str)] = &[
+    ("eager_bytes_per_connection", "eager_bytes_per_connection: 18446744073709551615,", "N2: any send may finish eagerly, as `portable`; or the measured window in bytes, 0 for rendezvous"),
+    ("eager_bytes_guaranteed", "eager_bytes_guaranteed: None,", "N2: the whole eager window is guaranteed (what a file without the field meant); `Some(0)`: none is, as `portable`"),
+    ("independent_progress", "independent_progress: false,", "S1: streams are not guaranteed to progress independently, as `portable`"),
+    ("lazy_connect", "lazy_connect: true,", "N7: connections are set up at first use, as `portable`"),
+    ("nonmirrored_first_contact", "nonmirrored_first_contact: Undefined,", "N7: as `portable`; or `Hang`"),
+    ("serialize_per_comm", "serialize_per_comm: true,", "N5: launches on one communicator are serialized, as `portable`"),
+    ("serialization_orders", "serialization_orders: false,", "N5: that serialization orders no memory (what a file without the field meant, as `portable`); or `true`"),
+    ("implicit_sync", "implicit_sync: (free: (guaranteed: None, possible: Device), malloc: (guaranteed: None, possible: Device), malloc_host: (guaranteed: None, possible: Device), lazy_load: (guaranteed: None, possible: Device)),", "S7: each call may synchronize its device, none is guaranteed to (what a file without the field meant, as `portable`)"),
+    ("launch_blocking", "launch_blocking: false,", "S7: CUDA_LAUNCH_BLOCKING unset (what a file without the field meant, as `portable`); or `true`"),
+    ("launch_queue_depth", "launch_queue_depth: None,", "S6: an unbounded launch queue (what a file without the field meant, as `portable`); or `Some(DEPTH)`"),
+    ("p2p_plan", "p2p_plan: None,", "N14: every group is one kernel plan, as the NCCL User Guide describes (what a file without the field meant); or `Some((batches: 254, channels_per_peer: 64, chunk_bytes: 65536))`, NCCL 2.28 as measured on an H200, as `portable`"),
+];
+
+/// A profile as a RON file writes it: every semantic field optional here, so that a missing one is named with what
+/// to write ([`SEMANTIC_FIELDS`]) instead of serde's bare "missing field" or, for `Option` and defaulted fields, a
+/// silent default.
+#[derive(Deserialize)]
+#[serde(rename = "Profile", deny_unknown_fields)]
+struct ProfileFile {
+    name: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default, deserialize_with = "present")]
+    eager_bytes_per_connection: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    eager_bytes_guaranteed: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    independent_progress: Option<bool>,
+    #[serde(default)]
+    independent_progress_observed: bool,
+    #[serde(default, deserialize_with = "present")]
+    lazy_connect: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    nonmirrored_first_contact: Option<NonMirrored>,
+    #[serde(default, deserialize_with = "present")]
+    serialize_per_comm: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    serialization_orders: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    implicit_sync: Option<HostCallSync>,
+    #[serde(default, deserialize_with = "present")]
+    launch_blocking: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    launch_queue_depth: Option<Option<u32>>,
+    #[serde(default)]
+    launch_queue_depth_observed: Option<u32>,
+    #[serde(default, deserialize_with = "present")]
+    p2p_plan: Option<Option<PlanBudget>>,
+}
+
+/// A field that is written: `Some` of its value, whatever the value (so that `p2p_plan: None` is told apart from
+/// no `p2p_plan` at all).
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+impl TryFrom<ProfileFile> for Profile {
+    type Error = String;
+
+    /// Errors: every semantic field the file leaves out, each with what to write.
+    fn try_from(f: ProfileFile) -> Result<Profile, String> {
+        let mut missing: Vec<&str> = vec![];
+        macro_rules! need {
+            ($field:ident) => {
+                match f.$field {
+                    Some(v) => v,
+                    None => {
+                        missing.push(stringify!($field));
+                        Default::default()
+                    }
+                }
+            };
+        }
+        let p = Profile {
+            name: f.name,
+            description: f.description,
+            eager_bytes_per_connection: need!(eager_bytes_per_connection),
+            eager_bytes_guaranteed: need!(eager_bytes_guaranteed),
+            independent_progress: need!(independent_progress),
+            independent_progress_observed: f.independent_progress_observed,
+            lazy_connect: need!(lazy_connect),
+            nonmirrored_first_contact: f.nonmirrored_first_contact.unwrap_or_else(|| {
+                missing.push("nonmirrored_first_contact");
+                NonMirrored::Undefined
+            }),
+            serialize_per_comm: need!(serialize_per_comm),
+            serialization_orders: need!(serialization_orders),
+            implicit_sync: need!(implicit_sync),
+            launch_blocking: need!(launch_blocking),
+            launch_queue_depth: need!(launch_queue_depth),
+            launch_queue_depth_observed: f.launch_queue_depth_observed,
+            p2p_plan: need!(p2p_plan),
+            source: None,
+        };
+        if missing.is_empty() {
+            return Ok(p);
+        }
+        let names = missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
+        let lines = SEMANTIC_FIELDS
+            .iter()
+            .filter(|(name, ..)| missing.contains(name))
+            .map(|(_, line, why)| format!("\n    {line}  // {why}"))
+            .collect::<String>();
+        Err(format!(
+            "the profile does not say {names}: a field that changes verdicts is never taken by default (issue 30); \
+             add {}, with the value this platform has (`cuorder profile portable` prints every field):{lines}",
+            if missing.len() == 1 { "it" } else { "them" }
+        ))
+    }
 }
 
 /// N14: how NCCL cuts the point-to-point calls of one group into kernel plans (NCCL `src/enqueue.cc`,
@@ -404,9 +517,11 @@ impl Profile {
     }
 
     /// Parses a profile written in RON. A field the profile does not have is an error (a misspelt knob must not
-    /// leave its default in force unnoticed).
+    /// leave its default in force unnoticed), and so is a semantic field it leaves out ([`SEMANTIC_FIELDS`]: the
+    /// message names each and what to write); only `description`, `independent_progress_observed` and
+    /// `launch_queue_depth_observed` may be left out.
     ///
-    /// Errors: the RON error with its line and column.
+    /// Errors: the RON error with its line and column (a missing field: the end of the profile).
     pub fn from_ron(text: &str) -> Result<Profile, ron::error::SpannedError> {
         ron::from_str(text)
     }
@@ -459,6 +574,69 @@ mod tests {
             let p = Profile::builtin(name).unwrap();
             let text = ron::ser::to_string_pretty(&p, Default::default()).unwrap();
             assert_eq!(Profile::from_ron(&text).unwrap(), p);
+        }
+    }
+
+    /// `portable` as RON, one field a line, without the line of `field`.
+    fn portable_without(field: &str) -> String {
+        let text = ron::ser::to_string_pretty(&Profile::portable(), Default::default()).unwrap();
+        let mut out = String::new();
+        let mut skipping = false;
+        for line in text.lines() {
+            let top = line.starts_with("    ") && line[4..].starts_with(|c: char| c.is_ascii_alphabetic());
+            if top || !line.starts_with(' ') {
+                skipping = line.trim_start().starts_with(&format!("{field}:"));
+            }
+            if !skipping {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        assert_ne!(out, format!("{text}\n"), "{field} is written");
+        out
+    }
+
+    /// Issue 30: a profile file without `p2p_plan` (the repository's own calibrated H200 profile among them) ran
+    /// every group as one kernel plan without a word; a missing `eager_bytes_guaranteed` made the whole eager window
+    /// guaranteed. Every semantic field left out is now refused, naming it and what to write.
+    #[test]
+    fn a_profile_without_p2p_plan_was_read_silently() {
+        let e = Profile::from_ron(&portable_without("p2p_plan")).unwrap_err().to_string();
+        assert!(e.contains("`p2p_plan`") && e.contains("p2p_plan: None") && e.contains("batches: 254"), "{e}");
+        for (field, ..) in SEMANTIC_FIELDS {
+            let e = Profile::from_ron(&portable_without(field)).expect_err(field).to_string();
+            assert!(e.contains(&format!("does not say `{field}`")), "{field}: {e}");
+        }
+        // The line the message offers is RON that a profile file takes.
+        for (field, line, _) in SEMANTIC_FIELDS {
+            let fixed = portable_without(field).replacen("(\n", &format!("(\n    {line}\n"), 1);
+            Profile::from_ron(&fixed).unwrap_or_else(|e| panic!("{field}: {e}"));
+        }
+        // Informational fields may be left out.
+        for field in ["description", "independent_progress_observed", "launch_queue_depth_observed"] {
+            let p = Profile::from_ron(&portable_without(field)).unwrap_or_else(|e| panic!("{field}: {e}"));
+            assert_eq!(p.p2p_plan, Profile::portable().p2p_plan);
+        }
+        // `None` written out is not a missing field.
+        let none = portable_without("p2p_plan").replacen("(\n", "(\n    p2p_plan: None,\n", 1);
+        assert_eq!(Profile::from_ron(&none).unwrap().p2p_plan, None);
+        // Two missing fields are named together.
+        let two = portable_without("p2p_plan").replace("    launch_blocking: false,\n", "");
+        let e = Profile::from_ron(&two).unwrap_err().to_string();
+        assert!(e.contains("`launch_blocking`, `p2p_plan`"), "{e}");
+    }
+
+    /// Every semantic field of `Profile` is in `SEMANTIC_FIELDS` (a new field must say what to write when missing).
+    #[test]
+    fn semantic_fields_cover_every_field() {
+        let text = ron::ser::to_string_pretty(&Profile::portable(), Default::default()).unwrap();
+        let informational = ["name", "description", "independent_progress_observed", "launch_queue_depth_observed"];
+        for line in text.lines().filter(|l| l.starts_with("    ") && l[4..].starts_with(|c: char| c.is_ascii_alphabetic())) {
+            let field = line.trim_start().split(':').next().unwrap();
+            assert!(
+                informational.contains(&field) || SEMANTIC_FIELDS.iter().any(|(f, ..)| *f == field),
+                "{field} is neither informational nor in SEMANTIC_FIELDS"
+            );
         }
     }
 }

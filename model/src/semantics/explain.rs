@@ -368,6 +368,15 @@ impl<'p> Semantics<'p> {
                             }
                             let (reason, why) = match (&item.kind, &st.item(*d).kind) {
                                 (ItemKind::WaitMarker, _) => (Reason::EventWait, "S3: stream wait on the event's record"),
+                                (ItemKind::Launch { .. }, ItemKind::Launch { .. })
+                                    if ordering && self.profile.launch_blocking && d.thread == k.thread && d.op == k.op =>
+                                {
+                                    (
+                                        Reason::LaunchBlocking,
+                                        "S7: with CUDA_LAUNCH_BLOCKING=1 NCCL launches a group's kernels one after another, \
+                                         each launch returning once its kernel has ended (NVIDIA/nccl PR 774)",
+                                    )
+                                }
                                 (ItemKind::Launch { comm: a, .. }, ItemKind::Launch { comm: b, .. }) if a == b && (!ordering || self.profile.serialize_per_comm) => {
                                     (Reason::CommSerialized, "N5: launches on one communicator are serialized")
                                 }

@@ -212,6 +212,12 @@ impl<'p> Semantics<'p> {
     pub(crate) fn enqueue_launches(&self, st: &mut State, t: ThreadId, ops: &[u32]) {
         let pc = st.host.threads[t as usize].pc;
         let at = OpLoc { thread: t, op: pc };
+        // S7 with CUDA_LAUNCH_BLOCKING=1: NCCL launches a group's kernels one communicator after another, in the
+        // order the group first names them, and each launch call returns only once its kernel has ended (NVIDIA/nccl
+        // PR 774: "we now loop through the devices owned by a thread and launch the kernels in turn. Since the first
+        // launch will block on its kernel which is blocked waiting for all the launches which communicate
+        // together, we deadlock"). So each launch is issued after the previous one's end: an ordering dependency.
+        let mut previous: Option<ItemKey> = None;
         for (sub, (comm, rank)) in self.launch_keys(t, ops).into_iter().enumerate() {
             if !self.check_thread_safety(st, t, at, comm, rank) {
                 return;
@@ -276,6 +282,10 @@ impl<'p> Semantics<'p> {
                     waits.extend(prev);
                 }
             }
+            if self.profile.launch_blocking {
+                deps.extend(previous);
+            }
+            previous = Some(key);
             st.nccl.comm_tail.insert((comm, rank), key);
             self.enqueue(st, t, key, ItemKind::Launch { comm, ops: cops, clocks: Box::default() }, streams, deps, waits);
         }
