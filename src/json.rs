@@ -132,6 +132,11 @@ pub struct FindingOut {
     pub ops: Vec<OpOut>,
     /// Number of steps of the witness schedule.
     pub witness_steps: u64,
+    /// N7: `init` or `lazy` when the profile leaves to the platform when collectives connect (`portable`) and only
+    /// executions with that choice showed the finding (collective connections made at init: NCCL < 2.22, or
+    /// `NCCL_RUNTIME_CONNECT=0`, or no cuMem support; made lazily at first use: NCCL >= 2.22 by default); `null`
+    /// otherwise. The text says the same in a `platform:` line.
+    pub platform: Option<String>,
 }
 
 /// An op as the program wrote it.
@@ -254,6 +259,10 @@ pub fn check_object(sem: &Semantics, rep: &Report, file: &str) -> Check {
                     locs.push(s.writer);
                 }
             }
+            // A finding that needs one platform choice of when collectives connect cites N7, as its text does.
+            if f.finding.platform.is_some() {
+                rules.push(cuorder_model::rule::Rule::N7.id().to_string());
+            }
             rules.sort();
             rules.dedup();
             let mut seen = std::collections::BTreeSet::new();
@@ -266,6 +275,7 @@ pub fn check_object(sem: &Semantics, rep: &Report, file: &str) -> Check {
                 text: f.text.clone(),
                 ops,
                 witness_steps: f.finding.witness.len() as u64,
+                platform: f.finding.platform.map(|c| c.name().to_string()),
             }
         })
         .collect();

@@ -16,6 +16,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("megatron-batch-p2p-fixed.ron", &[]),
     // cudaFree may synchronize the device (S7) while the recv waits for a send issued after a barrier.
     ("cudafree-during-recv.ron", &["deadlock sometimes"]),
+    // The same kind of cycle through an all-reduce, which only hangs when collectives connect at init (N7).
+    ("cudafree-collective-connect-at-init.ron", &["deadlock sometimes"]),
     // Clean under portable, whose launch queue is unbounded; see the test below for a bounded one (S6).
     ("launch-queue-full.ron", &[]),
     // N14: the third send to r1 is in the second kernel plan, behind the send to r2, whose recv waits for r1.
@@ -166,6 +168,16 @@ fn check_example(file: &str) {
     let (report, _) = check_file(&format!("examples/{file}"), "portable");
     assert_eq!(kinds(&report), *expected, "{}", report.to_text());
     insta::assert_snapshot!(file.trim_end_matches(".ron"), common::without_stats(&report.to_text()));
+}
+
+/// The hang needs collectives to connect at init (N7): the finding says so, with the versions and settings.
+#[test]
+fn cudafree_through_an_all_reduce_needs_connections_at_init() {
+    check_example("cudafree-collective-connect-at-init.ron");
+    let (r, _) = check_file("examples/cudafree-collective-connect-at-init.ron", "portable");
+    assert_eq!(r.findings[0].finding.platform, Some(cuorder_model::profile::ConnectChoice::Init));
+    let (eager, _) = check_file("examples/cudafree-collective-connect-at-init.ron", "eager");
+    assert!(eager.findings.is_empty(), "{}", eager.to_text());
 }
 
 #[test]

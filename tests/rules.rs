@@ -257,7 +257,10 @@ fn n6_communicators_used_in_inconsistent_orders_deadlock() {
             Parity(even: [AllReduce(buf: "g", stream: "s0", comm: "c1"), AllReduce(buf: "g", stream: "s0", comm: "c2")],
                    odd:  [AllReduce(buf: "g", stream: "s0", comm: "c2"), AllReduce(buf: "g", stream: "s0", comm: "c1")]),
             StreamSync("s0")])])"#;
-    assert_eq!(verdict("N6", t, "portable"), vec!["deadlock always"]);
+    // Under `portable` collectives connect at init or lazily (N7): lazily, the hosts hang in set-up; at init, the
+    // launches hang on the devices. Each deadlock needs its platform choice, and no execution completes.
+    assert_eq!(verdict("N6", t, "portable"), vec!["deadlock always", "deadlock always"]);
+    assert_eq!(verdict("N6eager", t, "eager"), vec!["deadlock always"]);
 }
 
 #[test]
@@ -272,6 +275,46 @@ fn n7_ungrouped_first_contact_hangs_with_lazy_connections() {
         r#"Group([Send(to: Next, buf: "x", stream: "sA"), Recv(from: Prev, buf: "y", stream: "sA")]),
            Send(to: Next, buf: "x", stream: "sA"), Recv(from: Prev, buf: "y", stream: "sA"), StreamSync("sA")"#);
     assert_eq!(verdict("N7warm", &warm, "eager"), Vec::<String>::new());
+}
+
+/// Issue 30: `portable` took collective connection set-up at first use as a guaranteed host rendezvous (NCCL >=
+/// 2.22's default), so a cudaFree cycle (S7) that hangs when collectives connect at init (NCCL < 2.22,
+/// NCCL_RUNTIME_CONNECT=0) was reported clean. Both platforms are explored now, and the finding says which one it
+/// needs, in text and JSON; every strategy finds it and its witness replays.
+#[test]
+fn a_hang_with_collective_connections_at_init_was_reported_clean() {
+    use cuorder_model::profile::{CollectiveConnect, ConnectChoice, Profile};
+    let file = "examples/cudafree-collective-connect-at-init.ron";
+    let (r, _) = common::check_file(file, "portable");
+    let text = r.to_text();
+    assert_eq!(kinds(&r), vec!["deadlock sometimes"], "{text}");
+    assert_eq!(r.findings[0].finding.platform, Some(ConnectChoice::Init));
+    assert!(text.contains("platform: only in executions with collective connections made at init (NCCL < 2.22"), "{text}");
+    let json = cuorder::json::check(&cuorder_model::semantics::Semantics::new(&load(file), &Profile::portable()), &r, file);
+    let f = &json.check.expect("a check object").findings[0];
+    assert_eq!(f.platform.as_deref(), Some("init"));
+    assert!(f.rules.contains(&"N7".to_string()) && f.rules.contains(&"S7".to_string()), "{:?}", f.rules);
+    // The witness replays, and it is an execution of the platform that connects at init.
+    let (p, portable) = (load(file), Profile::portable());
+    let sem = cuorder_model::semantics::Semantics::new(&p, &portable);
+    let end = cuorder_sim::run::replay_state(&sem, &r.findings[0].finding.witness).expect("the witness replays");
+    assert_eq!(end.nccl.coll_connect, Some(ConnectChoice::Init));
+    // Each platform alone: connected at init, the hang (and no platform line: the profile fixes the choice);
+    // connected lazily, the set-up rendezvous keeps the all-reduce from being enqueued before cudaFree: clean.
+    for (choice, expect) in [(CollectiveConnect::Init, vec!["deadlock sometimes"]), (CollectiveConnect::Lazy, vec![])] {
+        let prof = Profile { collective_connect: Some(choice), ..Profile::portable() };
+        let r = cuorder::report::check(&p, &prof, &Default::default());
+        assert_eq!(kinds(&r), expect, "{choice:?}");
+        assert!(r.findings.iter().all(|f| f.finding.platform.is_none()));
+    }
+    // Sampled and DPOR searches walk the same steps: they find it too, saying the same.
+    let dpor = cuorder_sim::dpor::explore_dpor(&sem, &Default::default());
+    assert_eq!(dpor.exploration.findings.iter().map(|f| f.platform).collect::<Vec<_>>(), vec![Some(ConnectChoice::Init)]);
+}
+
+fn load(file: &str) -> cuorder_model::program::Program {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    cuorder_model::format::load(file, &std::fs::read_to_string(root.join(file)).unwrap()).unwrap()
 }
 
 #[test]

@@ -12,6 +12,58 @@ pub enum NonMirrored {
     Undefined,
 }
 
+/// When a communicator's collectives connect their peers (N7), as a profile states it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CollectiveConnect {
+    /// Connections are made while the communicator is created ([`ConnectChoice::Init`]).
+    Init,
+    /// Connections are made at a communicator's first collective, which blocks the host ([`ConnectChoice::Lazy`]).
+    Lazy,
+    /// Either, as the platform chooses: both are explored, as a choice of the platform made at the first collective
+    /// that needs connections and kept for the rest of the execution (`portable`: NCCL's default changed in 2.22,
+    /// and `NCCL_RUNTIME_CONNECT` and cuMem support choose it since).
+    Either,
+}
+
+/// The platform's choice of when collectives connect their peers (N7), once made: what [`CollectiveConnect`] names
+/// for one platform, and what a finding that needs one of them reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ConnectChoice {
+    /// Collective connections are made at communicator creation; a collective never blocks its host for them. NCCL
+    /// before 2.22 (`init.cc` connects rings and trees in `initTransportsRank`), and NCCL 2.22 and later with
+    /// `NCCL_RUNTIME_CONNECT=0` or without cuMem support (`comm->runtimeConn = cuMemSupport &&
+    /// ncclParamRuntimeConnect()`; cuMem is off with `NCCL_CUMEM_ENABLE=0` or on a process whose driver lacks it).
+    Init,
+    /// Collective connections are made at a communicator's first collective (per algorithm), blocking the host until
+    /// every peer takes part: NCCL 2.22 and later by default (`NCCL_RUNTIME_CONNECT=1`, "Dynamically connect peers
+    /// during runtime (e.g., calling ncclAllreduce()) instead of init stage", with cuMem support).
+    Lazy,
+}
+
+impl ConnectChoice {
+    /// The choice in words, with the NCCL versions and settings that make it (for findings that need it).
+    pub fn words(self) -> &'static str {
+        match self {
+            ConnectChoice::Init => {
+                "collective connections made at init (NCCL < 2.22, or NCCL >= 2.22 with NCCL_RUNTIME_CONNECT=0 or \
+                 without cuMem support)"
+            }
+            ConnectChoice::Lazy => {
+                "collective connections made lazily at first use (NCCL >= 2.22 by default: NCCL_RUNTIME_CONNECT=1 \
+                 with cuMem support)"
+            }
+        }
+    }
+
+    /// A short stable name for JSON: `init` or `lazy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectChoice::Init => "init",
+            ConnectChoice::Lazy => "lazy",
+        }
+    }
+}
+
 /// Which devices' work a host call that synchronizes implicitly waits for (S7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum SyncScope {
@@ -120,8 +172,15 @@ pub struct Profile {
     /// observation is not a guarantee, so it changes no verdict; may be left out of a RON profile: `false`).
     pub independent_progress_observed: bool,
     /// N7: `true` when P2P connections are set up lazily at the first launch that needs them, blocking the host until
-    /// the peer's host sets up the mirrored direction. `false`: every connection exists once the communicator does.
+    /// the peer's host sets up the mirrored direction (every NCCL version: `ncclP2PPreconnectFunc` at the group end).
+    /// `false`: every P2P connection exists once the communicator does. Also collectives' when
+    /// `collective_connect` is absent.
     pub lazy_connect: bool,
+    /// N7: when collectives connect their peers: at communicator creation, lazily at first use (like P2P, blocking
+    /// the host), or either (both explored). `None` (the default when a RON profile leaves it out): as
+    /// `lazy_connect` says ([`Profile::collective_connect`]).
+    #[serde(default)]
+    pub collective_connect: Option<CollectiveConnect>,
     /// N7: what non-mirrored first contact does (only read when `lazy_connect`).
     pub nonmirrored_first_contact: NonMirrored,
     /// N5: `true` when consecutive NCCL launches on one communicator are serialized on the device (a launch starts
@@ -324,8 +383,10 @@ impl Profile {
     /// - N2: any send may finish without its recv (eager, up to any size) and may have to wait for it (no eager byte
     ///   is guaranteed): both are explored;
     /// - S1: streams are not guaranteed to progress independently;
-    /// - N7: connections are set up lazily per communicator (P2P and, since NCCL 2.22, collectives), blocking the
-    ///   host at first contact (NCCL_COMM_BLOCKING, "Group calls"); non-mirrored first contact is undefined;
+    /// - N7: P2P connections are set up lazily per communicator, blocking the host at first contact
+    ///   (NCCL_COMM_BLOCKING, "Group calls"); collectives connect at communicator creation (NCCL < 2.22,
+    ///   `NCCL_RUNTIME_CONNECT=0`) *or* lazily at first use (NCCL >= 2.22 by default): both are explored, as a choice
+    ///   of the platform; non-mirrored first contact is undefined;
     /// - N5: launches on one communicator may be serialized (NCCL source), which can hang a program but orders
     ///   nothing a program may rely on;
     /// - C1: a broadcast root may finish before the other members start, or wait for them;
@@ -336,13 +397,14 @@ impl Profile {
             name: "portable".into(),
             description: "only what the CUDA and NCCL documentation guarantee: any send may complete eagerly or wait \
                           for its recv (N2), no guaranteed independent progress (S1), lazy host-blocking connection \
-                          set-up (N7), launches on one communicator may be serialized without ordering memory (N5)"
+                          set-up for P2P, and for collectives at init or lazily (N7), launches on one communicator may be serialized without ordering memory (N5)"
                 .into(),
             eager_bytes_per_connection: u64::MAX,
             eager_bytes_guaranteed: Some(0),
             independent_progress: false,
             independent_progress_observed: false,
             lazy_connect: true,
+            collective_connect: Some(CollectiveConnect::Either),
             nonmirrored_first_contact: NonMirrored::Undefined,
             serialize_per_comm: true,
             serialization_orders: false,
@@ -371,6 +433,7 @@ impl Profile {
             independent_progress: true,
             independent_progress_observed: false,
             lazy_connect: true,
+            collective_connect: Some(CollectiveConnect::Lazy),
             nonmirrored_first_contact: NonMirrored::Hang,
             serialize_per_comm: true,
             serialization_orders: true,
@@ -414,17 +477,31 @@ impl Profile {
              other work of its device from starting."
                 .to_string()
         });
-        v.push(if self.lazy_connect {
-            format!(
-                "N7 connections: set up lazily per communicator at first use (P2P and collectives); set-up blocks the host \
-                 until the peer sets up the mirrored direction; non-mirrored first contact {}.",
-                match self.nonmirrored_first_contact {
-                    NonMirrored::Hang => "hangs both hosts",
-                    NonMirrored::Undefined => "is undefined",
-                }
-            )
-        } else {
-            "N7 connections: exist once the communicator does; first contact never blocks.".to_string()
+        let coll = match self.collective_connect() {
+            CollectiveConnect::Init => "collectives connect at communicator creation".to_string(),
+            CollectiveConnect::Lazy => "collectives connect lazily at their first use".to_string(),
+            CollectiveConnect::Either => format!(
+                "collectives connect either way, as the platform chooses (both explored; a finding that needs one says so): \
+                 {}, or {}",
+                ConnectChoice::Init.words(),
+                ConnectChoice::Lazy.words()
+            ),
+        };
+        let lazy_any = self.lazy_connect || self.collective_connect() != CollectiveConnect::Init;
+        let contact = match self.nonmirrored_first_contact {
+            NonMirrored::Hang => "hangs both hosts",
+            NonMirrored::Undefined => "is undefined",
+        };
+        v.push(match (self.lazy_connect, lazy_any) {
+            (true, _) => format!(
+                "N7 connections: P2P connections are set up lazily per communicator at first use; {coll}; a lazy set-up \
+                 blocks the host until the peer sets up the mirrored direction; non-mirrored first contact {contact}."
+            ),
+            (false, true) => format!(
+                "N7 connections: P2P connections exist once the communicator does; {coll}; a lazy set-up blocks the host \
+                 until the peer sets up the mirrored direction; non-mirrored first contact {contact}."
+            ),
+            (false, false) => "N7 connections: exist once the communicator does; first contact never blocks.".to_string(),
         });
         v.push(match (self.serialize_per_comm, self.serialization_orders) {
             (false, _) => "N5 launches: launches on one communicator may run side by side.".to_string(),
@@ -509,6 +586,16 @@ impl Profile {
     /// else its name (a built-in profile's).
     pub fn argument(&self) -> &str {
         self.source.as_deref().unwrap_or(&self.name)
+    }
+
+    /// When collectives connect their peers (N7): `collective_connect`, or, when the profile leaves it out, as P2P
+    /// connections do (`lazy_connect`).
+    pub fn collective_connect(&self) -> CollectiveConnect {
+        match (self.collective_connect, self.lazy_connect) {
+            (Some(c), _) => c,
+            (None, true) => CollectiveConnect::Lazy,
+            (None, false) => CollectiveConnect::Init,
+        }
     }
 
     /// Bytes per connection that are always available to eager sends (N2).

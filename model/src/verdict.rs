@@ -40,6 +40,34 @@ pub struct Finding {
     pub frequency: Frequency,
     /// The witness: the steps, from the initial state, of one execution that shows the problem.
     pub witness: Vec<Step>,
+    /// N7: the platform choice every execution that showed the problem made, when the profile leaves the choice to
+    /// the platform and only one of its choices showed it (collectives connecting at init, or lazily; for a
+    /// complete search: the problem needs that choice). `None`: the problem showed with either choice, or before
+    /// any choice was made, or the profile fixes the choice. Absent in artifacts saved before it existed.
+    #[serde(default)]
+    pub platform: Option<crate::profile::ConnectChoice>,
+}
+
+/// The platform choices (N7, [`crate::profile::ConnectChoice`]) the executions that showed a problem made, as a
+/// bit set: 1 lazily connecting collectives, 2 connecting them at init, 3 both (or an execution that made no choice).
+pub type PlatformSeen = u8;
+
+/// The [`PlatformSeen`] bits of a state: the platform's choice recorded in it, or both when none was made.
+pub fn platform_bits(choice: Option<crate::profile::ConnectChoice>) -> PlatformSeen {
+    match choice {
+        Some(crate::profile::ConnectChoice::Lazy) => 1,
+        Some(crate::profile::ConnectChoice::Init) => 2,
+        None => 3,
+    }
+}
+
+/// The choice a problem seen under `bits` needs: `Some` when only one choice showed it.
+pub fn platform_needed(bits: PlatformSeen) -> Option<crate::profile::ConnectChoice> {
+    match bits {
+        1 => Some(crate::profile::ConnectChoice::Lazy),
+        2 => Some(crate::profile::ConnectChoice::Init),
+        _ => None,
+    }
 }
 
 /// A key that identifies "the same problem" across executions.

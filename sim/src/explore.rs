@@ -11,7 +11,7 @@ use std::time::Instant;
 use cuorder_model::semantics::incremental::Frontier;
 use cuorder_model::semantics::reduction::DeviceMemo;
 use cuorder_model::semantics::{ItemKind, Semantics, State, Step};
-use cuorder_model::verdict::{Finding, Frequency, Problem, ProblemKey};
+use cuorder_model::verdict::{platform_bits, platform_needed, Finding, Frequency, PlatformSeen, Problem, ProblemKey};
 
 use crate::budget::ResidentMeter;
 use crate::progress::{stopped, Progress, INTERRUPTED};
@@ -152,6 +152,8 @@ pub(crate) struct Collector {
     pub defined_hits: BTreeMap<ProblemKey, usize>,
     pub completed_states: usize,
     pub starved_states: usize,
+    /// The platform choices (N7) of the executions that showed each problem ([`platform_bits`]).
+    pub platform_seen: BTreeMap<ProblemKey, PlatformSeen>,
 }
 
 impl Collector {
@@ -175,6 +177,7 @@ impl Collector {
                 _ => defined_hits == defined && limit_hit.is_none(),
             };
             findings[*idx].frequency = if always { Frequency::Always } else { Frequency::Sometimes };
+            findings[*idx].platform = platform_needed(self.platform_seen.get(key).copied().unwrap_or(3));
         }
         Exploration {
             states,
@@ -197,6 +200,7 @@ impl Collector {
             defined_hits: BTreeMap::new(),
             completed_states: 0,
             starved_states: 0,
+            platform_seen: BTreeMap::new(),
         }
     }
 
@@ -207,10 +211,12 @@ impl Collector {
         keys.into_iter().map(|(_, k)| k).collect()
     }
 
-    fn record(&mut self, key: ProblemKey, problem: impl FnOnce() -> Problem, path: &[Step]) {
+    /// Records a problem seen in a state whose platform choice (N7) is `seen` ([`platform_bits`]).
+    fn record(&mut self, key: ProblemKey, problem: impl FnOnce() -> Problem, path: &[Step], seen: PlatformSeen) {
+        *self.platform_seen.entry(key.clone()).or_default() |= seen;
         if !self.index.contains_key(&key) {
             self.index.insert(key, self.findings.len());
-            self.findings.push(Finding { problem: problem(), frequency: Frequency::Sometimes, witness: path.to_vec() });
+            self.findings.push(Finding { problem: problem(), frequency: Frequency::Sometimes, witness: path.to_vec(), platform: None });
         }
     }
 
@@ -239,14 +245,15 @@ impl Collector {
         };
         // What this state holds is gathered (allocated) only for a terminal state, which counts it.
         let mut present: Vec<ProblemKey> = vec![];
+        let seen = platform_bits(st.nccl.coll_connect);
         for r in &st.memory.races {
-            self.record(race_key(r), || Problem::DataRace(r.clone()), path);
+            self.record(race_key(r), || Problem::DataRace(r.clone()), path, seen);
             if empty {
                 present.push(race_key(r));
             }
         }
         for s in &st.memory.stale {
-            self.record(ProblemKey::StaleRead(s.check), || Problem::StaleRead(s.clone()), path);
+            self.record(ProblemKey::StaleRead(s.check), || Problem::StaleRead(s.clone()), path, seen);
             if empty {
                 present.push(ProblemKey::StaleRead(s.check));
             }
@@ -260,7 +267,7 @@ impl Collector {
         };
         for to in st.nccl.timeouts.iter().filter(|to| !cascade(to)) {
             let key = ProblemKey::Hang(to.at.clone());
-            self.record(key.clone(), || Problem::Timeout(to.clone()), path);
+            self.record(key.clone(), || Problem::Timeout(to.clone()), path, seen);
             if empty {
                 present.push(key);
             }
@@ -280,19 +287,19 @@ impl Collector {
                 let mut at = u.at.clone();
                 at.sort();
                 let key = ProblemKey::Undefined(u.rule, at);
-                self.record(key.clone(), || Problem::Undefined(u.clone()), path);
+                self.record(key.clone(), || Problem::Undefined(u.clone()), path, seen);
                 present.push(key);
             }
             Some(FinalKind::Complete) => self.completed_states += 1,
             Some(FinalKind::Deadlock) => {
                 let key = Self::deadlock_key(sem, st, false);
-                self.record(key.clone(), || Problem::Deadlock(sem.explain(st, false)), path);
+                self.record(key.clone(), || Problem::Deadlock(sem.explain(st, false)), path, seen);
                 present.push(key);
             }
             Some(FinalKind::Starved) => {
                 self.starved_states += 1;
                 let key = Self::deadlock_key(sem, st, true);
-                self.record(key, || Problem::Deadlock(sem.explain(st, true)), path);
+                self.record(key, || Problem::Deadlock(sem.explain(st, true)), path, seen);
             }
             None => {}
         }
@@ -576,6 +583,11 @@ pub fn explore_bounded(sem: &Semantics, limits: &Limits, bound: u32) -> Bounded 
                 keys.push(key.clone());
                 findings.push(Finding { frequency: Frequency::Sometimes, ..f.clone() });
                 first_bound.push(k);
+            } else if let Some(i) = keys.iter().position(|x| x == key) {
+                // Seen again at a higher bound: it needs a platform choice (N7) only if every pass says the same one.
+                if findings[i].platform != f.platform {
+                    findings[i].platform = None;
+                }
             }
         }
         let stop = ex.limit_hit.is_some();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use cuorder_model::semantics::incremental::Frontier;
 use cuorder_model::semantics::{Semantics, State, Step};
-use cuorder_model::verdict::{Finding, Frequency, ProblemKey};
+use cuorder_model::verdict::{platform_needed, Finding, Frequency, ProblemKey};
 
 use crate::explore::{Collector, Exploration};
 use crate::progress::{stopped, Progress, INTERRUPTED};
@@ -368,6 +368,9 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
         let mut mine: Vec<(&usize, &ProblemKey)> = w.found.index.iter().map(|(k, i)| (i, k)).collect();
         mine.sort();
         for (idx, key) in mine {
+            if let Some(seen) = w.found.platform_seen.get(key) {
+                *merged.platform_seen.entry(key.clone()).or_default() |= *seen;
+            }
             match merged.index.get(key) {
                 Some(&m) => hits[m] += 1,
                 None => {
@@ -378,6 +381,9 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
                 }
             }
         }
+    }
+    for (key, idx) in &merged.index {
+        merged.findings[*idx].platform = platform_needed(merged.platform_seen.get(key).copied().unwrap_or(3));
     }
     let executions = results.len() as u64;
     let mut limit = vec![];

@@ -31,12 +31,11 @@ impl<'p> Semantics<'p> {
                     1 + u32::from(sync.possible() != sync.guaranteed)
                 }
                 // N12: a call on a non-blocking communicator may return ncclSuccess or ncclInProgress.
+                // N7: where the platform still chooses when collectives connect, both platforms' outcomes.
                 OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } if th.group_depth == 0 => {
-                    self.nonblocking_outcomes(st, t, &[th.pc]).unwrap_or(1)
+                    self.launch_outcomes(st, t, &[th.pc])
                 }
-                OpKind::GroupEnd if th.group_depth == 1 && !th.group_ops.is_empty() => {
-                    self.nonblocking_outcomes(st, t, &th.group_ops).unwrap_or(1)
-                }
+                OpKind::GroupEnd if th.group_depth == 1 && !th.group_ops.is_empty() => self.launch_outcomes(st, t, &th.group_ops),
                 _ => 1,
             },
         }

@@ -175,6 +175,11 @@ impl<'p> Semantics<'p> {
         match step {
             Step::Host { thread, .. } => {
                 let t = *thread;
+                // N7: the platform's choice of when collectives connect changes every rank's first collective
+                // (its outcomes, whether it blocks).
+                if self.chooses_connect(st, t) {
+                    return (0..self.program.ranks.len() as RankId).collect();
+                }
                 let home = self.rank_of(t);
                 let th = &st.host.threads[t as usize];
                 let mut out = self.op_ranks(OpLoc { thread: t, op: th.pc }, home);
@@ -314,7 +319,7 @@ impl<'p> Semantics<'p> {
     /// [`Self::enabled`] at every step with this shortcut.
     pub fn collective_call_only(&self, st: &State, step: &Step) -> Option<RankId> {
         let Step::Host { thread, .. } = *step else { return None };
-        if !self.collectives {
+        if !self.collectives || self.chooses_connect(st, thread) {
             return None;
         }
         let th = &st.host.threads[thread as usize];

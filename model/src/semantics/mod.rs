@@ -245,6 +245,7 @@ impl<'p> Semantics<'p> {
                 ended: Default::default(),
                 timeouts: Default::default(),
                 aborted_ops: Default::default(),
+                coll_connect: None,
             },
             memory: MemoryState {
                 accesses: Default::default(),

@@ -384,6 +384,10 @@ impl<'p> Semantics<'p> {
             if connecting.contains(&r) || idx.iter().all(|i| self.starvable_in(st, &enabled[*i], m)) || !self.rank_isolated(st, r) {
                 continue;
             }
+            // A call where the platform chooses when collectives connect (N7) may be in the set: the set holds both
+            // choices, and another rank's first collective choosing first reaches the state this rank's choosing
+            // the same reaches, the other's call then reading the choice (the state records the choice, not who
+            // made it).
             // The steps outside the set include the deliveries and collective completions that end the rank's own
             // running launches, and ending a launch changes what the rank's own queries and allocations observe
             // (S4, P4: a block recorded on the launch's stream becomes reusable). Such a rank is not isolated from
@@ -628,7 +632,7 @@ impl<'p> Semantics<'p> {
             }
         };
         // An NCCL launch: not local while it needs new connections (N7: set-up synchronizes with the peer's host).
-        if self.profile.lazy_connect && th.wait.is_none() {
+        if th.wait.is_none() {
             let (need, immediate) = self.new_connections(st, t, &group);
             if !need.is_empty() || !immediate.is_empty() {
                 return false;

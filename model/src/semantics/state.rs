@@ -425,6 +425,11 @@ pub struct NcclState {
     pub timeouts: BTreeSet<Timeout>,
     /// Aborted ops that a value assertion names as its writer (N13: relying on their data is undefined).
     pub aborted_ops: BTreeSet<OpLoc>,
+    /// N7: when collectives connect their peers, as the platform chose it at the first collective that needed
+    /// connections (profile `collective_connect: Some(Either)` only; `None` until then, and always under a profile
+    /// that fixes it). Part of the state, so that executions of the two platforms never merge.
+    #[serde(default)]
+    pub coll_connect: Option<crate::profile::ConnectChoice>,
 }
 
 /// How a communicator's life ended on a rank (N13).

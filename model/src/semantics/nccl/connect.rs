@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::*;
 use crate::op_info::NcclRole;
-use crate::profile::NonMirrored;
+use crate::profile::{CollectiveConnect, ConnectChoice, NonMirrored};
 
 /// "r0->r1 on world, r1->r0 on world" for a set of connection directions.
 pub fn dirs_label_with(d: &BTreeSet<Dir>, comm_name: impl Fn(CommId) -> String) -> String {
@@ -35,6 +35,20 @@ impl<'p> Semantics<'p> {
     /// (communicator, acting rank, peer) (N7), and apart from them the directions the group mirrors itself (one
     /// thread driving both ends: set up at once, without blocking).
     pub(crate) fn new_connections(&self, st: &State, t: ThreadId, ops: &[u32]) -> (BTreeMap<(CommId, RankId, RankId), BTreeSet<Dir>>, BTreeSet<Dir>) {
+        self.new_connections_as(st, t, ops, self.coll_lazy(st).unwrap_or(true))
+    }
+
+    /// [`Self::new_connections`] with collectives connecting lazily (`coll_lazy`) or not, whatever the platform
+    /// chose: P2P directions only when the profile sets P2P connections up lazily, collective directions only when
+    /// `coll_lazy`.
+    pub(crate) fn new_connections_as(
+        &self,
+        st: &State,
+        t: ThreadId,
+        ops: &[u32],
+        coll_lazy: bool,
+    ) -> (BTreeMap<(CommId, RankId, RankId), BTreeSet<Dir>>, BTreeSet<Dir>) {
+        let p2p_lazy = self.profile.lazy_connect;
         let mut need: BTreeMap<(CommId, RankId, RankId), BTreeSet<Dir>> = BTreeMap::new();
         for &i in ops {
             let loc = OpLoc { thread: t, op: i };
@@ -42,7 +56,7 @@ impl<'p> Semantics<'p> {
             let (Some(comm), Some(role)) = (info.comm, info.nccl) else { continue };
             let me = self.acting_rank(loc);
             let mut add = |peer: RankId, d: Dir| {
-                if !st.nccl.connected.contains(&d) {
+                if (if d.3 { coll_lazy } else { p2p_lazy }) && !st.nccl.connected.contains(&d) {
                     need.entry((comm, me, peer)).or_default().insert(d);
                 }
             };
@@ -88,6 +102,79 @@ impl<'p> Semantics<'p> {
             immediate.extend(need.remove(&k).unwrap_or_default());
         }
         (need, immediate)
+    }
+
+    /// N7: whether collectives connect lazily at their first use in `st`: `Some` when the profile fixes it or the
+    /// platform has chosen ([`NcclState::coll_connect`]), `None` while the profile leaves it to the platform
+    /// (`CollectiveConnect::Either`) and no collective has needed connections yet.
+    pub(crate) fn coll_lazy(&self, st: &State) -> Option<bool> {
+        match self.profile.collective_connect() {
+            CollectiveConnect::Init => Some(false),
+            CollectiveConnect::Lazy => Some(true),
+            CollectiveConnect::Either => st.nccl.coll_connect.map(|c| c == ConnectChoice::Lazy),
+        }
+    }
+
+    /// N7: whether launching `ops` of thread `t` (an ungrouped call or the outermost group end) is where the
+    /// platform chooses when collectives connect: the profile leaves it open, nothing has chosen yet, and a
+    /// collective among `ops` would set up connections if they are made lazily. Such a step has the outcomes of
+    /// both platforms ([`Self::launch_outcomes`]).
+    pub fn connect_choice_pending(&self, st: &State, t: ThreadId, ops: &[u32]) -> bool {
+        if !self.collectives || self.coll_lazy(st).is_some() {
+            return false;
+        }
+        let coll = |i: &u32| {
+            let info = self.info(OpLoc { thread: t, op: *i });
+            matches!(info.nccl, Some(NcclRole::Collective { kind }) if !matches!(kind, CollectiveKind::AllToAll | CollectiveKind::Gather { .. } | CollectiveKind::Scatter { .. }))
+        };
+        if !ops.iter().any(coll) {
+            return false;
+        }
+        let (need, immediate) = self.new_connections_as(st, t, ops, true);
+        need.values().flatten().chain(&immediate).any(|d| d.3)
+    }
+
+    /// The ops the host step of thread `t` would launch now: the op at its pc when it is an ungrouped NCCL call,
+    /// the group's ops at its outermost group end; empty otherwise (a blocked thread's return included).
+    pub fn launch_ops(&self, st: &State, t: ThreadId) -> Vec<u32> {
+        let th = &st.host.threads[t as usize];
+        if th.wait.is_some() || self.thread_finished(st, t) {
+            return vec![];
+        }
+        match &self.ops_of(t)[th.pc as usize].kind {
+            OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } if th.group_depth == 0 => vec![th.pc],
+            OpKind::GroupEnd if th.group_depth == 1 => th.group_ops.clone(),
+            _ => vec![],
+        }
+    }
+
+    /// Whether the host step of thread `t` is where the platform chooses when collectives connect (N7,
+    /// [`Self::connect_choice_pending`]).
+    pub fn chooses_connect(&self, st: &State, t: ThreadId) -> bool {
+        self.collectives && self.coll_lazy(st).is_none() && self.connect_choice_pending(st, t, &self.launch_ops(st, t))
+    }
+
+    /// The number of outcomes of launching `ops` of thread `t`: those of a call on non-blocking communicators (N12),
+    /// and where the platform still chooses when collectives connect (N7), the outcomes with lazy connections
+    /// (choices 0..n) followed by those with connections made at init.
+    pub(crate) fn launch_outcomes(&self, st: &State, t: ThreadId, ops: &[u32]) -> u32 {
+        if self.connect_choice_pending(st, t, ops) {
+            self.nonblocking_outcomes_as(st, t, ops, true).unwrap_or(1) + self.nonblocking_outcomes_as(st, t, ops, false).unwrap_or(1)
+        } else {
+            self.nonblocking_outcomes(st, t, ops).unwrap_or(1)
+        }
+    }
+
+    /// Applies the platform's choice that launching `ops` makes, if it makes one ([`Self::launch_outcomes`]), and
+    /// returns what is left of `choice` for the launch itself.
+    pub(crate) fn take_connect_choice(&self, st: &mut State, t: ThreadId, ops: &[u32], choice: u32) -> u32 {
+        if !self.connect_choice_pending(st, t, ops) {
+            return choice;
+        }
+        let lazy = self.nonblocking_outcomes_as(st, t, ops, true).unwrap_or(1);
+        let (c, rest) = if choice < lazy { (ConnectChoice::Lazy, choice) } else { (ConnectChoice::Init, choice - lazy) };
+        st.nccl.coll_connect = Some(c);
+        rest
     }
 
     /// N7 (INFER): when the peer is already blocked setting up different directions with us on the same

@@ -2,7 +2,7 @@
 //! until a poll sees them succeed (N12), `ncclCommAbort`, `ncclCommFinalize` and `ncclCommDestroy` and the ban on
 //! using a communicator after them (N13), and the host watchdog that turns a hang into an abort (N9).
 
-use std::collections::{BTreeMap, BTreeSet};
+
 
 use super::super::*;
 
@@ -25,6 +25,11 @@ impl<'p> Semantics<'p> {
     /// `ncclInProgress` with the work deferred (choice 1); 1 when it needs new connections, which are set up in the
     /// background (in progress). `None` when the group's communicators are blocking.
     pub(crate) fn nonblocking_outcomes(&self, st: &State, t: ThreadId, ops: &[u32]) -> Option<u32> {
+        self.nonblocking_outcomes_as(st, t, ops, self.coll_lazy(st).unwrap_or(true))
+    }
+
+    /// [`Self::nonblocking_outcomes`] with collectives connecting lazily (`coll_lazy`) or at init (N7).
+    pub(crate) fn nonblocking_outcomes_as(&self, st: &State, t: ThreadId, ops: &[u32], coll_lazy: bool) -> Option<u32> {
         if !self.nonblocking {
             return None;
         }
@@ -32,11 +37,9 @@ impl<'p> Semantics<'p> {
         if comms.is_empty() || !comms.iter().all(|c| self.is_nonblocking(*c)) {
             return None;
         }
-        if self.profile.lazy_connect {
-            let (need, _) = self.new_connections(st, t, ops);
-            if !need.is_empty() {
-                return Some(1);
-            }
+        let (need, _) = self.new_connections_as(st, t, ops, coll_lazy);
+        if !need.is_empty() {
+            return Some(1);
         }
         Some(2)
     }
@@ -72,8 +75,7 @@ impl<'p> Semantics<'p> {
             return true;
         }
         // ncclInProgress: connections are set up and the work enqueued in the background, once per communicator.
-        let (need, immediate) =
-            if self.profile.lazy_connect { self.new_connections(st, t, ops) } else { (BTreeMap::new(), BTreeSet::new()) };
+        let (need, immediate) = self.new_connections(st, t, ops);
         st.nccl.connected.extend(immediate);
         if !need.is_empty() {
             self.check_nonmirrored(st, t, &need);

@@ -141,19 +141,19 @@ impl<'p> Semantics<'p> {
     /// The outermost group end (or an ungrouped call): set up connections if needed (N7), then enqueue one launch
     /// per communicator and acting rank.
     fn group_end(&self, st: &mut State, t: ThreadId, ops: Vec<u32>, choice: u32) {
+        // N7: the first collective that needs connections is where the platform shows when it makes them.
+        let choice = self.take_connect_choice(st, t, &ops, choice);
         // N12: on non-blocking communicators the call may return ncclInProgress and defer the work.
         if self.nonblocking_group_end(st, t, &ops, choice) {
             return;
         }
-        if self.profile.lazy_connect {
-            let (need, immediate) = self.new_connections(st, t, &ops);
-            st.nccl.connected.extend(immediate);
-            if !need.is_empty() {
-                // N7: the host blocks in the group end until each peer's host sets up the mirrored directions.
-                self.check_nonmirrored(st, t, &need);
-                self.block(st, t, Wait::Connect { need, ops });
-                return;
-            }
+        let (need, immediate) = self.new_connections(st, t, &ops);
+        st.nccl.connected.extend(immediate);
+        if !need.is_empty() {
+            // N7: the host blocks in the group end until each peer's host sets up the mirrored directions.
+            self.check_nonmirrored(st, t, &need);
+            self.block(st, t, Wait::Connect { need, ops });
+            return;
         }
         self.enqueue_launches(st, t, &ops);
         self.advance(st, t);
