@@ -177,9 +177,8 @@ pub struct Profile {
     /// `collective_connect` is absent.
     pub lazy_connect: bool,
     /// N7: when collectives connect their peers: at communicator creation, lazily at first use (like P2P, blocking
-    /// the host), or either (both explored). `None` (the default when a RON profile leaves it out): as
-    /// `lazy_connect` says ([`Profile::collective_connect`]).
-    #[serde(default)]
+    /// the host), or either (both explored). `None`: as `lazy_connect` says ([`Profile::collective_connect`]). A
+    /// RON profile must write it out, `None` included ([`SEMANTIC_FIELDS`]).
     pub collective_connect: Option<CollectiveConnect>,
     /// N7: what non-mirrored first contact does (only read when `lazy_connect`).
     pub nonmirrored_first_contact: NonMirrored,
@@ -225,6 +224,7 @@ pub const SEMANTIC_FIELDS: &[(&str, &str, &str)] = &[
     ("eager_bytes_guaranteed", "eager_bytes_guaranteed: None,", "N2: the whole eager window is guaranteed (what a file without the field meant); `Some(0)`: none is, as `portable`"),
     ("independent_progress", "independent_progress: false,", "S1: streams are not guaranteed to progress independently, as `portable`"),
     ("lazy_connect", "lazy_connect: true,", "N7: connections are set up at first use, as `portable`"),
+    ("collective_connect", "collective_connect: None,", "N7: collectives connect their peers as `lazy_connect` says (what a file without the field meant); or `Some(Either)`: at init or lazily, both explored, as `portable` (NCCL < 2.22 or NCCL_RUNTIME_CONNECT=0 connect at init), `Some(Lazy)`, `Some(Init)`"),
     ("nonmirrored_first_contact", "nonmirrored_first_contact: Undefined,", "N7: as `portable`; or `Hang`"),
     ("serialize_per_comm", "serialize_per_comm: true,", "N5: launches on one communicator are serialized, as `portable`"),
     ("serialization_orders", "serialization_orders: false,", "N5: that serialization orders no memory (what a file without the field meant, as `portable`); or `true`"),
@@ -253,6 +253,8 @@ struct ProfileFile {
     independent_progress_observed: bool,
     #[serde(default, deserialize_with = "present")]
     lazy_connect: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    collective_connect: Option<Option<CollectiveConnect>>,
     #[serde(default, deserialize_with = "present")]
     nonmirrored_first_contact: Option<NonMirrored>,
     #[serde(default, deserialize_with = "present")]
@@ -302,6 +304,7 @@ impl TryFrom<ProfileFile> for Profile {
             independent_progress: need!(independent_progress),
             independent_progress_observed: f.independent_progress_observed,
             lazy_connect: need!(lazy_connect),
+            collective_connect: need!(collective_connect),
             nonmirrored_first_contact: f.nonmirrored_first_contact.unwrap_or_else(|| {
                 missing.push("nonmirrored_first_contact");
                 NonMirrored::Undefined
