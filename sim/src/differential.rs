@@ -455,7 +455,7 @@ impl G {
         let avoid = self.chance(20);
         let mut deleted = vec![false; ranks as usize];
         let mut made = vec![false; ranks as usize];
-        for _ in 0..1 + self.below(3) {
+        for _ in 0..1 + self.below(2) {
             match self.below(7) {
                 0 => {
                     let r = self.below(ranks as u64) as usize;
@@ -661,23 +661,27 @@ pub fn program_text(seed: u64) -> String {
 pub struct Budgets {
     /// Distinct states the reference may visit before the program is skipped (nothing compared).
     pub reference_states: usize,
-    /// States the exhaustive search and DPOR may visit.
+    /// States the exhaustive search may visit (it must finish wherever the reference did).
     pub search_states: usize,
+    /// States DPOR may visit along its executions (stateless: it revisits what the others merge); DPOR is compared
+    /// only where it finishes within them.
+    pub dpor_states: usize,
     /// Random walks per program.
     pub walks: u64,
 }
 
 impl Default for Budgets {
     fn default() -> Self {
-        Budgets { reference_states: 20_000, search_states: 200_000, walks: 16 }
+        Budgets { reference_states: 10_000, search_states: 200_000, dpor_states: 20_000, walks: 16 }
     }
 }
 
 /// What comparing one (program, profile) pair showed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Every engine agreed (the number of findings).
-    Agree(usize),
+    /// Every engine agreed: the number of findings, and whether DPOR finished within its budget (and so was
+    /// compared too).
+    Agree { findings: usize, dpor: bool },
     /// The program does not load (a generator defect, counted).
     Rejected(String),
     /// The reference (or another engine) ran out of budget: nothing compared.
@@ -715,8 +719,9 @@ pub fn compare(sem: &Semantics, budgets: &Budgets, seed: u64) -> Outcome {
             describe(&want.difference(&got).cloned().collect())
         ));
     }
-    let dpor = crate::dpor::explore_dpor(sem, &limits);
-    if dpor.exploration.limit_hit.is_none() {
+    let dpor = crate::dpor::explore_dpor(sem, &Limits { max_states: budgets.dpor_states, ..Limits::default() });
+    let dpor_finished = dpor.exploration.limit_hit.is_none();
+    if dpor_finished {
         let got = findings(&dpor.exploration);
         if got != want {
             return Outcome::Disagree(format!(
@@ -733,7 +738,7 @@ pub fn compare(sem: &Semantics, budgets: &Budgets, seed: u64) -> Outcome {
     if !extra.is_empty() {
         return Outcome::Disagree(format!("random walks found what the reference did not: {extra:?}"));
     }
-    Outcome::Agree(want.len())
+    Outcome::Agree { findings: want.len(), dpor: dpor_finished }
 }
 
 /// The profiles every program is compared under: the built-in `portable` and `eager`.
@@ -756,4 +761,128 @@ pub fn compare_seed(seed: u64, budgets: &Budgets) -> Vec<(String, Outcome)> {
             (prof.name.clone(), compare(&sem, budgets, seed))
         })
         .collect()
+}
+
+/// What a campaign over a range of seeds found, per family ([`campaign`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Programs generated.
+    pub programs: u64,
+    /// Programs that did not load (generator defects).
+    pub rejected: u64,
+    /// (program, profile) pairs beyond the reference's budget: not compared.
+    pub too_big: u64,
+    /// (program, profile) pairs compared.
+    pub compared: u64,
+    /// Compared pairs with at least one finding.
+    pub with_findings: u64,
+    /// Compared pairs on which DPOR finished within its budget, and so was compared too.
+    pub dpor: u64,
+    /// Pairs where the engines disagreed.
+    pub disagreements: u64,
+}
+
+/// One disagreement or rejection of a campaign: the seed, the profile (or "load"), and what differed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Defect {
+    pub seed: u64,
+    pub family: Family,
+    pub profile: String,
+    pub what: String,
+}
+
+/// The result of [`campaign`]: a tally per family (in [`Family::ALL`] order) and every defect, by seed.
+#[derive(Clone, Debug, Default)]
+pub struct Campaign {
+    pub families: Vec<(Family, Tally)>,
+    pub defects: Vec<Defect>,
+}
+
+/// Runs [`compare_seed`] on every seed of `seeds` with `jobs` worker threads (at least 1). The result depends only
+/// on the seeds and budgets (no time limit is involved), not on `jobs`: results are gathered by seed. `done` is
+/// called with the number of seeds finished so far, from the worker threads (a progress display).
+pub fn campaign(seeds: std::ops::Range<u64>, jobs: usize, budgets: &Budgets, done: &(dyn Fn(u64) + Sync)) -> Campaign {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let next = AtomicU64::new(seeds.start);
+    let finished = AtomicU64::new(0);
+    let results: std::sync::Mutex<Vec<(u64, Vec<(String, Outcome)>)>> = std::sync::Mutex::new(vec![]);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| loop {
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= seeds.end {
+                    break;
+                }
+                let r = compare_seed(seed, budgets);
+                results.lock().unwrap_or_else(|e| e.into_inner()).push((seed, r));
+                done(finished.fetch_add(1, Ordering::Relaxed) + 1);
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(seed, _)| *seed);
+    let mut out = Campaign { families: Family::ALL.iter().map(|f| (*f, Tally::default())).collect(), defects: vec![] };
+    for (seed, outcomes) in results {
+        let family = family_of(seed);
+        let tally = &mut out.families.iter_mut().find(|(f, _)| *f == family).expect("every family has a tally").1;
+        tally.programs += 1;
+        for (profile, o) in outcomes {
+            match o {
+                Outcome::Agree { findings, dpor } => {
+                    tally.compared += 1;
+                    tally.with_findings += u64::from(findings > 0);
+                    tally.dpor += u64::from(dpor);
+                }
+                Outcome::TooBig => tally.too_big += 1,
+                Outcome::Rejected(what) => {
+                    tally.rejected += 1;
+                    out.defects.push(Defect { seed, family, profile, what });
+                }
+                Outcome::Disagree(what) => {
+                    tally.compared += 1;
+                    tally.disagreements += 1;
+                    out.defects.push(Defect { seed, family, profile, what });
+                }
+            }
+        }
+    }
+    out
+}
+
+impl Campaign {
+    /// The sum of every family's tally.
+    pub fn total(&self) -> Tally {
+        self.families.iter().fold(Tally::default(), |mut t, (_, f)| {
+            t.programs += f.programs;
+            t.rejected += f.rejected;
+            t.too_big += f.too_big;
+            t.compared += f.compared;
+            t.with_findings += f.with_findings;
+            t.dpor += f.dpor;
+            t.disagreements += f.disagreements;
+            t
+        })
+    }
+
+    /// The table of counts per family and the defects, as text (the same bytes for the same seeds and budgets).
+    pub fn render(&self) -> String {
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "{:<14} {:>9} {:>9} {:>9} {:>9} {:>14} {:>9} {:>14}",
+            "family", "programs", "rejected", "too big", "compared", "with findings", "by DPOR", "disagreements"
+        );
+        let total = self.total();
+        for (name, f) in self.families.iter().map(|(f, t)| (f.name(), t)).chain(std::iter::once(("total", &total))) {
+            let _ = writeln!(
+                t,
+                "{:<14} {:>9} {:>9} {:>9} {:>9} {:>14} {:>9} {:>14}",
+                name, f.programs, f.rejected, f.too_big, f.compared, f.with_findings, f.dpor, f.disagreements
+            );
+        }
+        for d in &self.defects {
+            let _ = writeln!(t, "\nseed {} ({}) under {}: {}", d.seed, d.family.name(), d.profile, d.what);
+        }
+        t
+    }
 }
