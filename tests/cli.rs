@@ -138,7 +138,7 @@ fn profile_says_what_it_assumes_in_plain_words() {
     let (code, out, _) = cuorder(&["profile", "portable"]);
     assert_eq!(code, 0);
     assert!(out.contains("assumes:") && out.contains("both are explored"), "{out}");
-    assert!(out.contains("N7 connections: set up lazily"), "{out}");
+    assert!(out.contains("N7 connections: P2P connections are set up lazily") && out.contains("collectives connect either way"), "{out}");
     // The output is a profile file as it is: the plain words are RON comments (it failed to load at 1:8).
     for name in ["portable", "eager"] {
         let (_, text, _) = cuorder(&["profile", name]);

@@ -118,8 +118,11 @@ fn cross_communicator_collective_order_was_offered_the_send_recv_fix() {
             StreamSync("s0"),
         ])])"#;
     let r = check_text("cross-comm-order", t, "portable");
-    assert_eq!(kinds(&r), vec!["deadlock always"], "{}", r.to_text());
-    let text = &r.findings[0].text;
+    // Under portable the collectives connect at init or lazily (issue 30, item 3): lazily, the hosts hang in the
+    // set-up; at init, the launches hang on the devices. Both are reported; the set-up one offers the fix.
+    assert_eq!(kinds(&r), vec!["deadlock always", "deadlock always"], "{}", r.to_text());
+    let text = &r.findings.iter().find(|f| f.text.contains("setting up connection")).expect("the set-up hang").text;
+    assert!(text.contains("platform: only in executions with collective connections made lazily"), "{text}");
     assert!(text.contains("fix: every member must call each collective of a communicator"), "{text}");
     assert!(text.contains("in the same order"), "{text}");
     assert!(!text.contains("group the send and the recv"), "{text}");

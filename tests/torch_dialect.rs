@@ -611,8 +611,12 @@ fn new_group_split_as_pytorch_2_4_made_it_could_not_be_said() {
     let barrier = p.ranks[0].threads[0].ops.iter().position(|o| matches!(o.kind, OpKind::Collective { .. })).unwrap();
     assert!(split_at(0) > barrier && split_at(2) == 0, "{} {barrier} {}", split_at(0), split_at(2));
     let r = cuorder::report::check(&p, &Profile::portable(), &Default::default());
-    assert_eq!(kinds(&r), ["deadlock always"], "{}", r.to_text());
-    assert!(r.to_text().contains("r2 main is blocked in #0 comm_split(world, no color) (line 4:9)"), "{}", r.to_text());
+    // A hang with the barrier's collective connections made lazily (in their set-up) and one with them made at
+    // init (on the device): portable explores both (issue 30, item 3); rank 2 waits in its split in each.
+    assert_eq!(kinds(&r), ["deadlock always", "deadlock always"], "{}", r.to_text());
+    for f in &r.findings {
+        assert!(f.text.contains("r2 main is blocked in #0 comm_split(world, no color) (line 4:9)"), "{}", f.text);
+    }
     // The members' first collective on the group before the barrier: the split completes, and so does the program.
     let fixed = text.replace(
         "DistBarrier,\n        OnRanks([0, 1], [DistAllReduce(\"x\", group: \"g\")]),",
