@@ -20,7 +20,7 @@ use crate::rng::Rng;
 use crate::strategy::{sample, SampleOptions, Strategy};
 
 /// The generator's behaviour version: a seed names a program only together with it.
-pub const GEN_VERSION: u32 = 1;
+pub const GEN_VERSION: u32 = 2;
 
 /// The operation families a program is built around (each program also mixes in ops of other families).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -428,7 +428,19 @@ impl G {
                     self.push(r, 0, format!("StreamSync(\"{s}\")"));
                 }
             }
-            // A guard thread aborts world on rank 0 (N13), or a watchdog watches a hang (N9).
+            // A guard thread aborts world on rank 0 while the main thread waits in a recv no send may meet (N13).
+            3 if self.ranks >= 2 && self.ops[0].len() > 1 && self.chance(50) => {
+                let s = self.stream();
+                self.push(0, 0, format!("Recv(from: Rank(1), buf: \"y\", stream: \"{s}\", comm: \"world\")"));
+                if self.chance(50) {
+                    self.push(1, 0, format!("Send(to: Rank(0), buf: \"x\", stream: \"{s}\", comm: \"world\")"));
+                }
+                self.push(0, 0, "Barrier(\"guard\")".into());
+                self.push(0, 0, format!("StreamSync(\"{s}\")"));
+                self.push(0, 1, "Barrier(\"guard\")".into());
+                self.push(0, 1, "CommAbort(\"world\")".into());
+            }
+            // A watchdog watches a hang (N9).
             3 if self.ranks >= 2 => {
                 let c = self.name("wd");
                 self.comms.push(format!("Comm(\"{c}\", watchdog: \"1 s\")"));
@@ -666,7 +678,7 @@ pub struct Budgets {
     /// States DPOR may visit along its executions (stateless: it revisits what the others merge); DPOR is compared
     /// only where it finishes within them.
     pub dpor_states: usize,
-    /// Random walks per program.
+    /// Random walks per program, and as many PCT walks (depth 3).
     pub walks: u64,
 }
 
@@ -700,7 +712,8 @@ fn describe(set: &BTreeSet<(ProblemKey, bool)>) -> String {
 }
 
 /// Compares the engines on one program under one profile (module docs): `check`'s search against the reference
-/// (findings and frequencies), DPOR against the reference, and random walks (a subset of the reference's keys).
+/// (findings and frequencies), DPOR against the reference, and random and PCT walks (a subset of the reference's
+/// keys).
 pub fn compare(sem: &Semantics, budgets: &Budgets, seed: u64) -> Outcome {
     let Some(reference) = crate::reference::explore_reference(sem, budgets.reference_states) else {
         return Outcome::TooBig;
@@ -734,9 +747,11 @@ pub fn compare(sem: &Semantics, budgets: &Budgets, seed: u64) -> Outcome {
     let keys: BTreeSet<ProblemKey> = want.iter().map(|(k, _)| k.clone()).collect();
     let opt = SampleOptions { strategy: Strategy::Random, seed, executions: budgets.walks, max_steps: 100_000, ..SampleOptions::default() };
     let walks = sample(sem, &opt);
-    let extra: Vec<&ProblemKey> = walks.exploration.keys.iter().filter(|k| !keys.contains(*k)).collect();
+    let pct = sample(sem, &SampleOptions { strategy: Strategy::Pct { depth: 3 }, ..opt });
+    let extra: Vec<&ProblemKey> =
+        walks.exploration.keys.iter().chain(&pct.exploration.keys).filter(|k| !keys.contains(*k)).collect();
     if !extra.is_empty() {
-        return Outcome::Disagree(format!("random walks found what the reference did not: {extra:?}"));
+        return Outcome::Disagree(format!("random or PCT walks found what the reference did not: {extra:?}"));
     }
     Outcome::Agree { findings: want.len(), dpor: dpor_finished }
 }
