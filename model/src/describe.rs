@@ -116,9 +116,16 @@ impl Program {
                 s(stream),
                 comm(c)
             ),
-            OpKind::Expect { range, stream, writer } => {
+            OpKind::Expect { range, stream, writer, sent_from: None } => {
                 format!("expect({}, written by #{writer}{})", self.range_label(range), opt_stream(stream))
             }
+            OpKind::Expect { range, stream, writer, sent_from: Some(from) } => format!(
+                "expect({}, written by #{writer} with data sent from r{} {}{})",
+                self.range_label(range),
+                from.buf.rank,
+                self.range_label(from),
+                opt_stream(stream)
+            ),
             OpKind::GroupStart => "group_start".into(),
             OpKind::GroupEnd => "group_end".into(),
             OpKind::Collective { comm: c, kind, send, recv, stream } => {

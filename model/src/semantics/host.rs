@@ -259,12 +259,12 @@ impl<'p> Semantics<'p> {
                 }
                 self.advance(st, t);
             }
-            OpKind::Expect { range, stream: None, writer } => {
+            OpKind::Expect { range, stream: None, writer, sent_from } => {
                 if self.check_allocated(st, loc, &[*range]) {
                     self.host_access(st, loc, MemAccess { range: *range, write: false });
                 }
                 let c = st.host.threads[t as usize].clock.clone();
-                self.check_expect(st, loc, *range, *writer, &c);
+                self.check_expect(st, loc, *range, *writer, *sent_from, &c);
                 self.advance(st, t);
             }
             OpKind::CudaFree { buf } => self.cuda_free(st, loc, *buf, choice),
