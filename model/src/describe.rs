@@ -144,6 +144,7 @@ impl Program {
             OpKind::Alloc { buf, stream } => format!("alloc({}, {})", self.buffer(*buf).name, s(stream)),
             OpKind::Free { buf } => format!("free({})", self.buffer(*buf).name),
             OpKind::RecordStream { buf, stream } => format!("record_stream({}, {})", self.buffer(*buf).name, s(stream)),
+            OpKind::CudaFree { buf } if buf.rank != rank => format!("cuda_free({}@{})", self.buffer(*buf).name, buf.rank),
             OpKind::CudaFree { buf } => format!("cuda_free({})", self.buffer(*buf).name),
             OpKind::CudaMalloc { bytes: n, .. } => format!("cuda_malloc({})", bytes(*n)),
             OpKind::CudaMallocHost { bytes: n, .. } => format!("cuda_malloc_host({})", bytes(*n)),

@@ -402,7 +402,8 @@ pub enum OpKind {
     },
     /// `cudaFree` of a non-pooled buffer (S7): may synchronize the device (or every device) first, per the
     /// profile's `implicit_sync.free`; the buffer is released, so any later use, and any issued work that has not
-    /// ended when the memory is released, is undefined.
+    /// ended when the memory is released, is undefined. `buf` may belong to another rank than the calling thread's
+    /// (one process driving several GPUs); a `Device` scope then may mean either device (both are explored).
     CudaFree { buf: BufRef },
     /// `cudaMalloc` of `bytes` bytes on the device of `rank` (S7): the memory is not named by the program (its
     /// only effect the model cares about is the implicit synchronization of `implicit_sync.malloc`).

@@ -447,8 +447,6 @@ impl Checker<'_> {
                             self.err(&at, format!("cudaFree of `{}`, a pooled buffer: release it with Free (P4)", b.name));
                         } else if b.space != MemSpace::Device {
                             self.err(&at, format!("cudaFree of `{}`, which is not device memory", b.name));
-                        } else if buf.rank != rank {
-                            self.err(&at, format!("cudaFree of `{}` of rank {} by a thread of rank {rank}", b.name, buf.rank));
                         }
                     }
                 }

@@ -749,10 +749,9 @@ impl<'a, 'i> Resolver<'a, 'i> {
                             .help("Free applies to caching-allocator buffers (`Pooled`, P4) and to device buffers (cudaFree, S7)"),
                     );
                     None
-                } else if b.rank != cx.rank {
-                    self.err(cx, Issue::new(&*path, format!("cudaFree of `{buf}`, a buffer of rank {}, by rank {}", b.rank, cx.rank)));
-                    None
                 } else {
+                    // A buffer of another rank is another GPU's memory freed by a thread of this process (one
+                    // thread driving several GPUs, as ops on `s0@1` do): cudaFree takes a pointer of any device.
                     Some(OpKind::CudaFree { buf: b })
                 }
             }
