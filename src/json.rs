@@ -257,6 +257,7 @@ pub fn check_object(sem: &Semantics, rep: &Report, file: &str) -> Check {
                     rules.push(cuorder_model::rule::Rule::V1.id().to_string());
                     locs.push(s.check);
                     locs.push(s.writer);
+                    locs.extend(s.other_send);
                 }
             }
             // A finding that needs one platform choice of when collectives connect cites N7, as its text does.

@@ -229,13 +229,23 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
                 let (rank, t) = sem.thread_of[l.thread as usize];
                 format!("{}{}", sem.op_label(l), sem.program.op_where(rank, t, l.op))
             };
-            s.push_str(&format!(
-                "the read does not see the value it expects (V1):\n  {}\n  expects what {} wrote\n\
-                 that write does not happen before the read: it runs after the read in stream order, or nothing \
-                 (stream order, event wait, synchronize, message) orders it before the read\n",
-                place(r.check),
-                place(r.writer)
-            ));
+            match r.other_send {
+                Some(send) => s.push_str(&format!(
+                    "the read does not see the value it expects (V1):\n  {}\n  expects what {} received from the \
+                     send it names\n  but that recv matched {} (the n-th send from its peer on the communicator \
+                     matches the n-th recv, N3), which reads another buffer\n",
+                    place(r.check),
+                    place(r.writer),
+                    place(send)
+                )),
+                None => s.push_str(&format!(
+                    "the read does not see the value it expects (V1):\n  {}\n  expects what {} wrote\n\
+                     that write does not happen before the read: it runs after the read in stream order, or nothing \
+                     (stream order, event wait, synchronize, message) orders it before the read\n",
+                    place(r.check),
+                    place(r.writer)
+                )),
+            }
         }
         Problem::Undefined(u) => {
             s.push_str(&format!("rule {} broken: {}\n", u.rule, u.message));

@@ -98,7 +98,19 @@ pub fn watchdog_fired(schedule: &[cuorder_model::semantics::Step]) -> bool {
 
 /// A failed value assertion in one line (V1): "OP expects what OP wrote, but that write does not happen before it".
 pub fn stale_text(sem: &Semantics, r: &cuorder_model::semantics::StaleRead) -> String {
-    format!("{} expects what {} wrote, but that write does not happen before the read (V1)", sem.op_label(r.check), sem.op_label(r.writer))
+    match r.other_send {
+        Some(send) => format!(
+            "{} expects what {} received from the send it names, but that recv matched {} (N3, V1)",
+            sem.op_label(r.check),
+            sem.op_label(r.writer),
+            sem.op_label(send)
+        ),
+        None => format!(
+            "{} expects what {} wrote, but that write does not happen before the read (V1)",
+            sem.op_label(r.check),
+            sem.op_label(r.writer)
+        ),
+    }
 }
 
 /// A race in one line: "OP and OP on rR BUFFER".

@@ -766,3 +766,115 @@ fn s7_p4_empty_cache_waits_for_record_stream_events_and_may_synchronize() {
     let r = verdict_with("p4-emptied", &emptied, |p| p.implicit_sync.free = always);
     assert_eq!(kinds(&r), Vec::<String>::new(), "{}", r.to_text());
 }
+
+/// Issue 30 item 5: a received message asserted to come from a given send (`written_by: Send("x@0")`, V1 with N3).
+/// Rank 0 sends `first` then `second` to rank 1, which receives into `y` then `z`.
+fn v1_sent_from(expect: &str) -> String {
+    format!(
+        r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)],
+        buffers: [Buffer("first", "4 KiB"), Buffer("second", "4 KiB"), Buffer("y", "4 KiB"), Buffer("z", "4 KiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            If(rank == 0, then: [
+                Kernel("fill", stream: "s0", writes: ["first", "second"]),
+                Group([Send(to: Rank(1), buf: "first", stream: "s0"), Send(to: Rank(1), buf: "second", stream: "s0")]),
+            ], else: [
+                Group([Recv(from: Rank(0), buf: "y", stream: "s0"), Recv(from: Rank(0), buf: "z", stream: "s0")]),
+                {expect}
+            ]),
+            StreamSync("s0"),
+        ])])"#
+    )
+}
+
+#[test]
+fn v1_expect_written_by_send_of_another_rank_holds_for_the_matching_send() {
+    let t = v1_sent_from(r#"Expect("y", written_by: Send("first@0"), stream: "s0"), Expect(Slice("z", 0, "1 KiB"), written_by: Send(Slice("second@0", 0, "4 KiB")), stream: "s0"),"#);
+    let r = check_text("V1-sent-from", &t, "portable");
+    assert_eq!(kinds(&r), Vec::<String>::new(), "{}", r.to_text());
+}
+
+#[test]
+fn v1_expect_written_by_send_of_another_rank_is_stale_when_the_recv_matched_another_send() {
+    // N3 is positional: y (the first recv) gets `first`, not `second`, whatever the names say.
+    let t = v1_sent_from(r#"Expect("y", written_by: Send("second@0"), stream: "s0"),"#);
+    let r = check_text("V1-sent-from-other", &t, "portable");
+    assert_eq!(kinds(&r), vec!["stale read always"], "{}", r.to_text());
+    let text = r.to_text();
+    assert!(text.contains("expects what r1 main #1 recv(from r0, y"), "{text}");
+    assert!(text.contains("but that recv matched r0 main #2 send(to r1, first"), "{text}");
+}
+
+#[test]
+fn v1_expect_written_by_send_is_stale_when_the_recv_does_not_happen_before_the_read() {
+    // The right send, but the read is on another stream that nothing orders after the recv.
+    let t = v1_sent_from(r#"Expect("y", written_by: Send("first@0"), stream: "sL"),"#);
+    assert_eq!(verdict("V1-sent-from-unordered", &t, "portable"), vec!["data race always", "stale read always"]);
+}
+
+#[test]
+fn v1_expect_written_by_send_is_checked_at_load() {
+    let load = |e: &str| cuorder_model::format::load("t", &v1_sent_from(e));
+    let e = load(r#"Expect("y", written_by: Send("first@1"), stream: "s0"),"#).unwrap_err();
+    assert!(e[0].message.contains("`first@1` is a buffer of rank 1, but the Recv that writes `y` receives from rank 0 (N3)"), "{e:?}");
+    assert_eq!((e[0].line, e[0].column), (10, 46), "{e:?}");
+    let e = load(r#"Expect("y", written_by: Send("nope@0"), stream: "s0"),"#).unwrap_err();
+    assert!(e[0].message.contains("nope"), "{e:?}");
+    let e = load(r#"Kernel("k", stream: "s0", writes: ["y"]), Expect("y", written_by: Send("first@0"), stream: "s0"),"#).unwrap_err();
+    assert!(e[0].message.contains("`y` is written again after the Recv of what Send(\"first@0\") sent it expects"), "{e:?}");
+}
+
+/// Issue 30 item 5: a thread of a one-process program freeing another GPU's buffer (`Free("x@1")` from rank 0) was
+/// refused at load. Which device cudaFree synchronizes then, the pointer's or the calling thread's, is documented
+/// nowhere, so a `Device` scope explores both (S7).
+fn free_of_another_gpu(before_free: &str) -> String {
+    format!(
+        r#"Program(ranks: 2, streams: [Stream("s0", NonBlocking)], buffers: [Buffer("x", "1 MiB"), Buffer("a", "1 MiB")],
+        threads: [Thread("driver", ranks: [0], ops: [
+            Kernel("k", stream: "s0@1", writes: ["x@1"]),
+            {before_free}
+            Free("x@1"),
+            Kernel("after", stream: "s0", writes: ["a"]),
+            DeviceSync,
+        ])])"#
+    )
+}
+
+#[test]
+fn s7_cudafree_of_another_gpus_buffer_loads_and_may_sync_either_device() {
+    use cuorder_model::profile::{ImplicitSync, SyncScope};
+    // Portable: the free may wait for nothing, or for either device; waiting for rank 0's device leaves k running.
+    let t = free_of_another_gpu("");
+    let r = verdict_with("s7-free-peer", &t, |_| {});
+    assert_eq!(kinds(&r), vec!["undefined sometimes"], "{}", r.to_text());
+    assert!(r.to_text().contains("r0 driver #1 cuda_free(x@1) releases x while r1 s0@1: #0 kernel k"), "{}", r.to_text());
+    // Even a profile that guarantees a synchronization of "its device" may have meant the caller's (device 0).
+    let device = ImplicitSync { guaranteed: SyncScope::Device, possible: SyncScope::Device };
+    let r = verdict_with("s7-free-peer", &t, |p| p.implicit_sync.free = device);
+    assert_eq!(kinds(&r), vec!["undefined sometimes"], "{}", r.to_text());
+    // Waiting for every device, or for k itself, is enough.
+    let all = ImplicitSync { guaranteed: SyncScope::AllDevices, possible: SyncScope::AllDevices };
+    assert_eq!(kinds(&verdict_with("s7-free-peer", &t, |p| p.implicit_sync.free = all)), Vec::<String>::new());
+    let synced = free_of_another_gpu(r#"StreamSync("s0@1"),"#);
+    assert_eq!(kinds(&verdict_with("s7-free-peer", &synced, |_| {})), Vec::<String>::new());
+}
+
+#[test]
+fn s7_cudafree_of_another_gpus_buffer_may_hang_behind_the_callers_device() {
+    // Rank 0's device spins in a recv whose send rank 1 issues after the barrier; rank 0's thread frees rank 1's
+    // buffer before it reaches the barrier. A free that synchronizes the calling thread's device waits for the recv:
+    // a hang; one that synchronizes the pointer's device (rank 1, idle) does not.
+    let t = r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking)], buffers: [Buffer("a", "1 MiB"), Buffer("w", "1 MiB"), Buffer("x", "1 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            Group([Send(to: Next, buf: "a", stream: "sA"), Recv(from: Prev, buf: "w", stream: "sA")]),
+            DeviceSync,
+            OnRanks([0], [Recv(from: Rank(1), buf: "a", stream: "sA"), Free("x@1"), Barrier("b")]),
+            OnRanks([1], [Barrier("b"), Send(to: Rank(0), buf: "a", stream: "sA")]),
+            DeviceSync,
+        ])])"#;
+    use cuorder_model::profile::{ImplicitSync, SyncScope};
+    let device = ImplicitSync { guaranteed: SyncScope::Device, possible: SyncScope::Device };
+    let r = verdict_with("s7-free-peer-hang", t, |p| p.implicit_sync.free = device);
+    assert_eq!(kinds(&r), vec!["deadlock sometimes"], "{}", r.to_text());
+}

@@ -244,3 +244,38 @@ fn the_hardware_lifecycle_programs_are_clean_in_the_model() {
         assert_eq!(kinds(&r), Vec::<String>::new(), "{f}: {}", r.to_text());
     }
 }
+
+/// Issue 30 item 5: `cudaStreamPerThread` beside a non-blocking communicator. NCCL launches a non-blocking group
+/// from a background thread of its own, with the stream handle the user passed, so `sPT` there is that thread's
+/// per-thread stream: the NCCL work is not ordered with the user's kernels on `sPT` (it still synchronizes with the
+/// legacy stream, S2). The model said clean.
+fn spt_exchange(comm: &str, produce: &str, consume: &str, sync: &str) -> String {
+    gpu2(
+        comm,
+        &format!(
+            r#"CommInit("c"), Poll("c"),
+               Group([Send(to: Next, buf: "w", stream: "sPT", comm: "c"), Recv(from: Prev, buf: "v", stream: "sPT", comm: "c")]), Poll("c"), DeviceSync,
+               Kernel("produce", stream: "{produce}", writes: ["x"]),
+               Group([Send(to: Next, buf: "x", stream: "sPT", comm: "c"), Recv(from: Prev, buf: "y", stream: "sPT", comm: "c")]),
+               Poll("c"),
+               Kernel("consume", stream: "{consume}", reads: ["y"]),
+               {sync}"#
+        ),
+        "",
+    )
+}
+
+#[test]
+fn n12_nccl_on_spt_of_a_non_blocking_communicator_is_not_ordered_with_the_callers_spt() {
+    let nb = r#"Comm("c", init: Explicit, config: NonBlocking)"#;
+    let r = check_text("N12-sPT", &spt_exchange(nb, "sPT", "sPT", r#"StreamSync("sPT")"#), "portable");
+    // produce/send and recv/consume, on each rank.
+    assert_eq!(kinds(&r), vec!["data race always"; 4], "{}", r.to_text());
+    let text = r.to_text();
+    assert!(text.contains("sPT.main#nccl1"), "the background thread's stream is named: {text}");
+    // The legacy stream synchronizes with every per-thread stream, NCCL's background thread's included (S2).
+    assert_eq!(verdict("N12-sL", &spt_exchange(nb, "sL", "sL", "DeviceSync")), Vec::<String>::new());
+    // A blocking communicator launches from the calling thread: its sPT orders everything.
+    let blocking = r#"Comm("c", init: Explicit)"#;
+    assert_eq!(verdict("N12-sPT-blocking", &spt_exchange(blocking, "sPT", "sPT", r#"StreamSync("sPT")"#)), Vec::<String>::new());
+}

@@ -116,9 +116,16 @@ impl Program {
                 s(stream),
                 comm(c)
             ),
-            OpKind::Expect { range, stream, writer } => {
+            OpKind::Expect { range, stream, writer, sent_from: None } => {
                 format!("expect({}, written by #{writer}{})", self.range_label(range), opt_stream(stream))
             }
+            OpKind::Expect { range, stream, writer, sent_from: Some(from) } => format!(
+                "expect({}, written by #{writer} with data sent from r{} {}{})",
+                self.range_label(range),
+                from.buf.rank,
+                self.range_label(from),
+                opt_stream(stream)
+            ),
             OpKind::GroupStart => "group_start".into(),
             OpKind::GroupEnd => "group_end".into(),
             OpKind::Collective { comm: c, kind, send, recv, stream } => {
@@ -137,6 +144,7 @@ impl Program {
             OpKind::Alloc { buf, stream } => format!("alloc({}, {})", self.buffer(*buf).name, s(stream)),
             OpKind::Free { buf } => format!("free({})", self.buffer(*buf).name),
             OpKind::RecordStream { buf, stream } => format!("record_stream({}, {})", self.buffer(*buf).name, s(stream)),
+            OpKind::CudaFree { buf } if buf.rank != rank => format!("cuda_free({}@{})", self.buffer(*buf).name, buf.rank),
             OpKind::CudaFree { buf } => format!("cuda_free({})", self.buffer(*buf).name),
             OpKind::CudaMalloc { bytes: n, .. } => format!("cuda_malloc({})", bytes(*n)),
             OpKind::CudaMallocHost { bytes: n, .. } => format!("cuda_malloc_host({})", bytes(*n)),

@@ -212,7 +212,7 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
         let ops = t.ops.into_iter().map(|(kind, path)| Op { kind, origin: origin(&path) }).collect();
         by_rank[t.rank as usize].push(Thread { name: t.name.to_string(), ops });
     }
-    let ranks = by_rank
+    let mut ranks: Vec<Rank> = by_rank
         .into_iter()
         .map(|threads| {
             let mut streams = vec![Stream { name: decls::LEGACY_STREAM.to_string(), kind: StreamKind::LegacyDefault }];
@@ -223,6 +223,7 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
             Rank { streams, events: decls.events.clone(), buffers: decls.buffers.clone(), threads }
         })
         .collect();
+    nccl_background_streams(&mut ranks, &decls.comms);
     let program = Program { name: name.to_string(), ranks, comms: decls.comms.clone(), barriers, uses_torch: torch_decls.used };
     // The same validation as every other way in: anything it finds here is a gap in the checks above, reported at
     // the op rather than left for the semantics to trip over.
@@ -233,6 +234,62 @@ pub fn load_with(name: &str, text: &str, torch: &TorchOptions) -> Result<Program
             .collect::<Vec<_>>()
     })?;
     Ok(program)
+}
+
+/// N12, S2: NCCL operations that a thread issues on its own per-thread default stream (`sPT`) through a non-blocking
+/// communicator are moved to a per-thread default stream of NCCL's background thread, one per launching call (an
+/// outermost group end, or an ungrouped call), named `sPT.<thread>#nccl<k>` and appended to the rank's streams.
+///
+/// Why: NCCL (2.28.9 and 2.30, `src/group.cc` `ncclGroupEndInternal`) runs a non-blocking group's launch on a new
+/// thread (`pthread_create` of `ncclAsyncJobMain` with `groupLaunchNonBlocking`), and `src/enqueue.cc` keeps the
+/// `cudaStream_t` the user passed (`l->stream = info->stream`) and launches on it from there (`launchStream =
+/// planner->streams->stream`, `cuLaunchKernelEx`), translating no handle. `cudaStreamPerThread` means the per-thread
+/// default stream of the *calling* thread (CUDA Runtime API, "Stream synchronization behavior"), so the work lands
+/// on the background thread's per-thread stream: a blocking stream that synchronizes with the legacy stream `sL`,
+/// but not with the user's `sPT` (per-thread streams of different threads do not synchronize), and a new thread per
+/// group end, so a stream per launching call. NCCL work of a blocking communicator, launched by the calling thread,
+/// stays on its `sPT`.
+fn nccl_background_streams(ranks: &mut [Rank], comms: &[crate::program::Comm]) {
+    use crate::program::OpKind;
+    for rank in ranks.iter_mut() {
+        let base = rank.streams.len();
+        let own_base = base - rank.threads.len();
+        let mut added: Vec<Stream> = vec![];
+        for (ti, thread) in rank.threads.iter_mut().enumerate() {
+            let own = (own_base + ti) as u32;
+            let (mut depth, mut current, mut k) = (0u32, None::<u32>, 0u32);
+            for op in &mut thread.ops {
+                match &mut op.kind {
+                    OpKind::GroupStart => depth += 1,
+                    OpKind::GroupEnd => {
+                        depth = depth.saturating_sub(1);
+                        if depth == 0 {
+                            current = None;
+                        }
+                    }
+                    OpKind::Send { comm, stream, .. } | OpKind::Recv { comm, stream, .. } | OpKind::Collective { comm, stream, .. }
+                        if stream.index == own && comms.get(comm.0 as usize).is_some_and(|c| c.nonblocking) =>
+                    {
+                        let index = match current {
+                            Some(i) => i,
+                            None => {
+                                let i = (base + added.len()) as u32;
+                                added.push(Stream { name: format!("sPT.{}#nccl{k}", thread.name), kind: StreamKind::PerThreadDefault });
+                                k += 1;
+                                if depth > 0 {
+                                    current = Some(i);
+                                }
+                                i
+                            }
+                        };
+                        stream.index = index;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        rank.streams.extend(added);
+    }
 }
 
 /// `skipped` (the errors of the ops the reader skipped, `recover.rs`) and `more`, in source order.

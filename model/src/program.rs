@@ -388,10 +388,22 @@ pub enum OpKind {
     /// A value assertion (V1): reads `range` and expects to see what op `writer` of the same thread wrote, i.e. that
     /// op's write happens before this read. On `stream` it is a stream-ordered read (a zero-length kernel that reads
     /// `range`); without a stream, a host read of host memory. A read that does not see that write is a stale read.
-    Expect { range: BufRange, stream: Option<StreamRef>, writer: u32 },
+    ///
+    /// `sent_from` (the surface's `written_by: Send("x@0")`): the writer is a [`OpKind::Recv`], and the data it
+    /// received must come from a send that read inside this range of the sending rank's buffer: the send the recv
+    /// matched (N3, positional) must read a sub-range of `sent_from`, or the read is stale too. Left out of the
+    /// serialized form when `None`, so that programs without it serialize (and fingerprint) as before.
+    Expect {
+        range: BufRange,
+        stream: Option<StreamRef>,
+        writer: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sent_from: Option<BufRange>,
+    },
     /// `cudaFree` of a non-pooled buffer (S7): may synchronize the device (or every device) first, per the
     /// profile's `implicit_sync.free`; the buffer is released, so any later use, and any issued work that has not
-    /// ended when the memory is released, is undefined.
+    /// ended when the memory is released, is undefined. `buf` may belong to another rank than the calling thread's
+    /// (one process driving several GPUs); a `Device` scope then may mean either device (both are explored).
     CudaFree { buf: BufRef },
     /// `cudaMalloc` of `bytes` bytes on the device of `rank` (S7): the memory is not named by the program (its
     /// only effect the model cares about is the implicit synchronization of `implicit_sync.malloc`).

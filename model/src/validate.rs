@@ -447,8 +447,6 @@ impl Checker<'_> {
                             self.err(&at, format!("cudaFree of `{}`, a pooled buffer: release it with Free (P4)", b.name));
                         } else if b.space != MemSpace::Device {
                             self.err(&at, format!("cudaFree of `{}`, which is not device memory", b.name));
-                        } else if buf.rank != rank {
-                            self.err(&at, format!("cudaFree of `{}` of rank {} by a thread of rank {rank}", b.name, buf.rank));
                         }
                     }
                 }
@@ -466,7 +464,7 @@ impl Checker<'_> {
                         }
                     }
                 }
-                OpKind::Expect { range, stream, writer } => {
+                OpKind::Expect { range, stream, writer, sent_from } => {
                     match stream {
                         Some(s) => {
                             self.stream(&at, *s);
@@ -486,6 +484,21 @@ impl Checker<'_> {
                     match thread.ops.get(*writer as usize) {
                         Some(w) if *writer < oi as u32 && w.kind.written_ranges().iter().any(overlaps) => {}
                         _ => self.err(&at, format!("the writer #{writer} of an Expect is not an earlier op of this thread that writes its range (V1)")),
+                    }
+                    if let Some(from) = sent_from {
+                        match thread.ops.get(*writer as usize).map(|w| &w.kind) {
+                            Some(OpKind::Recv { peer, .. }) => {
+                                if self.range(&at, from) {
+                                    let b = p.buffer(from.buf);
+                                    if b.space == MemSpace::PageableHost {
+                                        self.err(&at, format!("an Expect names `{}`, pageable host memory, as what a send read: NCCL cannot send it", b.name));
+                                    } else if b.space == MemSpace::Device && from.buf.rank != *peer {
+                                        self.err(&at, format!("an Expect names `{}` of rank {} as what a send read, but its recv receives from rank {peer} (N3)", b.name, from.buf.rank));
+                                    }
+                                }
+                            }
+                            _ => self.err(&at, format!("an Expect that names a sending buffer needs a Recv as its writer, and #{writer} is not one (V1, N3)")),
+                        }
                     }
                 }
             }

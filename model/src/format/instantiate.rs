@@ -123,6 +123,7 @@ pub fn instantiate(op: &SOp, scope: &Scope, path: &str, issues: &mut Issues) -> 
             written_by: match written_by {
                 SWriter::Kernel { name } => SWriter::Kernel { name: t.text(name, &|| field(&f("written_by"), 0)) },
                 SWriter::HostFunc { name } => SWriter::HostFunc { name: t.text(name, &|| field(&f("written_by"), 0)) },
+                SWriter::Send { buf } => SWriter::Send { buf: t.buf(buf, &|| field(&f("written_by"), 0)) },
                 other => other.clone(),
             },
             stream: t.opt(stream, &|| f("stream")),

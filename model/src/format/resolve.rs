@@ -59,6 +59,14 @@ struct Range {
     space: MemSpace,
 }
 
+/// The buffer name an `Expect`'s `written_by: Send(..)` gives.
+fn from_name(w: &SWriter) -> &str {
+    match w {
+        SWriter::Send { buf } => buf.name(),
+        _ => "",
+    }
+}
+
 fn plural(n: usize, word: &str) -> String {
     crate::describe::count(n as u64, word)
 }
@@ -741,10 +749,9 @@ impl<'a, 'i> Resolver<'a, 'i> {
                             .help("Free applies to caching-allocator buffers (`Pooled`, P4) and to device buffers (cudaFree, S7)"),
                     );
                     None
-                } else if b.rank != cx.rank {
-                    self.err(cx, Issue::new(&*path, format!("cudaFree of `{buf}`, a buffer of rank {}, by rank {}", b.rank, cx.rank)));
-                    None
                 } else {
+                    // A buffer of another rank is another GPU's memory freed by a thread of this process (one
+                    // thread driving several GPUs, as ops on `s0@1` do): cudaFree takes a pointer of any device.
                     Some(OpKind::CudaFree { buf: b })
                 }
             }
@@ -887,6 +894,19 @@ impl<'a, 'i> Resolver<'a, 'i> {
             return None;
         }
         let range = r.range;
+        // `written_by: Send("x@0")`: the sending buffer, as the send names it (on the sending rank).
+        let sent_from = match written_by {
+            SWriter::Send { buf: from } => {
+                let at = field(&f("written_by"), 0);
+                let fr = self.range(cx, from, &at)?;
+                if fr.space == MemSpace::PageableHost {
+                    self.err(cx, Issue::new(at, format!("`{}` is pageable host memory, which no send reads (NCCL needs device or pinned memory)", from.name())));
+                    return None;
+                }
+                Some(fr)
+            }
+            _ => None,
+        };
         let overlaps = |w: &BufRange| w.buf == range.buf && w.offset < range.offset + range.len && range.offset < w.offset + w.len;
         let writes = |k: &OpKind| k.written_ranges().iter().any(overlaps);
         let Some(w) = earlier.iter().rposition(|(k, _)| written_by.matches(k) && writes(k)) else {
@@ -909,7 +929,18 @@ impl<'a, 'i> Resolver<'a, 'i> {
             );
             return None;
         }
-        Some(OpKind::Expect { range, stream: s, writer: w as u32 })
+        if let (Some(fr), OpKind::Recv { peer, .. }) = (&sent_from, &earlier[w].0) {
+            if fr.space == MemSpace::Device && fr.range.buf.rank != *peer {
+                self.err(
+                    cx,
+                    Issue::new(field(&f("written_by"), 0), format!("`{}` is a buffer of rank {}, but the Recv that writes `{}` receives from rank {peer} (N3)", from_name(written_by), fr.range.buf.rank, buf.name()))
+                        .related(earlier[w].1.to_string(), "the recv")
+                        .help("name the buffer the sending rank passes to its Send, qualified with that rank: `Send(\"x@1\")`"),
+                );
+                return None;
+            }
+        }
+        Some(OpKind::Expect { range, stream: s, writer: w as u32, sent_from: sent_from.map(|fr| fr.range) })
     }
 
     /// The global rank a collective's `root:` names (membership is checked by `collective`).

@@ -855,6 +855,12 @@ pub enum SWriter {
         name: String,
     },
     Recv,
+    /// `Send("x@0")` (or a `Slice`): the last `Recv` of this thread that writes the range, whose data must come
+    /// from a send that read inside this buffer of the sending rank (N3 matching, V1).
+    Send {
+        #[serde(rename = "_0", alias = "buf")]
+        buf: BufArg,
+    },
     AllReduce,
     Broadcast,
     AllGather,
@@ -871,7 +877,9 @@ impl SWriter {
         use crate::program::{CollectiveKind as C, OpKind as O};
         match (self, k) {
             (SWriter::Kernel { name }, O::Kernel { name: n, .. }) => name == n,
-            (SWriter::Memset, O::Memset { .. }) | (SWriter::Memcpy, O::Memcpy { .. }) | (SWriter::Recv, O::Recv { .. }) => true,
+            (SWriter::Memset, O::Memset { .. })
+            | (SWriter::Memcpy, O::Memcpy { .. })
+            | (SWriter::Recv | SWriter::Send { .. }, O::Recv { .. }) => true,
             (SWriter::HostWrite, O::HostAccess { write, .. }) => *write,
             (SWriter::HostFunc { name }, O::HostFunc { name: n, .. }) => name == n,
             (SWriter::AllReduce, O::Collective { kind: C::AllReduce, .. })
@@ -891,6 +899,7 @@ impl SWriter {
         match self {
             SWriter::Kernel { name } => format!("Kernel(\"{name}\")"),
             SWriter::HostFunc { name } => format!("HostFunc(\"{name}\")"),
+            SWriter::Send { buf } => format!("Recv of what Send(\"{}\") sent", buf.name()),
             other => format!("{other:?}"),
         }
     }

@@ -944,7 +944,9 @@ fn host_calls_that_synchronize_and_host_functions() {
     let e = errs("Malloc(\"lots\")");
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].starts_with("3:8: "), "{e:?}");
-    one_error("Free(\"x@1\")", &["cudaFree of `x@1`, a buffer of rank 1, by rank 0"]);
+    // A thread freeing another GPU's buffer (one process driving several GPUs) loads: cudaFree of that pointer.
+    let p = ok(&prog("If(rank == 0, [Free(\"x@1\")])"));
+    assert_eq!(*ops_of(&p, 0, 0)[0], OpKind::CudaFree { buf: BufRef { rank: 1, index: 0 } });
     let e = errs("HostFunc(\"cb\", stream: \"s0\", writes: [\"x\"])");
     assert_eq!(e.len(), 1, "reported once for both ranks: {e:?}");
     assert!(e[0].starts_with("3:39: ") && e[0].contains("a host function accesses device memory `x`"), "{e:?}");

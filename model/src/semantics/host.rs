@@ -22,8 +22,8 @@ impl<'p> Semantics<'p> {
                 OpKind::LoadModule { rank, module } if st.host.loaded_modules.contains(&(*rank, module.clone())) => 1,
                 // P4, S7: an empty cache that releases nothing calls no cudaFree.
                 OpKind::EmptyCache { rank } if !st.pool.free.iter().any(|b| b.block.buf.rank == *rank) => 1,
-                op @ (OpKind::CudaFree { .. }
-                | OpKind::CudaMalloc { .. }
+                OpKind::CudaFree { buf } => self.free_outcomes(t, *buf).len() as u32,
+                op @ (OpKind::CudaMalloc { .. }
                 | OpKind::CudaMallocHost { .. }
                 | OpKind::LoadModule { .. }
                 | OpKind::EmptyCache { .. }) => {
@@ -258,12 +258,12 @@ impl<'p> Semantics<'p> {
                 }
                 self.advance(st, t);
             }
-            OpKind::Expect { range, stream: None, writer } => {
+            OpKind::Expect { range, stream: None, writer, sent_from } => {
                 if self.check_allocated(st, loc, &[*range]) {
                     self.host_access(st, loc, MemAccess { range: *range, write: false });
                 }
                 let c = st.host.threads[t as usize].clock.clone();
-                self.check_expect(st, loc, *range, *writer, &c);
+                self.check_expect(st, loc, *range, *writer, *sent_from, &c);
                 self.advance(st, t);
             }
             OpKind::CudaFree { buf } => self.cuda_free(st, loc, *buf, choice),
@@ -308,30 +308,69 @@ impl<'p> Semantics<'p> {
     /// `cudaFree` of a non-pooled buffer (S7): the buffer is released when the call returns, after the implicit
     /// synchronization the profile and `choice` give. Work issued before that still uses the buffer makes the
     /// program undefined (a use after free), and so does every later use (`check_allocated`).
+    /// S7: the outcomes of thread `t`'s `cudaFree` of `buf`, as (the devices it waits for, whether the wait orders
+    /// their work before the host): the profile's guaranteed scope (ordered), then the wider possible one (not
+    /// ordered) when it is wider. Which device "its device" is when the pointer belongs to another device than the
+    /// calling thread's (one thread driving several GPUs) is documented nowhere (CUDA Runtime API, *cudaFree*: "this
+    /// API may perform implicit synchronization"), so a `Device` scope then has two outcomes, the pointer's device
+    /// and the caller's, each explored.
+    pub(crate) fn free_outcomes(&self, t: ThreadId, buf: BufRef) -> Vec<(Vec<RankId>, bool)> {
+        let sync = self.implicit_sync_of(&OpKind::CudaFree { buf });
+        let caller = self.rank_of(t);
+        let mut out = vec![];
+        let scope = |s: SyncScope, orders: bool, out: &mut Vec<(Vec<RankId>, bool)>| match s {
+            SyncScope::None => out.push((vec![], orders)),
+            SyncScope::Device => {
+                out.push((vec![buf.rank], orders));
+                if caller != buf.rank {
+                    out.push((vec![caller], orders));
+                }
+            }
+            SyncScope::AllDevices => out.push(((0..self.program.ranks.len() as RankId).collect(), orders)),
+        };
+        scope(sync.guaranteed, true, &mut out);
+        if sync.possible() != sync.guaranteed {
+            scope(sync.possible(), false, &mut out);
+        }
+        out
+    }
+
     fn cuda_free(&self, st: &mut State, loc: OpLoc, buf: BufRef, choice: u32) {
         if !self.check_allocated(st, loc, &[BufRange { buf, offset: 0, len: 0 }]) {
             return;
         }
         st.pool.device_freed.insert(buf);
-        let sync = self.implicit_sync_of(&self.op(loc).kind);
-        let scope = if choice == 0 { sync.guaranteed } else { sync.possible() };
-        if scope == SyncScope::None {
-            // Nothing waited for: issued work that has not ended may still use the memory.
-            let in_flight = st.streams.items.iter().find(|(k, i)| {
-                i.status != ItemStatus::Done && self.item_accesses(**k, &i.kind).iter().any(|(_, a)| a.range.buf == buf)
-            });
-            if let Some((k, _)) = in_flight {
-                let (k, who) = (*k, self.item_label(st, *k));
-                let name = &self.program.buffer(buf).name;
-                let msg = format!(
-                    "{} releases {name} while {who}, issued before it, may still use it: cudaFree need not wait for the \
-                     device (a use after free)",
-                    self.op_label(loc)
-                );
-                return self.set_undefined(st, Rule::S7, msg, vec![loc, k.loc()]);
+        let (ranks, orders) = self.free_outcomes(loc.thread, buf).swap_remove(choice as usize);
+        let mut items: Vec<ItemKey> = ranks.iter().flat_map(|r| self.rank_streams(*r)).filter_map(|s| self.tail(st, s)).collect();
+        items.sort();
+        items.dedup();
+        if items.is_empty() {
+            if self.released_in_use(st, loc, buf) {
+                return;
             }
+            self.advance(st, loc.thread);
+        } else {
+            self.block(st, loc.thread, Wait::Items { items, orders });
         }
-        self.implicit_sync(st, loc.thread, buf.rank, sync, choice);
+    }
+
+    /// S7: `cudaFree` at `loc` releases `buf` as it returns; issued work that still uses it then (work the call did
+    /// not wait for: on no device, or on another device than the one it synchronized) is a use after free, and the
+    /// execution is undefined. Returns whether it was.
+    fn released_in_use(&self, st: &mut State, loc: OpLoc, buf: BufRef) -> bool {
+        let in_flight = st.streams.items.iter().find(|(k, i)| {
+            i.status != ItemStatus::Done && self.item_accesses(**k, &i.kind).iter().any(|(_, a)| a.range.buf == buf)
+        });
+        let Some((k, _)) = in_flight else { return false };
+        let (k, who) = (*k, self.item_label(st, *k));
+        let name = &self.program.buffer(buf).name;
+        let msg = format!(
+            "{} releases {name} while {who}, issued before it, may still use it: cudaFree need not wait for that \
+             work (a use after free)",
+            self.op_label(loc)
+        );
+        self.set_undefined(st, Rule::S7, msg, vec![loc, k.loc()]);
+        true
     }
 
     /// A host access at the thread's current clock (S4: host reads and writes of host memory; S5: staging).
@@ -365,6 +404,13 @@ impl<'p> Semantics<'p> {
                     for k in items {
                         let end = st.item(k).end().cloned().expect("a done item has an end clock");
                         st.host.threads[t as usize].clock.join(&end);
+                    }
+                }
+                // S7: a cudaFree that synchronized releases its buffer now, as it returns.
+                let at = OpLoc { thread: t, op: st.host.threads[t as usize].pc };
+                if let OpKind::CudaFree { buf } = self.op(at).kind {
+                    if self.released_in_use(st, at, buf) {
+                        return;
                     }
                 }
             }

@@ -100,15 +100,43 @@ impl<'p> Semantics<'p> {
     }
 
     /// V1: value assertion `check` (reading `range` at clock `at`) sees what `writer` wrote only if that write has
-    /// ended and its end happens before the read; otherwise the read is stale.
-    pub(crate) fn check_expect(&self, st: &mut State, check: OpLoc, range: BufRange, writer: u32, at: &VClock) {
+    /// ended and its end happens before the read; otherwise the read is stale. With `sent_from` (the writer is a
+    /// recv), the send that recv matched (N3, in `MemoryState::recv_sources`) must also have read inside
+    /// `sent_from`, or the value seen is another message's and the read is stale too. Both depend only on
+    /// happens-before and the matching, never on how far unordered steps have got: when the write happens before
+    /// the read, the recv's data arrived before it in every interleaving.
+    pub(crate) fn check_expect(&self, st: &mut State, check: OpLoc, range: BufRange, writer: u32, sent_from: Option<BufRange>, at: &VClock) {
         let writer = OpLoc { thread: check.thread, op: writer };
         if self.check_aborted_writer(st, check, writer) {
             return;
         }
         let seen = st.memory.write_ends.get(&writer).is_some_and(|e| e.happens_before(at));
         if !seen {
-            st.memory.stale.insert(StaleRead { check, writer, range });
+            st.memory.stale.insert(StaleRead { check, writer, range, other_send: None });
+            return;
+        }
+        let Some(from) = sent_from else { return };
+        // A recv whose write ended was finished by a transfer or a drain, which recorded its send; an aborted one
+        // was reported above.
+        let Some(&send) = st.memory.recv_sources.get(&writer) else {
+            st.memory.stale.insert(StaleRead { check, writer, range, other_send: None });
+            return;
+        };
+        let inside = match self.op(send).kind {
+            OpKind::Send { buf, .. } => {
+                buf.buf == from.buf && from.offset <= buf.offset && buf.offset + buf.len <= from.offset + from.len
+            }
+            _ => false,
+        };
+        if !inside {
+            st.memory.stale.insert(StaleRead { check, writer, range, other_send: Some(send) });
+        }
+    }
+
+    /// N3, V1: remembers which send the recv at `recv` matched, if a value assertion names its sending buffer.
+    pub(crate) fn note_recv_source(&self, st: &mut State, recv: OpLoc, send: OpLoc) {
+        if self.sourced_recvs.contains(&recv) {
+            st.memory.recv_sources.insert(recv, send);
         }
     }
 

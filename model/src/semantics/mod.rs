@@ -70,6 +70,9 @@ pub struct Semantics<'p> {
     stream_ranks: Vec<Vec<RankId>>,
     /// The ops a value assertion names as its writer (V1): their write ends are kept in `MemoryState::write_ends`.
     expected_writers: std::collections::BTreeSet<OpLoc>,
+    /// The recvs a value assertion with a sending buffer names as its writer (V1, N3): the send each one matched is
+    /// kept in `MemoryState::recv_sources`.
+    sourced_recvs: std::collections::BTreeSet<OpLoc>,
     /// Per rank, ascending: the threads with an NCCL op acting on that rank (the only ones that can wait for a
     /// connection set-up there; N7).
     nccl_threads_of: Vec<Vec<ThreadId>>,
@@ -152,10 +155,14 @@ impl<'p> Semantics<'p> {
             }
         }
         let mut expected_writers = std::collections::BTreeSet::new();
+        let mut sourced_recvs = std::collections::BTreeSet::new();
         for (t, (r, ti)) in thread_of.iter().enumerate() {
             for op in &program.ranks[*r as usize].threads[*ti as usize].ops {
-                if let OpKind::Expect { writer, .. } = op.kind {
+                if let OpKind::Expect { writer, sent_from, .. } = op.kind {
                     expected_writers.insert(OpLoc { thread: t as ThreadId, op: writer });
+                    if sent_from.is_some() {
+                        sourced_recvs.insert(OpLoc { thread: t as ThreadId, op: writer });
+                    }
                 }
             }
         }
@@ -199,6 +206,7 @@ impl<'p> Semantics<'p> {
             future,
             future_issuers,
             expected_writers,
+            sourced_recvs,
         }
     }
 
@@ -251,6 +259,7 @@ impl<'p> Semantics<'p> {
                 accesses: Default::default(),
                 races: Default::default(),
                 write_ends: Default::default(),
+                recv_sources: Default::default(),
                 stale: Default::default(),
             },
             pool: PoolState {

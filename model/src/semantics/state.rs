@@ -469,6 +469,12 @@ pub struct MemoryState {
     pub races: BTreeSet<Race>,
     /// The end of the write of every op that a value assertion names as its writer, once that write has ended (V1).
     pub write_ends: BTreeMap<OpLoc, Epoch>,
+    /// The send each recv matched (N3), recorded when its data arrived (rendezvous or drain), for the recvs that a
+    /// value assertion with a sending buffer (`Expect { sent_from: Some(..) }`, V1) names as its writer. Keyed by
+    /// op locations, which do not depend on the interleaving; never forgotten (like `write_ends`): an assertion
+    /// checked later reads it.
+    #[serde(default)]
+    pub recv_sources: BTreeMap<OpLoc, OpLoc>,
     /// Value assertions that failed on the way here (V1).
     pub stale: BTreeSet<StaleRead>,
 }
@@ -487,6 +493,11 @@ pub struct StaleRead {
     pub check: OpLoc,
     pub writer: OpLoc,
     pub range: BufRange,
+    /// For an assertion that names the sending buffer (`sent_from`): the send the recv `writer` matched (N3), when
+    /// its write does happen before the read but that send read elsewhere (the value is another message's).
+    /// `None` when the write itself does not happen before the read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_send: Option<OpLoc>,
 }
 
 /// The caching allocator (P4).

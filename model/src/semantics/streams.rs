@@ -139,8 +139,8 @@ impl<'p> Semantics<'p> {
             let Some(&(_, block)) = blocks.iter().find(|(b, _)| *b == a.range.buf) else { continue };
             self.access(st, who, a, block, &c, if finite { Some(epoch) } else { None });
         }
-        if let OpKind::Expect { range, writer, .. } = self.op(k.loc()).kind {
-            self.check_expect(st, k.loc(), range, writer, &c);
+        if let OpKind::Expect { range, writer, sent_from, .. } = self.op(k.loc()).kind {
+            self.check_expect(st, k.loc(), range, writer, sent_from, &c);
         }
         if let OpKind::HostFunc { name, calls_cuda: true, .. } = &self.op(k.loc()).kind {
             // S8: a host function must not call the CUDA API (cudaLaunchHostFunc).

@@ -61,6 +61,7 @@ impl<'p> Semantics<'p> {
     pub(crate) fn transfer(&self, st: &mut State, send: OpLoc, recv: OpLoc, fx: &mut Effects) {
         let s = self.find_comm_op(st, send);
         let r = self.find_comm_op(st, recv);
+        self.note_recv_source(st, recv, send);
         let mut c = st.item(s.0).launch_start().cloned().expect("a running send has started");
         c.join(st.item(r.0).launch_start().expect("a running recv has started"));
         self.finish_comm_op(st, s, CommOpStatus::Done, c.clone(), fx);
@@ -90,7 +91,8 @@ impl<'p> Semantics<'p> {
         let s = st.nccl.p2p[&P2pKey { comm, src: peer, dst: me, seq, recv: false }];
         let mut c = st.item(r.0).launch_start().cloned().expect("a running recv has started");
         c.join(st.item(s.0).launch_start().expect("a buffered send has started"));
-        let bytes = st.comm_op(s).1.bytes;
+        let (bytes, send) = (st.comm_op(s).1.bytes, st.comm_op(s).1.loc);
+        self.note_recv_source(st, recv, send);
         // Canonical states: a connection with no bytes buffered has no entry, and a drained send is `Done` like a
         // transferred one (its clock is already in its launch's end or will be), so executions that differ only in
         // whether a send went eager meet again once its recv has drained it.
