@@ -641,3 +641,23 @@ fn undefined_final_states_decided_whether_a_race_is_in_every_execution() {
     assert_eq!(kinds(&on), kinds(&off), "{}\n{}", on.to_text(), off.to_text());
     assert!(kinds(&off).contains(&"data race always".to_string()), "{}", off.to_text());
 }
+
+/// Found by the differential campaign (issue 30, `cuorder-differential --show 789`, generator version 2): a host
+/// function that calls CUDA (S8) can start at almost every state, and its start is undefined; the parent of each
+/// undefined state is widened to every enabled step (`widen` in sim/src/explore.rs). Those parents sit in chains of
+/// single successors, which are not merged, so every visit widened again and the search walked the unreduced
+/// search's paths one by one: `check` stopped at 254,329 states (20 s) where the whole state space has 976.
+#[test]
+fn widening_every_visit_of_an_undefined_states_parent_walked_every_path() {
+    let text = r#"Program(ranks: 2, streams: [Stream("a", NonBlocking), Stream("b", Blocking)],
+      buffers: [Buffer("x", "4 KiB"), Buffer("y", "4 KiB")], comms: [Comm("world")],
+      threads: [
+        Thread("main", ranks: [0], ops: [HostFunc("f1", stream: "sL", calls_cuda: true), Recv(from: Rank(1), buf: "y", stream: "b", comm: "world"), Kernel("c3", stream: "sPT", reads: ["y"], writes: ["x"]), Recv(from: Rank(1), buf: "y", stream: "sPT", comm: "world"), Send(to: Rank(1), buf: "x", stream: "sPT", comm: "world"), Kernel("c5", stream: "sL", reads: ["y"], writes: ["x"]), DeviceSync]),
+        Thread("main", ranks: [1], ops: [Send(to: Rank(0), buf: "x", stream: "sL", comm: "world"), Kernel("c2", stream: "a", reads: ["y"], writes: ["x"]), Send(to: Rank(0), buf: "x", stream: "sPT", comm: "world"), Recv(from: Rank(0), buf: "y", stream: "sPT", comm: "world"), Kernel("c4", stream: "b", reads: ["y"], writes: ["x"])]),
+      ])"#;
+    let p = cuorder_model::format::load("undefined-everywhere-widened", text).unwrap();
+    let on = check(&p, &Profile::eager(), &Limits { max_states: 20_000, ..Limits::default() });
+    assert!(on.limit_hit.is_none(), "{}", on.to_text());
+    let off = check(&p, &Profile::eager(), &Limits { reduce: false, forget: false, ..Limits::default() });
+    assert_eq!(key(&on), key(&off));
+}

@@ -260,3 +260,23 @@ fn a_sampling_run_said_a_limit_stopped_it() {
     assert!(!text.contains("a limit stopped"), "{text}");
     assert!(text.contains("sampled 20 executions (random); the verdict covers only those"), "{text}");
 }
+
+/// The new-user trial of issue 30: PCT ran the highest-priority agent's *first* enabled step, so the other outcomes
+/// of one host call (a `cudaFree` that synchronizes its device, S7; collective connections made at init, N7) were
+/// never taken, and `explore --strategy pct` found neither hang in thousands of executions while `random` found
+/// both. Every finding of `check` on these examples must now be sampled by PCT too.
+#[test]
+fn pct_never_took_the_second_outcome_of_a_host_call() {
+    for file in ["examples/cudafree-collective-connect-at-init.ron", "examples/cudafree-during-recv.ron"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let (p, _) = cuorder::load_program(&path, false).unwrap_or_else(|e| panic!("{file}: {e:?}"));
+        let prof = Profile::portable();
+        let sem = Semantics::new(&p, &prof);
+        let all = explore(&sem, &Limits::default());
+        assert!(!all.keys.is_empty(), "{file}: check finds something");
+        let s = sample(&sem, &SampleOptions { executions: 400, ..opts(Strategy::Pct { depth: 3 }, 1) });
+        for k in &all.keys {
+            assert!(s.exploration.keys.contains(k), "{file}: PCT never sampled {k:?}");
+        }
+    }
+}

@@ -701,8 +701,12 @@ fn budget_steps(
 }
 
 /// Adds to `frame` (the state reached by `path` from `init`) every enabled step it does not explore yet, once, and
-/// gives it back its state if its last successor took it.
-fn widen(sem: &Semantics, init: &State, path: &[Step], frame: &mut Frame, held: &mut usize) {
+/// gives it back its state if its last successor took it. A state is widened once however many paths reach it
+/// (`widened` holds the hashes of those widened): the parent of an undefined state is often inside a chain of single
+/// successors, which is not merged with other visits of it, and widening every visit explored every path of the
+/// unreduced search one by one (issue 30, `cuorder-differential` seed 789: 254,329 states and counting for a program
+/// of 976).
+fn widen(sem: &Semantics, init: &State, path: &[Step], frame: &mut Frame, held: &mut usize, widened: &mut HashSet<u128>) {
     if frame.expanded {
         return;
     }
@@ -710,6 +714,10 @@ fn widen(sem: &Semantics, init: &State, path: &[Step], frame: &mut Frame, held: 
     let mut parent = init.clone();
     for s in path {
         sem.apply(&mut parent, s);
+    }
+    if !widened.insert(state_hash(&parent)) {
+        // Another visit of this state explores its other steps.
+        return;
     }
     let extra: Vec<Step> = sem.enabled(&parent).into_iter().filter(|s| !frame.steps.contains(s)).collect();
     if extra.is_empty() {
@@ -745,6 +753,8 @@ fn explore_inner<'a>(
     // branching point, where the merge happens. A straight-line program then costs time linear in its length.
     let started = pass.started;
     let mut visited: HashSet<u128> = HashSet::new();
+    // States whose every enabled step is explored because a successor was undefined ([`widen`]).
+    let mut widened: HashSet<u128> = HashSet::new();
     // Bounded passes: the most preemptions left with which each (state, last agent) was reached.
     let mut left_at: HashMap<u128, u32> = HashMap::new();
     let mut cut = false;
@@ -807,7 +817,7 @@ fn explore_inner<'a>(
         // The parent is then widened to every enabled step, rebuilt by replaying the path (undefined states are final
         // and rare). Not in bounded passes, whose steps carry preemption budgets.
         if st.undefined.is_some() && limits.reduce && pass.bound.is_none() {
-            widen(sem, &init_for_replay, &path, stack.last_mut().expect("the parent frame"), &mut held);
+            widen(sem, &init_for_replay, &path, stack.last_mut().expect("the parent frame"), &mut held, &mut widened);
         }
         let mut steps = search.successors(&st, &front);
         let mut first_visit = true;

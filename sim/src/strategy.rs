@@ -141,9 +141,12 @@ impl Pct {
         Pct { priority, changes, done: 0, step: 0 }
     }
 
-    /// The step of the highest-priority agent among the enabled steps (only those the platform may not withhold,
-    /// with `withhold`; there is at least one); ties go to the first in the frontier's order.
-    fn pick<'f>(&mut self, sem: &Semantics, st: &State, front: &'f Frontier, withhold: bool) -> &'f Step {
+    /// A step of the highest-priority agent among the enabled steps (only those the platform may not withhold,
+    /// with `withhold`; there is at least one), drawn with `rng` among that agent's steps: the outcomes of one host
+    /// call (a query's answer, an implicit synchronization or not, S7; the collective connection platform, N7) are
+    /// steps of one agent, and taking the first in the frontier's order never explored the others (issue 30
+    /// new-user trial: `explore --strategy pct` never found a hang that needs connections made at init).
+    fn pick<'f>(&mut self, sem: &Semantics, st: &State, front: &'f Frontier, withhold: bool, rng: &mut Rng) -> &'f Step {
         let best = |prio: &[u64]| {
             let mut best: Option<(u64, &'f Step, usize)> = None;
             for (s, starvable) in front.iter() {
@@ -166,6 +169,11 @@ impl Pct {
             self.done += 1;
             self.priority[agent] = to;
             (_, step, agent) = best(&self.priority);
+        }
+        let mine: Vec<&'f Step> =
+            front.iter().filter(|(s, starvable)| !(withhold && *starvable) && step_agent(sem, st, s) == agent).map(|(s, _)| s).collect();
+        if mine.len() > 1 {
+            return mine[rng.below(mine.len() as u64) as usize];
         }
         step
     }
@@ -275,7 +283,7 @@ fn walk(
             break;
         }
         let step = match &mut pct {
-            Some(p) => p.pick(sem, &st, &front, withhold).clone(),
+            Some(p) => p.pick(sem, &st, &front, withhold, &mut rng).clone(),
             None => {
                 let i = rng.below(n as u64) as usize;
                 if withhold { front.get_allowed(i) } else { front.get(i) }.clone()
