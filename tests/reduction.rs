@@ -661,3 +661,27 @@ fn widening_every_visit_of_an_undefined_states_parent_walked_every_path() {
     let off = check(&p, &Profile::eager(), &Limits { reduce: false, forget: false, ..Limits::default() });
     assert_eq!(key(&on), key(&off));
 }
+
+/// Found by the differential campaign (issue 30, `cuorder-differential --show 296`, generator version 2): a guard
+/// thread aborts `world` on rank 0 (N13) while the main thread calls a group's send and recv. A call inside a group
+/// acts at the group end, so the reduction took each call alone, and the abort never came between the send and the
+/// recv; but the call uses the communicator when it is made, and the recv after the abort is undefined: that
+/// execution was lost.
+#[test]
+fn a_call_inside_a_group_was_taken_alone_beside_another_threads_abort() {
+    let text = r#"Program(ranks: 2, streams: [Stream("a", NonBlocking), Stream("b", Blocking)],
+      buffers: [Buffer("x", "4 KiB"), Buffer("y", "4 KiB")], comms: [Comm("world")],
+      threads: [
+        Thread("main", ranks: [0], ops: [Recv(from: Rank(1), buf: "y", stream: "b", comm: "world"), Barrier("guard"), StreamSync("b"), Group([Send(to: Rank(1), buf: "x", stream: "a", comm: "world"), Recv(from: Rank(1), buf: "y", stream: "a", comm: "world")])]),
+        Thread("t1", ranks: [0], ops: [Barrier("guard"), CommAbort("world")]),
+        Thread("main", ranks: [1], ops: [Send(to: Rank(0), buf: "x", stream: "b", comm: "world"), Group([Send(to: Rank(0), buf: "x", stream: "sL", comm: "world"), Recv(from: Rank(0), buf: "y", stream: "sL", comm: "world")]), DeviceSync]),
+      ])"#;
+    let p = cuorder_model::format::load("abort-inside-a-group", text).unwrap();
+    let on = check(&p, &Profile::portable(), &Limits::default());
+    let off = check(&p, &Profile::portable(), &Limits { reduce: false, forget: false, ..Limits::default() });
+    let recv_after_abort = "#5 recv(from r1, y, 4 KiB, a, world) uses communicator world on r0 after";
+    assert!(off.to_text().contains(recv_after_abort), "{}", off.to_text());
+    assert!(on.to_text().contains(recv_after_abort), "{}", on.to_text());
+    assert_eq!(key(&on), key(&off));
+    assert_eq!(on.findings.len(), off.findings.len());
+}
