@@ -68,3 +68,27 @@ fn the_reference_explorer_gives_the_litmus_verdicts() {
     assert!(r.findings.iter().any(|f| f.problem.kind_name() == "deadlock"), "{:?}", r.findings);
     assert!(r.completed_states > 0, "an eager send may also complete the exchange (N2)");
 }
+
+/// The new-user trial of issue 30: a seed range ending at u64::MAX spun forever with two jobs (the seed counter
+/// wrapped to 0), `--jobs 0` and `--reference-states 0` were accepted (a campaign that compares nothing exited 0),
+/// and `--seeds` beside `--show` was ignored.
+#[test]
+fn the_campaign_command_refused_nothing_and_wrapped_around_u64_max() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cuorder-differential")).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (code, out, _) = run(&["--seeds", "18446744073709551614..18446744073709551615", "--jobs", "2"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("total                  1"), "{out}");
+    for bad in [&["--jobs", "0"][..], &["--reference-states", "0"], &["--show", "3", "--seeds", "0..4"], &["--seeds", "5..5"]] {
+        let (code, _, err) = run(bad);
+        assert_eq!(code, Some(2), "{bad:?}: {err}");
+    }
+    let (code, _, err) = run(&["--seeds", "0..2", "--reference-states", "1"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no (program, profile) pair was compared"), "{err}");
+    let (code, out, _) = run(&["--show", "7"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("Program(") && out.contains("generator version"), "{out}");
+}

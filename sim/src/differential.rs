@@ -818,16 +818,19 @@ pub struct Campaign {
 /// called with the number of seeds finished so far, from the worker threads (a progress display).
 pub fn campaign(seeds: std::ops::Range<u64>, jobs: usize, budgets: &Budgets, done: &(dyn Fn(u64) + Sync)) -> Campaign {
     use std::sync::atomic::{AtomicU64, Ordering};
-    let next = AtomicU64::new(seeds.start);
+    // Seeds are counted from 0 (not taken from `seeds.start` up): a range ending at u64::MAX must not wrap.
+    let next = AtomicU64::new(0);
+    let n = seeds.end.saturating_sub(seeds.start);
     let finished = AtomicU64::new(0);
     let results: std::sync::Mutex<Vec<(u64, Vec<(String, Outcome)>)>> = std::sync::Mutex::new(vec![]);
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| loop {
-                let seed = next.fetch_add(1, Ordering::Relaxed);
-                if seed >= seeds.end {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
                     break;
                 }
+                let seed = seeds.start + i;
                 let r = compare_seed(seed, budgets);
                 results.lock().unwrap_or_else(|e| e.into_inner()).push((seed, r));
                 done(finished.fetch_add(1, Ordering::Relaxed) + 1);
@@ -895,6 +898,10 @@ impl Campaign {
                 name, f.programs, f.rejected, f.too_big, f.compared, f.with_findings, f.dpor, f.disagreements
             );
         }
+        let _ = writeln!(
+            t,
+            "(programs: generated programs; the other columns count (program, profile) pairs, two per program)"
+        );
         for d in &self.defects {
             let _ = writeln!(t, "\nseed {} ({}) under {}: {}", d.seed, d.family.name(), d.profile, d.what);
         }

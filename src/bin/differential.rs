@@ -1,7 +1,7 @@
 //! `cuorder-differential`: the long differential campaign of issue 30 (`sim::differential`): seeded programs over
 //! every operation family, each checked by `check`'s search, the naive reference explorer, DPOR and random walks,
 //! which must agree. Prints the counts per family and every disagreement; exits 1 if any (or any program the
-//! generator made does not load), 0 otherwise, 2 on bad arguments.
+//! generator made does not load, or if nothing could be compared), 0 otherwise, 2 on bad arguments.
 
 use std::io::IsTerminal;
 
@@ -15,17 +15,18 @@ struct Args {
     /// Seeds to run, `A..B` (B excluded) or a count N for `0..N`.
     #[arg(long, default_value = "0..1200")]
     seeds: String,
-    /// Worker threads (default: the machine's parallelism). The output does not depend on it.
-    #[arg(long)]
-    jobs: Option<usize>,
-    /// Distinct states the reference explorer may visit per (program, profile) before the pair is skipped.
-    #[arg(long, default_value_t = Budgets::default().reference_states)]
-    reference_states: usize,
-    /// Random walks per (program, profile).
+    /// Worker threads, at least 1 (default: the machine's parallelism). The output does not depend on it.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    jobs: Option<u32>,
+    /// Distinct states the reference explorer may visit per (program, profile) before the pair is skipped (at
+    /// least 1).
+    #[arg(long, default_value_t = Budgets::default().reference_states as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    reference_states: u64,
+    /// Random walks per (program, profile), and as many PCT walks.
     #[arg(long, default_value_t = Budgets::default().walks)]
     walks: u64,
     /// Print the program of this seed (RON) and exit.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["seeds", "jobs", "reference_states", "walks"])]
     show: Option<u64>,
 }
 
@@ -43,8 +44,8 @@ fn main() {
         eprintln!("error: --seeds takes `A..B` with A < B, or a count N, not `{}`", args.seeds);
         std::process::exit(2);
     };
-    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let budgets = Budgets { reference_states: args.reference_states, walks: args.walks, ..Budgets::default() };
+    let jobs = args.jobs.map_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()), |j| j as usize);
+    let budgets = Budgets { reference_states: usize::try_from(args.reference_states).unwrap_or(usize::MAX), walks: args.walks, ..Budgets::default() };
     let n = seeds.end - seeds.start;
     let bar = indicatif::ProgressBar::new(n);
     if !std::io::stderr().is_terminal() {
@@ -60,5 +61,9 @@ fn main() {
     print!("{}", result.render());
     eprintln!("{} programs in {:.1} s with {jobs} jobs", n, started.elapsed().as_secs_f64());
     let total = result.total();
+    if total.compared == 0 {
+        eprintln!("error: no (program, profile) pair was compared: every one was beyond the reference's budget (--reference-states)");
+        std::process::exit(1);
+    }
     std::process::exit(if total.disagreements > 0 || total.rejected > 0 { 1 } else { 0 });
 }
