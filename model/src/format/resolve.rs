@@ -935,7 +935,10 @@ impl<'a, 'i> Resolver<'a, 'i> {
                     cx,
                     Issue::new(field(&f("written_by"), 0), format!("`{}` is a buffer of rank {}, but the Recv that writes `{}` receives from rank {peer} (N3)", from_name(written_by), fr.range.buf.rank, buf.name()))
                         .related(earlier[w].1.to_string(), "the recv")
-                        .help("name the buffer the sending rank passes to its Send, qualified with that rank: `Send(\"x@1\")`"),
+                        .help(format!(
+                            "name the buffer rank {peer} passes to its Send, qualified with that rank: `Send(\"{}@{peer}\")`",
+                            from_name(written_by).split('@').next().unwrap_or("x")
+                        )),
                 );
                 return None;
             }
