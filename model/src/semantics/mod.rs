@@ -246,6 +246,7 @@ impl<'p> Semantics<'p> {
                 timeouts: Default::default(),
                 aborted_ops: Default::default(),
                 coll_connect: None,
+                plan_order: None,
             },
             memory: MemoryState {
                 accesses: Default::default(),
