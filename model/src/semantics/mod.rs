@@ -81,6 +81,11 @@ pub struct Semantics<'p> {
     /// Whether some op is a collective: engines skip the collective shortcuts of `incremental.rs` otherwise (they
     /// are asked for every step of a timed run; issue 9).
     pub(crate) collectives: bool,
+    /// N14: the outermost group ends, as (thread, op), whose calls the two kernel-plan orders cut differently, when
+    /// the profile leaves the order to the platform (empty otherwise): the static part of
+    /// [`Self::plan_choice_pending`], found once ([`Self::plan_choice_sites`]) instead of cutting a group of
+    /// hundreds of calls twice for every question about its group end.
+    plan_sites: std::collections::BTreeSet<(ThreadId, u32)>,
 }
 
 impl<'p> Semantics<'p> {
@@ -180,7 +185,8 @@ impl<'p> Semantics<'p> {
                 nccl_threads_of[r as usize].push(t as ThreadId);
             }
         }
-        Semantics {
+        let mut sem = Semantics {
+            plan_sites: Default::default(),
             watched: program.comms.iter().any(|c| c.watchdog_ns.is_some()),
             nonblocking: program.comms.iter().any(|c| c.nonblocking),
             collectives: infos.iter().flatten().any(|i| matches!(i.nccl, Some(crate::op_info::NcclRole::Collective { .. }))),
@@ -199,7 +205,9 @@ impl<'p> Semantics<'p> {
             future,
             future_issuers,
             expected_writers,
-        }
+        };
+        sem.plan_sites = sem.plan_choice_sites();
+        sem
     }
 
     /// The initial state: every thread at its first op, every queue empty, every clock zero.

@@ -455,13 +455,56 @@ impl<'p> Semantics<'p> {
         }
     }
 
-    /// N14: whether launching `ops` of thread `t` (an ungrouped call or the outermost group end) is where the
-    /// platform chooses its kernel-plan order: the profile cuts groups and leaves the order open, nothing has chosen
-    /// yet, and the two orders put some call of these launches in different plans. Such a step has the outcomes of
-    /// both orders ([`Self::launch_outcomes`]). Costs O(calls) for a group that fits one plan.
+    /// N14: whether launching `ops` of thread `t` (an ungrouped call or the outermost group end, at the thread's
+    /// current op) is where the platform chooses its kernel-plan order: the profile cuts groups and leaves the order
+    /// open, nothing has chosen yet, and the two orders put some call of these launches in different plans
+    /// ([`Self::cuts_differ`], found for every group end once: [`Self::plan_choice_sites`]). Such a step has the
+    /// outcomes of both orders ([`Self::launch_outcomes`]).
     pub fn plan_choice_pending(&self, st: &State, t: ThreadId, ops: &[u32]) -> bool {
+        if self.plan_sites.is_empty() || ops.len() < 2 || self.plan_order(st).is_some() {
+            return false;
+        }
+        let pending = self.plan_sites.contains(&(t, st.host.threads[t as usize].pc));
+        debug_assert_eq!(pending, self.cuts_differ(t, ops), "the group end of thread {t} is a plan choice site");
+        pending
+    }
+
+    /// N14: the outermost group ends of the program whose calls the two kernel-plan orders cut differently, as
+    /// (thread, op), when the profile cuts groups and leaves the order to the platform; empty otherwise. A group's
+    /// calls are the sends, recvs and collectives between its outermost group start and end (what the thread
+    /// collects at run time, N4); an ungrouped call is one call, which no order cuts.
+    pub(crate) fn plan_choice_sites(&self) -> std::collections::BTreeSet<(ThreadId, u32)> {
+        let mut out = std::collections::BTreeSet::new();
+        if self.profile.p2p_plan.is_none() || self.profile.p2p_plan_order != PlanOrder::Either {
+            return out;
+        }
+        for t in 0..self.thread_of.len() as ThreadId {
+            let (mut depth, mut group) = (0u32, vec![]);
+            for (pc, op) in self.ops_of(t).iter().enumerate() {
+                match op.kind {
+                    OpKind::GroupStart => depth += 1,
+                    OpKind::GroupEnd => {
+                        if depth == 1 && self.cuts_differ(t, &group) {
+                            out.insert((t, pc as u32));
+                        }
+                        depth = depth.saturating_sub(1);
+                        if depth == 0 {
+                            group.clear();
+                        }
+                    }
+                    OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } if depth > 0 => group.push(pc as u32),
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// N14: whether the two kernel-plan orders put some point-to-point call of the launches of `ops` (thread `t`) in
+    /// different plans under the profile's budget. O(calls) when a launch fits one plan.
+    pub fn cuts_differ(&self, t: ThreadId, ops: &[u32]) -> bool {
         let Some(budget) = self.profile.p2p_plan else { return false };
-        if ops.len() < 2 || self.plan_order(st).is_some() {
+        if ops.len() < 2 {
             return false;
         }
         self.launch_keys(t, ops).into_iter().any(|(comm, rank)| {
@@ -488,7 +531,7 @@ impl<'p> Semantics<'p> {
     /// Whether the host step of thread `t` is where the platform chooses its kernel-plan order (N14,
     /// [`Self::plan_choice_pending`]).
     pub fn chooses_plan_order(&self, st: &State, t: ThreadId) -> bool {
-        self.profile.p2p_plan.is_some()
+        !self.plan_sites.is_empty()
             && self.plan_order(st).is_none()
             && self.plan_choice_pending(st, t, &self.launch_ops(st, t))
     }
