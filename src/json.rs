@@ -137,6 +137,11 @@ pub struct FindingOut {
     /// `NCCL_RUNTIME_CONNECT=0`, or no cuMem support; made lazily at first use: NCCL >= 2.22 by default); `null`
     /// otherwise. The text says the same in a `platform:` line.
     pub platform: Option<String>,
+    /// N14: `restart` or `continue` when the profile leaves the kernel-plan order of cut groups to the platform
+    /// (`portable`) and only executions with that order showed the finding (`restart`: NCCL 2.22-2.29.3, each plan
+    /// restarts NCCL's point-to-point schedule at round 0; `continue`: NCCL >= 2.29.7, each plan continues where the
+    /// previous one was cut); `null` otherwise. The text says the same in a `platform:` line.
+    pub plan_order: Option<String>,
 }
 
 /// An op as the program wrote it.
@@ -264,6 +269,10 @@ pub fn check_object(sem: &Semantics, rep: &Report, file: &str) -> Check {
             if f.finding.platform.is_some() {
                 rules.push(cuorder_model::rule::Rule::N7.id().to_string());
             }
+            // One that needs one kernel-plan order cites N14.
+            if f.finding.plan_order.is_some() {
+                rules.push(cuorder_model::rule::Rule::N14.id().to_string());
+            }
             rules.sort();
             rules.dedup();
             let mut seen = std::collections::BTreeSet::new();
@@ -277,6 +286,7 @@ pub fn check_object(sem: &Semantics, rep: &Report, file: &str) -> Check {
                 ops,
                 witness_steps: f.finding.witness.len() as u64,
                 platform: f.finding.platform.map(|c| c.name().to_string()),
+                plan_order: f.finding.plan_order.map(|o| o.name().to_string()),
             }
         })
         .collect();

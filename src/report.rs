@@ -258,6 +258,9 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
     if let Some(c) = f.platform {
         s.push_str(&format!("platform: only in executions with {} (N7)\n", c.words()));
     }
+    if let Some(o) = f.plan_order {
+        s.push_str(&format!("platform: only in executions with {} (N14)\n", o.words()));
+    }
     let prof = if profile == "portable" { String::new() } else { format!(" --profile {}", shell_word(profile)) };
     s.push_str(&format!(
         "witness: a schedule of {} step{} (`cuorder run PROGRAM --witness {number}{prof}` prints it)\n",

@@ -24,6 +24,10 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ("group-plan-split.ron", &["deadlock sometimes"]),
     // The same calls in two groups that each fit one plan.
     ("group-plan-split-fixed.ron", &[]),
+    // N14: hangs only when each kernel plan restarts NCCL's schedule at round 0 (NCCL 2.22-2.29.3).
+    ("group-plan-order-restart.ron", &["deadlock sometimes"]),
+    // N14: hangs only when each kernel plan continues where the previous one was cut (NCCL >= 2.29.7).
+    ("group-plan-order-continue.ron", &["deadlock sometimes"]),
 ];
 
 /// (file in examples/torch/, profile, expected kinds): the PyTorch-dialect examples.
@@ -282,6 +286,35 @@ fn group_plan_split_hangs_only_through_the_plan_cut() {
     assert!(text.contains("Megatron-LM PR 7189"), "{text}");
     let eager_one_plan = Profile { p2p_plan: None, ..Profile::eager() };
     assert_eq!(kinds(&cuorder::report::check(&p, &eager_one_plan, &Default::default())), Vec::<String>::new());
+}
+
+/// Issue 30: the model filled a cut group's kernel plans only in NCCL >= 2.29.7's order (each plan continuing where
+/// the previous was cut) and said "no problem" for group-plan-order-restart.ron, which hangs with NCCL 2.28's (each
+/// plan restarting at round 0). `portable` explores both orders, and each hang says which one it needs; a profile
+/// that fixes the order sees only its own hang.
+#[test]
+fn a_hang_under_nccl_2_28s_plan_order_was_reported_clean() {
+    use cuorder_model::profile::{PlanOrder, PlanOrderChoice, Profile};
+    for (file, needs) in
+        [("group-plan-order-restart.ron", PlanOrderChoice::Restart), ("group-plan-order-continue.ron", PlanOrderChoice::Continue)]
+    {
+        check_example(file);
+        let (r, _) = check_file(&format!("examples/{file}"), "portable");
+        assert_eq!(r.findings[0].finding.plan_order, Some(needs), "{file}");
+        assert_eq!(r.findings[0].finding.platform, None, "{file}");
+        let text = r.to_text();
+        assert!(text.contains(&format!("platform: only in executions with {} (N14)", needs.words())), "{text}");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(file);
+        let p = cuorder_model::format::load(file, &std::fs::read_to_string(path).unwrap()).unwrap();
+        for (order, hangs) in [(PlanOrder::Restart, needs == PlanOrderChoice::Restart), (PlanOrder::Continue, needs == PlanOrderChoice::Continue)] {
+            let fixed = Profile { p2p_plan_order: order, ..Profile::portable() };
+            let r = cuorder::report::check(&p, &fixed, &Default::default());
+            let expect: Vec<String> = if hangs { vec!["deadlock sometimes".into()] } else { vec![] };
+            assert_eq!(kinds(&r), expect, "{file} under {order:?}: {}", r.to_text());
+            // A profile that fixes the order leaves nothing to the platform.
+            assert!(r.findings.iter().all(|f| f.finding.plan_order.is_none()), "{file}");
+        }
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use cuorder_model::profile::PlanBudget;
+use cuorder_model::profile::{PlanBudget, PlanOrderChoice};
 use cuorder_model::semantics::{cut_plans, p2p_schedule_deltas, P2pCall};
 
 /// NCCL's p2p schedule offsets (init.cc: triangular numbers modulo the next power of two, those below n); the
@@ -26,7 +26,10 @@ fn self_pairs(n: usize, bytes: u64) -> Vec<P2pCall> {
 }
 
 fn plans_for(budget: &PlanBudget, n: usize, bytes: u64) -> u32 {
-    cut_plans(budget, 1, 0, &self_pairs(n, bytes)).into_iter().max().map_or(0, |p| p + 1)
+    let count = |order| cut_plans(budget, order, 1, 0, &self_pairs(n, bytes)).into_iter().max().map_or(0, |p| p + 1);
+    // One round on a one-rank communicator: the two orders cut alike (so the measurement cannot tell them apart).
+    assert_eq!(count(PlanOrderChoice::Restart), count(PlanOrderChoice::Continue));
+    count(PlanOrderChoice::Continue)
 }
 
 fn number(line: &str, key: &str) -> u64 {
@@ -72,11 +75,13 @@ fn a_ring_exchange_pairs_sends_with_recvs() {
     let b = PlanBudget::H200_NCCL_2_28;
     let mut calls: Vec<P2pCall> = (0..12).map(|_| P2pCall { send: true, peer: 3, bytes: 1 << 20 }).collect();
     calls.extend((0..12).map(|_| P2pCall { send: false, peer: 1, bytes: 1 << 20 }));
-    assert_eq!(cut_plans(&b, 8, 2, &calls), vec![0; 24]);
+    for order in [PlanOrderChoice::Continue, PlanOrderChoice::Restart] {
+        assert_eq!(cut_plans(&b, order, 8, 2, &calls), vec![0; 24]);
+    }
     // 13 pairs: the 13th send and recv start the second plan together.
     calls.insert(12, P2pCall { send: true, peer: 3, bytes: 1 << 20 });
     calls.push(P2pCall { send: false, peer: 1, bytes: 1 << 20 });
-    let plans = cut_plans(&b, 8, 2, &calls);
+    let plans = cut_plans(&b, PlanOrderChoice::Continue, 8, 2, &calls);
     assert_eq!((plans[12], plans[25]), (1, 1));
     assert_eq!(plans.iter().filter(|p| **p == 0).count(), 24);
 }
@@ -91,5 +96,95 @@ fn each_epoch_takes_one_call_per_peer() {
     let mut calls: Vec<P2pCall> = (0..4).map(|_| P2pCall { send: true, peer: 1, bytes: big }).collect();
     calls.push(P2pCall { send: true, peer: 3, bytes: big });
     // Pairs: epoch 0: to 1, to 3; epoch 1: to 1; [plan 1] epoch 2: to 1; epoch 3: to 1.
-    assert_eq!(cut_plans(&b, 4, 0, &calls), vec![0, 0, 1, 1, 0]);
+    assert_eq!(cut_plans(&b, PlanOrderChoice::Continue, 4, 0, &calls), vec![0, 0, 1, 1, 0]);
+}
+
+/// NCCL's `scheduleP2pTasksToPlan`, transliterated: per peer a send queue and a recv queue in call order; each plan
+/// walks the rounds of `comm->p2pSchedule` (send to `me + delta`, recv from `me - delta`), taking the two queue heads
+/// of a round as a pair while `ncclTestBudget(plan->nWorkBatches + nChannelsMax)` passes, epoch after epoch. NCCL
+/// 2.22-2.29.3 starts each plan at round 0 (`for (int round=0; ...)`); 2.29.7 and later carry the round over
+/// (`for (; *p2pRound < nRanks; (*p2pRound)++)`).
+fn nccl_plans(b: &PlanBudget, restart: bool, n: usize, me: usize, calls: &[P2pCall]) -> Vec<u32> {
+    use std::collections::VecDeque;
+    let (mut sendq, mut recvq) = (vec![VecDeque::new(); n], vec![VecDeque::new(); n]);
+    for (i, c) in calls.iter().enumerate() {
+        if c.send { sendq[c.peer].push_back(i) } else { recvq[c.peer].push_back(i) }
+    }
+    let schedule: Vec<(usize, usize)> = p2p_schedule_deltas(n).iter().map(|d| ((me + d) % n, (me + n - d) % n)).collect();
+    let (mut plans, mut left, mut plan, mut round) = (vec![0u32; calls.len()], calls.len(), 0u32, 0usize);
+    while left > 0 {
+        let mut batches = 0u32; // plan->nWorkBatches
+        if restart {
+            round = 0;
+        }
+        'plan: while left > 0 {
+            while round < n {
+                let (to, from) = schedule[round];
+                let (s, r) = (sendq[to].front().copied(), recvq[from].front().copied());
+                if s.is_none() && r.is_none() {
+                    round += 1;
+                    continue;
+                }
+                if batches + b.channels_per_peer > b.batches {
+                    break 'plan;
+                }
+                let bytes = [s, r].iter().flatten().map(|&i| calls[i].bytes).max().unwrap();
+                batches += b.pair_cost(bytes);
+                for (q, i) in [(&mut sendq[to], s), (&mut recvq[from], r)] {
+                    if let Some(i) = i {
+                        q.pop_front();
+                        plans[i] = plan;
+                        left -= 1;
+                    }
+                }
+                round += 1;
+            }
+            round = 0;
+        }
+        plan += 1;
+    }
+    plans
+}
+
+/// Issue 30: the model filled plans epoch by epoch, round by round across cuts (NCCL >= 2.29.7), while NCCL 2.28
+/// restarts each plan at round 0. On 3 ranks, r0 sends four 16 MiB messages to r1 (round 1) and three to r2
+/// (round 2), three pairs a plan: the second plan holds the fourth send to r1 (restart) or the third to r2 (continue).
+#[test]
+fn the_plan_after_a_cut_restarts_at_round_zero_before_nccl_2_29_7() {
+    let b = PlanBudget::H200_NCCL_2_28;
+    let big = 16 << 20;
+    let mut calls: Vec<P2pCall> = (0..4).map(|_| P2pCall { send: true, peer: 1, bytes: big }).collect();
+    calls.extend((0..3).map(|_| P2pCall { send: true, peer: 2, bytes: big }));
+    assert_eq!(cut_plans(&b, PlanOrderChoice::Continue, 3, 0, &calls), vec![0, 0, 1, 2, 0, 1, 1]);
+    assert_eq!(cut_plans(&b, PlanOrderChoice::Restart, 3, 0, &calls), vec![0, 0, 1, 1, 0, 1, 2]);
+}
+
+/// `cut_plans` in either order equals the transliterated NCCL loops on random groups (peers, sizes, budgets).
+#[test]
+fn cut_plans_follows_both_nccl_loops() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let mut differed = 0;
+    for _ in 0..3000 {
+        let n = 2 + next(7) as usize;
+        let me = next(n as u64) as usize;
+        let cpp = 1 + next(64) as u32;
+        let b = PlanBudget { batches: cpp + next(200) as u32, channels_per_peer: cpp, chunk_bytes: 1 << (10 + next(8)) };
+        let calls: Vec<P2pCall> = (0..next(40))
+            .map(|_| {
+                let peer = (me + 1 + next(n as u64 - 1) as usize) % n;
+                P2pCall { send: next(2) == 0, peer, bytes: 1 + next(1 << 22) }
+            })
+            .collect();
+        let (restart, cont) = (cut_plans(&b, PlanOrderChoice::Restart, n, me, &calls), cut_plans(&b, PlanOrderChoice::Continue, n, me, &calls));
+        assert_eq!(restart, nccl_plans(&b, true, n, me, &calls), "restart: n {n} me {me} {b:?} {calls:?}");
+        assert_eq!(cont, nccl_plans(&b, false, n, me, &calls), "continue: n {n} me {me} {b:?} {calls:?}");
+        differed += usize::from(restart != cont);
+    }
+    assert!(differed > 100, "{differed}");
 }

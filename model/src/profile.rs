@@ -64,6 +64,61 @@ impl ConnectChoice {
     }
 }
 
+/// The order in which NCCL fills the kernel plans of a cut group (N14), as a profile states it. The budget
+/// ([`PlanBudget`]) says how much one plan holds; the order says which (send, recv) pairs come next when a plan is
+/// full, and so which calls share a plan. NCCL changed it in 2.29.7; nothing documents it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PlanOrder {
+    /// Every plan restarts NCCL's point-to-point schedule at its first round ([`PlanOrderChoice::Restart`]:
+    /// NCCL 2.22 to 2.29.3).
+    Restart,
+    /// A plan continues at the epoch and round where the previous plan was cut ([`PlanOrderChoice::Continue`]:
+    /// NCCL 2.29.7 and later).
+    Continue,
+    /// Either, as the platform chooses: both are explored, as a choice of the platform made at the first group end
+    /// whose calls the two orders cut differently and kept for the rest of the execution (`portable`).
+    Either,
+}
+
+/// The kernel-plan order of one platform (N14), once chosen: what [`PlanOrder`] names for one NCCL version, and
+/// what a finding that needs one of them reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum PlanOrderChoice {
+    /// NCCL 2.22 to 2.29.3 (`src/enqueue.cc`, `scheduleP2pTasksToPlan`: `for (int round=0; round < nRanks;
+    /// round++)` on every call, one call per plan): the plan after a cut takes the heads of the schedule's queues
+    /// from round 0 again, so the rounds before the cut give their next epoch's pairs before the rounds after it give
+    /// this epoch's.
+    Restart,
+    /// NCCL 2.29.7 and later, 2.30 included (`scheduleP2pTasksToPlan(comm, &p2pEpoch, &p2pRound, ...)`: "its value
+    /// is carried over from one plan to another"): the plan after a cut resumes at the pair that did not fit, so
+    /// pairs go into plans epoch by epoch, round by round.
+    Continue,
+}
+
+impl PlanOrderChoice {
+    /// The order in words, with the NCCL versions that use it (for findings that need it).
+    pub fn words(self) -> &'static str {
+        match self {
+            PlanOrderChoice::Restart => {
+                "NCCL 2.22-2.29.3's kernel-plan order (each plan of a cut group restarts NCCL's point-to-point \
+                 schedule at round 0)"
+            }
+            PlanOrderChoice::Continue => {
+                "NCCL >= 2.29.7's kernel-plan order (each plan of a cut group continues NCCL's point-to-point \
+                 schedule where the previous plan was cut)"
+            }
+        }
+    }
+
+    /// A short stable name for JSON: `restart` or `continue`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlanOrderChoice::Restart => "restart",
+            PlanOrderChoice::Continue => "continue",
+        }
+    }
+}
+
 /// Which devices' work a host call that synchronizes implicitly waits for (S7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum SyncScope {
@@ -206,6 +261,10 @@ pub struct Profile {
     /// N14: the kernel-plan budget NCCL cuts a group's point-to-point calls with; `None`: every group is launched as
     /// one plan, as the NCCL User Guide describes (N4). A RON profile must say which (no default).
     pub p2p_plan: Option<PlanBudget>,
+    /// N14: the order in which a cut group's pairs fill the plans: NCCL 2.22-2.29.3's (`Restart`), NCCL >= 2.29.7's
+    /// (`Continue`), or either (both explored as a choice of the platform, `portable`). Read only with a `p2p_plan`.
+    /// A RON profile must say which (no default).
+    pub p2p_plan_order: PlanOrder,
     /// Where the profile was read from, as the user gave it (`--profile my.ron`); `None` for a built-in profile and
     /// one made in code. Not a semantic parameter (no rule reads it) and no part of a profile file (never read or
     /// written as RON): reports name the file beside `name` ([`Profile::label`]), so that an edited copy of a built-in
@@ -232,6 +291,7 @@ pub const SEMANTIC_FIELDS: &[(&str, &str, &str)] = &[
     ("launch_blocking", "launch_blocking: false,", "S7: CUDA_LAUNCH_BLOCKING unset (what a file without the field meant, as `portable`); or `true`"),
     ("launch_queue_depth", "launch_queue_depth: None,", "S6: an unbounded launch queue (what a file without the field meant, as `portable`); or `Some(DEPTH)`"),
     ("p2p_plan", "p2p_plan: None,", "N14: every group is one kernel plan, as the NCCL User Guide describes (what a file without the field meant); or `Some((batches: 254, channels_per_peer: 64, chunk_bytes: 65536))`, NCCL 2.28 as measured on an H200, as `portable`"),
+    ("p2p_plan_order", "p2p_plan_order: Continue,", "N14: a cut group's plans continue NCCL's schedule where the previous plan was cut, NCCL >= 2.29.7 (the order profiles got before the field existed); or `Restart`, NCCL 2.22-2.29.3; or `Either`, both explored, as `portable`"),
 ];
 
 /// A profile as a RON file writes it: every semantic field optional here, so that a missing one is named with what
@@ -271,6 +331,8 @@ struct ProfileFile {
     launch_queue_depth_observed: Option<u32>,
     #[serde(default, deserialize_with = "present")]
     p2p_plan: Option<Option<PlanBudget>>,
+    #[serde(default, deserialize_with = "present")]
+    p2p_plan_order: Option<PlanOrder>,
 }
 
 /// A field that is written: `Some` of its value, whatever the value (so that `p2p_plan: None` is told apart from
@@ -316,6 +378,10 @@ impl TryFrom<ProfileFile> for Profile {
             launch_queue_depth: need!(launch_queue_depth),
             launch_queue_depth_observed: f.launch_queue_depth_observed,
             p2p_plan: need!(p2p_plan),
+            p2p_plan_order: f.p2p_plan_order.unwrap_or_else(|| {
+                missing.push("p2p_plan_order");
+                PlanOrder::Either
+            }),
             source: None,
         };
         if missing.is_empty() {
@@ -393,8 +459,9 @@ impl Profile {
     /// - N5: launches on one communicator may be serialized (NCCL source), which can hang a program but orders
     ///   nothing a program may rely on;
     /// - C1: a broadcast root may finish before the other members start, or wait for them;
-    /// - N14: a group's point-to-point calls are cut into kernel plans as NCCL 2.28 cuts them on an H200 (NCCL source,
-    ///   measured; the documentation says a group never blocks itself, the implementation can).
+    /// - N14: a group's point-to-point calls are cut into kernel plans by the budget NCCL 2.28 has on an H200 (NCCL
+    ///   source, measured; the documentation says a group never blocks itself, the implementation can), filled in
+    ///   NCCL 2.22-2.29.3's order *or* NCCL >= 2.29.7's: both are explored, as a choice of the platform.
     pub fn portable() -> Profile {
         Profile {
             name: "portable".into(),
@@ -416,6 +483,7 @@ impl Profile {
             launch_queue_depth: None,
             launch_queue_depth_observed: None,
             p2p_plan: Some(PlanBudget::H200_NCCL_2_28),
+            p2p_plan_order: PlanOrder::Either,
             source: None,
         }
     }
@@ -445,6 +513,7 @@ impl Profile {
             launch_queue_depth: None,
             launch_queue_depth_observed: None,
             p2p_plan: Some(PlanBudget::H200_NCCL_2_28),
+            p2p_plan_order: PlanOrder::Either,
             source: None,
         }
     }
@@ -541,14 +610,24 @@ impl Profile {
             None => "N14 groups: every group's point-to-point calls are launched as one kernel plan.".to_string(),
             Some(b) => format!(
                 "N14 groups: a group's point-to-point calls are cut into kernel plans that run one after another, as \
-                 NCCL 2.28 does ({} batches per plan, up to {} channels per pair, {} per channel: {} pairs of 64 KiB \
-                 per plan, {} of 1 MiB, {} of 16 MiB); a call in a later plan waits for the earlier plans.",
+                 NCCL 2.22 and later do ({} batches per plan, up to {} channels per pair, {} per channel: {} pairs of \
+                 64 KiB per plan, {} of 1 MiB, {} of 16 MiB), filled in {}; a call in a later plan waits for the \
+                 earlier plans.",
                 b.batches,
                 b.channels_per_peer,
                 crate::describe::bytes(b.chunk_bytes),
                 b.pairs_per_plan(64 << 10),
                 b.pairs_per_plan(1 << 20),
-                b.pairs_per_plan(16 << 20)
+                b.pairs_per_plan(16 << 20),
+                match self.p2p_plan_order {
+                    PlanOrder::Restart => PlanOrderChoice::Restart.words().to_string(),
+                    PlanOrder::Continue => PlanOrderChoice::Continue.words().to_string(),
+                    PlanOrder::Either => format!(
+                        "either order, as the platform chooses (both explored; a finding that needs one says so): {}, or {}",
+                        PlanOrderChoice::Restart.words(),
+                        PlanOrderChoice::Continue.words()
+                    ),
+                }
             ),
         });
         v.push(format!(

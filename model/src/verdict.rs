@@ -46,26 +46,51 @@ pub struct Finding {
     /// any choice was made, or the profile fixes the choice. Absent in artifacts saved before it existed.
     #[serde(default)]
     pub platform: Option<crate::profile::ConnectChoice>,
+    /// N14: likewise for the order in which cut groups fill their kernel plans (NCCL 2.22-2.29.3's or NCCL
+    /// >= 2.29.7's, profile `p2p_plan_order: Either`). Absent in artifacts saved before it existed.
+    #[serde(default)]
+    pub plan_order: Option<crate::profile::PlanOrderChoice>,
 }
 
-/// The platform choices (N7, [`crate::profile::ConnectChoice`]) the executions that showed a problem made, as a
-/// bit set: 1 lazily connecting collectives, 2 connecting them at init, 3 both (or an execution that made no choice).
+/// The platform choices the executions that showed a problem made, as a bit set: bits 0-1 for when collectives
+/// connect (N7, [`crate::profile::ConnectChoice`]: 1 lazily, 2 at init), bits 2-3 for the kernel-plan order (N14,
+/// [`crate::profile::PlanOrderChoice`]: 4 NCCL >= 2.29.7's, 8 NCCL 2.22-2.29.3's); an execution that made no choice
+/// sets both bits of that choice.
 pub type PlatformSeen = u8;
 
-/// The [`PlatformSeen`] bits of a state: the platform's choice recorded in it, or both when none was made.
-pub fn platform_bits(choice: Option<crate::profile::ConnectChoice>) -> PlatformSeen {
-    match choice {
-        Some(crate::profile::ConnectChoice::Lazy) => 1,
-        Some(crate::profile::ConnectChoice::Init) => 2,
+/// The [`PlatformSeen`] of an execution that made no platform choice.
+pub const PLATFORM_ANY: PlatformSeen = 15;
+
+/// The [`PlatformSeen`] bits of a state: the platform's choices recorded in it, each both ways when not made.
+pub fn platform_bits(connect: Option<crate::profile::ConnectChoice>, plan: Option<crate::profile::PlanOrderChoice>) -> PlatformSeen {
+    use crate::profile::{ConnectChoice, PlanOrderChoice};
+    let c = match connect {
+        Some(ConnectChoice::Lazy) => 1,
+        Some(ConnectChoice::Init) => 2,
         None => 3,
+    };
+    let p = match plan {
+        Some(PlanOrderChoice::Continue) => 4,
+        Some(PlanOrderChoice::Restart) => 8,
+        None => 12,
+    };
+    c | p
+}
+
+/// The connection choice (N7) a problem seen under `bits` needs: `Some` when only one choice showed it.
+pub fn platform_needed(bits: PlatformSeen) -> Option<crate::profile::ConnectChoice> {
+    match bits & 3 {
+        1 => Some(crate::profile::ConnectChoice::Lazy),
+        2 => Some(crate::profile::ConnectChoice::Init),
+        _ => None,
     }
 }
 
-/// The choice a problem seen under `bits` needs: `Some` when only one choice showed it.
-pub fn platform_needed(bits: PlatformSeen) -> Option<crate::profile::ConnectChoice> {
-    match bits {
-        1 => Some(crate::profile::ConnectChoice::Lazy),
-        2 => Some(crate::profile::ConnectChoice::Init),
+/// The kernel-plan order (N14) a problem seen under `bits` needs: `Some` when only one order showed it.
+pub fn plan_order_needed(bits: PlatformSeen) -> Option<crate::profile::PlanOrderChoice> {
+    match bits & 12 {
+        4 => Some(crate::profile::PlanOrderChoice::Continue),
+        8 => Some(crate::profile::PlanOrderChoice::Restart),
         _ => None,
     }
 }

@@ -11,7 +11,9 @@ use std::time::Instant;
 use cuorder_model::semantics::incremental::Frontier;
 use cuorder_model::semantics::reduction::DeviceMemo;
 use cuorder_model::semantics::{ItemKind, Semantics, State, Step};
-use cuorder_model::verdict::{platform_bits, platform_needed, Finding, Frequency, PlatformSeen, Problem, ProblemKey};
+use cuorder_model::verdict::{
+    plan_order_needed, platform_bits, platform_needed, Finding, Frequency, PlatformSeen, Problem, ProblemKey, PLATFORM_ANY,
+};
 
 use crate::budget::ResidentMeter;
 use crate::progress::{stopped, Progress, INTERRUPTED};
@@ -152,7 +154,7 @@ pub(crate) struct Collector {
     pub defined_hits: BTreeMap<ProblemKey, usize>,
     pub completed_states: usize,
     pub starved_states: usize,
-    /// The platform choices (N7) of the executions that showed each problem ([`platform_bits`]).
+    /// The platform choices (N7, N14) of the executions that showed each problem ([`platform_bits`]).
     pub platform_seen: BTreeMap<ProblemKey, PlatformSeen>,
 }
 
@@ -177,7 +179,9 @@ impl Collector {
                 _ => defined_hits == defined && limit_hit.is_none(),
             };
             findings[*idx].frequency = if always { Frequency::Always } else { Frequency::Sometimes };
-            findings[*idx].platform = platform_needed(self.platform_seen.get(key).copied().unwrap_or(3));
+            let seen = self.platform_seen.get(key).copied().unwrap_or(PLATFORM_ANY);
+            findings[*idx].platform = platform_needed(seen);
+            findings[*idx].plan_order = plan_order_needed(seen);
         }
         Exploration {
             states,
@@ -211,12 +215,12 @@ impl Collector {
         keys.into_iter().map(|(_, k)| k).collect()
     }
 
-    /// Records a problem seen in a state whose platform choice (N7) is `seen` ([`platform_bits`]).
+    /// Records a problem seen in a state whose platform choices (N7, N14) are `seen` ([`platform_bits`]).
     fn record(&mut self, key: ProblemKey, problem: impl FnOnce() -> Problem, path: &[Step], seen: PlatformSeen) {
         *self.platform_seen.entry(key.clone()).or_default() |= seen;
         if !self.index.contains_key(&key) {
             self.index.insert(key, self.findings.len());
-            self.findings.push(Finding { problem: problem(), frequency: Frequency::Sometimes, witness: path.to_vec(), platform: None });
+            self.findings.push(Finding { problem: problem(), frequency: Frequency::Sometimes, witness: path.to_vec(), platform: None, plan_order: None });
         }
     }
 
@@ -245,7 +249,7 @@ impl Collector {
         };
         // What this state holds is gathered (allocated) only for a terminal state, which counts it.
         let mut present: Vec<ProblemKey> = vec![];
-        let seen = platform_bits(st.nccl.coll_connect);
+        let seen = platform_bits(st.nccl.coll_connect, st.nccl.plan_order);
         for r in &st.memory.races {
             self.record(race_key(r), || Problem::DataRace(r.clone()), path, seen);
             if empty {
@@ -584,9 +588,12 @@ pub fn explore_bounded(sem: &Semantics, limits: &Limits, bound: u32) -> Bounded 
                 findings.push(Finding { frequency: Frequency::Sometimes, ..f.clone() });
                 first_bound.push(k);
             } else if let Some(i) = keys.iter().position(|x| x == key) {
-                // Seen again at a higher bound: it needs a platform choice (N7) only if every pass says the same one.
+                // Seen again at a higher bound: it needs a platform choice (N7, N14) only if every pass says the same one.
                 if findings[i].platform != f.platform {
                     findings[i].platform = None;
+                }
+                if findings[i].plan_order != f.plan_order {
+                    findings[i].plan_order = None;
                 }
             }
         }

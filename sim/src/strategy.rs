@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use cuorder_model::semantics::incremental::Frontier;
 use cuorder_model::semantics::{Semantics, State, Step};
-use cuorder_model::verdict::{platform_needed, Finding, Frequency, ProblemKey};
+use cuorder_model::verdict::{plan_order_needed, platform_needed, Finding, Frequency, ProblemKey, PLATFORM_ANY};
 
 use crate::explore::{Collector, Exploration};
 use crate::progress::{stopped, Progress, INTERRUPTED};
@@ -391,7 +391,9 @@ pub fn sample(sem: &Semantics, opt: &SampleOptions) -> Sampled {
         }
     }
     for (key, idx) in &merged.index {
-        merged.findings[*idx].platform = platform_needed(merged.platform_seen.get(key).copied().unwrap_or(3));
+        let seen = merged.platform_seen.get(key).copied().unwrap_or(PLATFORM_ANY);
+        merged.findings[*idx].platform = platform_needed(seen);
+        merged.findings[*idx].plan_order = plan_order_needed(seen);
     }
     let executions = results.len() as u64;
     let mut limit = vec![];

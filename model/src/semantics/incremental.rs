@@ -176,8 +176,9 @@ impl<'p> Semantics<'p> {
             Step::Host { thread, .. } => {
                 let t = *thread;
                 // N7: the platform's choice of when collectives connect changes every rank's first collective
-                // (its outcomes, whether it blocks).
-                if self.chooses_connect(st, t) {
+                // (its outcomes, whether it blocks); N14: its choice of the kernel-plan order, every rank's group
+                // ends that the orders cut differently (their outcomes, their plans).
+                if self.chooses_platform(st, t) {
                     return (0..self.program.ranks.len() as RankId).collect();
                 }
                 let home = self.rank_of(t);
@@ -319,7 +320,7 @@ impl<'p> Semantics<'p> {
     /// [`Self::enabled`] at every step with this shortcut.
     pub fn collective_call_only(&self, st: &State, step: &Step) -> Option<RankId> {
         let Step::Host { thread, .. } = *step else { return None };
-        if !self.collectives || self.chooses_connect(st, thread) {
+        if !self.collectives || self.chooses_platform(st, thread) {
             return None;
         }
         let th = &st.host.threads[thread as usize];

@@ -84,6 +84,11 @@ pub struct Semantics<'p> {
     /// Whether some op is a collective: engines skip the collective shortcuts of `incremental.rs` otherwise (they
     /// are asked for every step of a timed run; issue 9).
     pub(crate) collectives: bool,
+    /// N14: the outermost group ends, as (thread, op), whose calls the two kernel-plan orders cut differently, when
+    /// the profile leaves the order to the platform (empty otherwise): the static part of
+    /// [`Self::plan_choice_pending`], found once ([`Self::plan_choice_sites`]) instead of cutting a group of
+    /// hundreds of calls twice for every question about its group end.
+    plan_sites: std::collections::BTreeSet<(ThreadId, u32)>,
 }
 
 impl<'p> Semantics<'p> {
@@ -187,7 +192,8 @@ impl<'p> Semantics<'p> {
                 nccl_threads_of[r as usize].push(t as ThreadId);
             }
         }
-        Semantics {
+        let mut sem = Semantics {
+            plan_sites: Default::default(),
             watched: program.comms.iter().any(|c| c.watchdog_ns.is_some()),
             nonblocking: program.comms.iter().any(|c| c.nonblocking),
             collectives: infos.iter().flatten().any(|i| matches!(i.nccl, Some(crate::op_info::NcclRole::Collective { .. }))),
@@ -207,7 +213,9 @@ impl<'p> Semantics<'p> {
             future_issuers,
             expected_writers,
             sourced_recvs,
-        }
+        };
+        sem.plan_sites = sem.plan_choice_sites();
+        sem
     }
 
     /// The initial state: every thread at its first op, every queue empty, every clock zero.
@@ -254,6 +262,7 @@ impl<'p> Semantics<'p> {
                 timeouts: Default::default(),
                 aborted_ops: Default::default(),
                 coll_connect: None,
+                plan_order: None,
             },
             memory: MemoryState {
                 accesses: Default::default(),

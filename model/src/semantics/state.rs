@@ -430,6 +430,11 @@ pub struct NcclState {
     /// that fixes it). Part of the state, so that executions of the two platforms never merge.
     #[serde(default)]
     pub coll_connect: Option<crate::profile::ConnectChoice>,
+    /// N14: the order in which cut groups fill their kernel plans, as the platform chose it at the first group end
+    /// whose calls the two orders cut differently (profile `p2p_plan_order: Either` only; `None` until then, and
+    /// always under a profile that fixes it). Part of the state, so that executions of the two platforms never merge.
+    #[serde(default)]
+    pub plan_order: Option<crate::profile::PlanOrderChoice>,
 }
 
 /// How a communicator's life ended on a rank (N13).

@@ -118,7 +118,7 @@ impl<'p> Semantics<'p> {
     /// N7: whether launching `ops` of thread `t` (an ungrouped call or the outermost group end) is where the
     /// platform chooses when collectives connect: the profile leaves it open, nothing has chosen yet, and a
     /// collective among `ops` would set up connections if they are made lazily. Such a step has the outcomes of
-    /// both platforms ([`Self::launch_outcomes`]).
+    /// both platforms ([`Self::connect_outcomes`]).
     pub fn connect_choice_pending(&self, st: &State, t: ThreadId, ops: &[u32]) -> bool {
         if !self.collectives || self.coll_lazy(st).is_some() {
             return false;
@@ -154,10 +154,10 @@ impl<'p> Semantics<'p> {
         self.collectives && self.coll_lazy(st).is_none() && self.connect_choice_pending(st, t, &self.launch_ops(st, t))
     }
 
-    /// The number of outcomes of launching `ops` of thread `t`: those of a call on non-blocking communicators (N12),
-    /// and where the platform still chooses when collectives connect (N7), the outcomes with lazy connections
-    /// (choices 0..n) followed by those with connections made at init.
-    pub(crate) fn launch_outcomes(&self, st: &State, t: ThreadId, ops: &[u32]) -> u32 {
+    /// The number of outcomes of launching `ops` of thread `t` for a given kernel-plan order (N14): those of a call
+    /// on non-blocking communicators (N12), and where the platform still chooses when collectives connect (N7), the
+    /// outcomes with lazy connections (choices 0..n) followed by those with connections made at init.
+    pub(crate) fn connect_outcomes(&self, st: &State, t: ThreadId, ops: &[u32]) -> u32 {
         if self.connect_choice_pending(st, t, ops) {
             self.nonblocking_outcomes_as(st, t, ops, true).unwrap_or(1) + self.nonblocking_outcomes_as(st, t, ops, false).unwrap_or(1)
         } else {
@@ -165,7 +165,7 @@ impl<'p> Semantics<'p> {
         }
     }
 
-    /// Applies the platform's choice that launching `ops` makes, if it makes one ([`Self::launch_outcomes`]), and
+    /// Applies the platform's choice that launching `ops` makes, if it makes one ([`Self::connect_outcomes`]), and
     /// returns what is left of `choice` for the launch itself.
     pub(crate) fn take_connect_choice(&self, st: &mut State, t: ThreadId, ops: &[u32], choice: u32) -> u32 {
         if !self.connect_choice_pending(st, t, ops) {

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use super::*;
 use crate::clock::Epoch;
 use crate::op_info::NcclRole;
-use crate::profile::PlanBudget;
+use crate::profile::{PlanBudget, PlanOrder, PlanOrderChoice};
 use smallvec::SmallVec;
 
 impl CommOpKind {
@@ -64,11 +64,13 @@ pub struct P2pCall {
 }
 
 /// N14: the kernel plan (0, 1, ..) of each of one rank's point-to-point `calls` of a group (in call order), on a
-/// communicator of `n` members where the rank is at position `me`, as NCCL cuts them with `budget`: (send, recv)
-/// pairs in NCCL's schedule order (epoch by epoch; in each, the rounds of [`p2p_schedule_deltas`], pairing the next
-/// send to `me + delta` with the next recv from `me - delta`), a new plan when the next pair does not fit
-/// ([`PlanBudget::fits`]). Calls that fit one plan however they pair (the common case) cost O(calls).
-pub fn cut_plans(budget: &PlanBudget, n: usize, me: usize, calls: &[P2pCall]) -> Vec<u32> {
+/// communicator of `n` members where the rank is at position `me`, as NCCL cuts them with `budget` in `order`:
+/// (send, recv) pairs in NCCL's schedule order (epoch by epoch; in each, the rounds of [`p2p_schedule_deltas`],
+/// pairing the next send to `me + delta` with the next recv from `me - delta`), a new plan when the next pair does not
+/// fit ([`PlanBudget::fits`]). The new plan takes that pair next ([`PlanOrderChoice::Continue`], NCCL >= 2.29.7) or
+/// starts over at the first round, whose queues give their next epoch's pairs first ([`PlanOrderChoice::Restart`],
+/// NCCL 2.22-2.29.3). Calls that fit one plan however they pair (the common case) cost O(calls), in either order.
+pub fn cut_plans(budget: &PlanBudget, order: PlanOrderChoice, n: usize, me: usize, calls: &[P2pCall]) -> Vec<u32> {
     let mut plans = vec![0u32; calls.len()];
     let Some(largest) = calls.iter().map(|c| c.bytes).max() else { return plans };
     if calls.len() as u64 <= budget.pairs_per_plan(largest) as u64 || n == 0 {
@@ -89,24 +91,31 @@ pub fn cut_plans(budget: &PlanBudget, n: usize, me: usize, calls: &[P2pCall]) ->
             queues.entry(round_of[(me % n + n - p) % n]).or_default().1.push_back(i);
         }
     }
-    let (mut plan, mut used, mut left) = (0u32, 0u32, calls.len());
+    // The rounds that pair anything, in schedule order (NCCL skips a round whose two queues are empty).
+    let mut rounds: Vec<(VecDeque<usize>, VecDeque<usize>)> = queues.into_values().collect();
+    let (mut plan, mut used, mut left, mut r) = (0u32, 0u32, calls.len(), 0usize);
     while left > 0 {
-        for (sends, recvs) in queues.values_mut() {
-            let pair = [sends.pop_front(), recvs.pop_front()];
-            if pair == [None, None] {
+        let (sends, recvs) = &mut rounds[r];
+        if sends.is_empty() && recvs.is_empty() {
+            r = (r + 1) % rounds.len();
+            continue;
+        }
+        if !budget.fits(used) {
+            plan += 1;
+            used = 0;
+            if order == PlanOrderChoice::Restart && r != 0 {
+                r = 0;
                 continue;
             }
-            if !budget.fits(used) {
-                plan += 1;
-                used = 0;
-            }
-            let bytes = pair.iter().flatten().map(|&i| calls[i].bytes).max().unwrap_or(0);
-            used = used.saturating_add(budget.pair_cost(bytes));
-            for i in pair.into_iter().flatten() {
-                plans[i] = plan;
-                left -= 1;
-            }
         }
+        let pair = [sends.pop_front(), recvs.pop_front()];
+        let bytes = pair.iter().flatten().map(|&i| calls[i].bytes).max().unwrap_or(0);
+        used = used.saturating_add(budget.pair_cost(bytes));
+        for i in pair.into_iter().flatten() {
+            plans[i] = plan;
+            left -= 1;
+        }
+        r = (r + 1) % rounds.len();
     }
     plans
 }
@@ -141,7 +150,9 @@ impl<'p> Semantics<'p> {
     /// The outermost group end (or an ungrouped call): set up connections if needed (N7), then enqueue one launch
     /// per communicator and acting rank.
     fn group_end(&self, st: &mut State, t: ThreadId, ops: Vec<u32>, choice: u32) {
-        // N7: the first collective that needs connections is where the platform shows when it makes them.
+        // N14: the first group that the two kernel-plan orders cut differently is where the platform shows its order;
+        // N7: the first collective that needs connections is where it shows when it makes them.
+        let choice = self.take_plan_choice(st, t, &ops, choice);
         let choice = self.take_connect_choice(st, t, &ops, choice);
         // N12: on non-blocking communicators the call may return ncclInProgress and defer the work.
         if self.nonblocking_group_end(st, t, &ops, choice) {
@@ -262,7 +273,7 @@ impl<'p> Semantics<'p> {
                 }
                 cops.push(CommOp { loc, kind: ck, bytes, status: CommOpStatus::Pending, plan: 0 });
             }
-            self.assign_plans(comm, rank, &mut cops);
+            self.assign_plans(st, comm, rank, &mut cops);
             self.check_matching(st, comm, rank, &cops);
             let all: smallvec::SmallVec<[BufRange; 4]> =
                 cops.iter().flat_map(|o| self.info(o.loc).accesses.iter().map(|a| a.range)).collect();
@@ -407,8 +418,9 @@ impl<'p> Semantics<'p> {
     }
 
     /// N14: numbers the kernel plans of a launch's point-to-point calls (`cops`, in call order) with the profile's
-    /// budget ([`cut_plans`]). Collectives stay in the first plan.
-    pub(crate) fn assign_plans(&self, comm: CommId, rank: RankId, cops: &mut [CommOp]) {
+    /// budget ([`cut_plans`]), in the plan order of `st` ([`Self::plan_order`]; while the platform has not chosen,
+    /// both orders cut these calls alike: [`Self::plan_choice_pending`]). Collectives stay in the first plan.
+    pub(crate) fn assign_plans(&self, st: &State, comm: CommId, rank: RankId, cops: &mut [CommOp]) {
         let Some(budget) = self.profile.p2p_plan else { return };
         let members = &self.program.comms[comm.0 as usize].members;
         let Some(me) = member_position(members, rank) else { return };
@@ -422,13 +434,141 @@ impl<'p> Semantics<'p> {
             })
             .collect();
         let p2p: Vec<P2pCall> = calls.iter().flatten().copied().collect();
-        let plans = cut_plans(&budget, members.len(), me, &p2p);
+        let order = self.plan_order(st).unwrap_or(PlanOrderChoice::Continue);
+        let plans = cut_plans(&budget, order, members.len(), me, &p2p);
         let mut next = plans.into_iter();
         for (o, c) in cops.iter_mut().zip(&calls) {
             if c.is_some() {
                 o.plan = next.next().expect("one plan per call");
             }
         }
+    }
+
+    /// N14: the kernel-plan order in `st`: `Some` when the profile fixes it or the platform has chosen
+    /// ([`NcclState::plan_order`]), `None` while the profile leaves it to the platform (`PlanOrder::Either`) and no
+    /// group has been cut differently by the two orders yet.
+    pub fn plan_order(&self, st: &State) -> Option<PlanOrderChoice> {
+        match self.profile.p2p_plan_order {
+            PlanOrder::Restart => Some(PlanOrderChoice::Restart),
+            PlanOrder::Continue => Some(PlanOrderChoice::Continue),
+            PlanOrder::Either => st.nccl.plan_order,
+        }
+    }
+
+    /// N14: whether launching `ops` of thread `t` (an ungrouped call or the outermost group end, at the thread's
+    /// current op) is where the platform chooses its kernel-plan order: the profile cuts groups and leaves the order
+    /// open, nothing has chosen yet, and the two orders put some call of these launches in different plans
+    /// ([`Self::cuts_differ`], found for every group end once: [`Self::plan_choice_sites`]). Such a step has the
+    /// outcomes of both orders ([`Self::launch_outcomes`]).
+    pub fn plan_choice_pending(&self, st: &State, t: ThreadId, ops: &[u32]) -> bool {
+        if self.plan_sites.is_empty() || ops.len() < 2 || self.plan_order(st).is_some() {
+            return false;
+        }
+        let pending = self.plan_sites.contains(&(t, st.host.threads[t as usize].pc));
+        debug_assert_eq!(pending, self.cuts_differ(t, ops), "the group end of thread {t} is a plan choice site");
+        pending
+    }
+
+    /// N14: the outermost group ends of the program whose calls the two kernel-plan orders cut differently, as
+    /// (thread, op), when the profile cuts groups and leaves the order to the platform; empty otherwise. A group's
+    /// calls are the sends, recvs and collectives between its outermost group start and end (what the thread
+    /// collects at run time, N4); an ungrouped call is one call, which no order cuts.
+    pub(crate) fn plan_choice_sites(&self) -> std::collections::BTreeSet<(ThreadId, u32)> {
+        let mut out = std::collections::BTreeSet::new();
+        if self.profile.p2p_plan.is_none() || self.profile.p2p_plan_order != PlanOrder::Either {
+            return out;
+        }
+        for t in 0..self.thread_of.len() as ThreadId {
+            let (mut depth, mut group) = (0u32, vec![]);
+            for (pc, op) in self.ops_of(t).iter().enumerate() {
+                match op.kind {
+                    OpKind::GroupStart => depth += 1,
+                    OpKind::GroupEnd => {
+                        if depth == 1 && self.cuts_differ(t, &group) {
+                            out.insert((t, pc as u32));
+                        }
+                        depth = depth.saturating_sub(1);
+                        if depth == 0 {
+                            group.clear();
+                        }
+                    }
+                    OpKind::Send { .. } | OpKind::Recv { .. } | OpKind::Collective { .. } if depth > 0 => group.push(pc as u32),
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// N14: whether the two kernel-plan orders put some point-to-point call of the launches of `ops` (thread `t`) in
+    /// different plans under the profile's budget. O(calls) when a launch fits one plan.
+    pub fn cuts_differ(&self, t: ThreadId, ops: &[u32]) -> bool {
+        let Some(budget) = self.profile.p2p_plan else { return false };
+        if ops.len() < 2 {
+            return false;
+        }
+        self.launch_keys(t, ops).into_iter().any(|(comm, rank)| {
+            let members = &self.program.comms[comm.0 as usize].members;
+            let Some(me) = member_position(members, rank) else { return false };
+            let calls: Vec<P2pCall> = ops
+                .iter()
+                .map(|&i| OpLoc { thread: t, op: i })
+                .filter(|&loc| self.info(loc).comm == Some(comm) && self.acting_rank(loc) == rank)
+                .filter_map(|loc| {
+                    let (send, peer, bytes) = match (&self.op(loc).kind, self.info(loc).nccl) {
+                        (OpKind::Send { buf, .. }, Some(NcclRole::Send { peer })) => (true, peer, buf.len),
+                        (OpKind::Recv { buf, .. }, Some(NcclRole::Recv { peer })) => (false, peer, buf.len),
+                        _ => return None,
+                    };
+                    Some(P2pCall { send, peer: member_position(members, peer)?, bytes })
+                })
+                .collect();
+            let n = members.len();
+            cut_plans(&budget, PlanOrderChoice::Restart, n, me, &calls) != cut_plans(&budget, PlanOrderChoice::Continue, n, me, &calls)
+        })
+    }
+
+    /// Whether the host step of thread `t` is where the platform chooses its kernel-plan order (N14,
+    /// [`Self::plan_choice_pending`]).
+    pub fn chooses_plan_order(&self, st: &State, t: ThreadId) -> bool {
+        !self.plan_sites.is_empty()
+            && self.plan_order(st).is_none()
+            && self.plan_choice_pending(st, t, &self.launch_ops(st, t))
+    }
+
+    /// Whether the host step of thread `t` makes a choice of the platform that every rank reads afterwards: when
+    /// collectives connect (N7, [`Self::chooses_connect`]) or the kernel-plan order (N14,
+    /// [`Self::chooses_plan_order`]). Such a step writes every rank ([`Self::step_ranks`]).
+    pub fn chooses_platform(&self, st: &State, t: ThreadId) -> bool {
+        self.chooses_connect(st, t) || self.chooses_plan_order(st, t)
+    }
+
+    /// The number of outcomes of launching `ops` of thread `t`: where the platform still chooses its kernel-plan
+    /// order (N14), the outcomes with NCCL >= 2.29.7's order (choices 0..n, [`Self::connect_outcomes`]) followed by
+    /// those with NCCL 2.22-2.29.3's; else those of [`Self::connect_outcomes`].
+    pub(crate) fn launch_outcomes(&self, st: &State, t: ThreadId, ops: &[u32]) -> u32 {
+        let inner = self.connect_outcomes(st, t, ops);
+        if self.plan_choice_pending(st, t, ops) {
+            2 * inner
+        } else {
+            inner
+        }
+    }
+
+    /// Applies the kernel-plan order that launching `ops` chooses, if it chooses one ([`Self::launch_outcomes`]),
+    /// and returns what is left of `choice` for the rest of the launch.
+    fn take_plan_choice(&self, st: &mut State, t: ThreadId, ops: &[u32], choice: u32) -> u32 {
+        if !self.plan_choice_pending(st, t, ops) {
+            return choice;
+        }
+        let inner = self.connect_outcomes(st, t, ops);
+        let (c, rest) = if choice < inner {
+            (PlanOrderChoice::Continue, choice)
+        } else {
+            (PlanOrderChoice::Restart, choice - inner)
+        };
+        st.nccl.plan_order = Some(c);
+        rest
     }
 
     /// Device steps of running launches: P2P delivery (N2) and collective completion (C1).
