@@ -20,7 +20,7 @@ use crate::rng::Rng;
 use crate::strategy::{sample, SampleOptions, Strategy};
 
 /// The generator's behaviour version: a seed names a program only together with it.
-pub const GEN_VERSION: u32 = 2;
+pub const GEN_VERSION: u32 = 3;
 
 /// The operation families a program is built around (each program also mixes in ops of other families).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -262,6 +262,18 @@ impl G {
 
     fn expect(&mut self, rank: u32, t: usize) {
         let (s1, s2) = (self.stream(), self.stream());
+        // A received message asserted to come from the peer's send (V1 across ranks).
+        if self.ranks >= 2 && t == 0 && self.chance(35) {
+            let from = (rank + 1 + self.below(self.ranks as u64 - 1) as u32) % self.ranks;
+            let k = self.name("w");
+            self.push(from, 0, format!("Kernel(\"{k}\", stream: \"{s1}\", writes: [\"x\"])"));
+            self.push(from, 0, format!("Send(to: Rank({rank}), buf: \"x\", stream: \"{s1}\", comm: \"world\")"));
+            self.push(rank, 0, format!("Recv(from: Rank({from}), buf: \"y\", stream: \"{s2}\", comm: \"world\")"));
+            let s3 = if self.chance(60) { s2 } else { self.stream() };
+            let named = if self.chance(80) { "x" } else { "z" };
+            self.push(rank, 0, format!("Expect(\"y\", written_by: Send(\"{named}@{from}\"), stream: \"{s3}\")"));
+            return;
+        }
         if self.chance(50) {
             let k = self.name("w");
             self.push(rank, t, format!("Kernel(\"{k}\", stream: \"{s1}\", writes: [\"x\"])"));
@@ -468,7 +480,7 @@ impl G {
         let mut deleted = vec![false; ranks as usize];
         let mut made = vec![false; ranks as usize];
         for _ in 0..1 + self.below(2) {
-            match self.below(7) {
+            match self.below(8) {
                 0 => {
                     let r = self.below(ranks as u64) as usize;
                     let k = self.name("fwd");
@@ -543,11 +555,31 @@ impl G {
                         }
                         if self.chance(70) {
                             deleted[r] = true;
-                            body[r].push("Del(\"t\")".into());
+                            // t.untyped_storage().resize_(0) frees the block whatever holds the tensor.
+                            body[r].push(if self.chance(30) { "FreeStorage(\"t\")" } else { "Del(\"t\")" }.into());
                             let k2 = self.name("next");
                             body[r].push("WithStream(\"side\", [Empty(\"u\")])".to_string());
                             body[r].push(format!("WithStream(\"side\", [Compute(\"{k2}\", writes: [\"u\"])])"));
                         }
+                    }
+                }
+                6 => {
+                    // A new group of ranks 0 and 1 on its own NCCL stream beside the default group (P1).
+                    works += 1;
+                    for (r, b) in body.iter_mut().enumerate() {
+                        b.push(format!("NewGroup(\"g{works}\", [0, 1])"));
+                        if r < 2 {
+                            b.push(format!("DistAllReduce(\"act\", group: \"g{works}\", async_op: \"w{works}\")"));
+                        }
+                    }
+                    let wait = self.chance(50);
+                    let k = self.name("use");
+                    for (r, b) in body.iter_mut().enumerate() {
+                        b.push("DistAllReduce(\"grad\")".into());
+                        if r < 2 && wait {
+                            b.push(format!("WorkWait(\"w{works}\")"));
+                        }
+                        b.push(format!("Compute(\"{k}\", reads: [\"act\"])"));
                     }
                 }
                 _ => {
