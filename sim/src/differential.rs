@@ -20,7 +20,7 @@ use crate::rng::Rng;
 use crate::strategy::{sample, SampleOptions, Strategy};
 
 /// The generator's behaviour version: a seed names a program only together with it.
-pub const GEN_VERSION: u32 = 3;
+pub const GEN_VERSION: u32 = 4;
 
 /// The operation families a program is built around (each program also mixes in ops of other families).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
