@@ -255,11 +255,19 @@ pub fn explain(sem: &Semantics, f: &Finding, number: usize, profile: &str) -> St
             }
         }
     }
+    // A deadlock "in every execution" with a platform line: every execution hangs, this one (where its threads stop)
+    // only on that platform (new-user trial of issue 30: "in every execution" beside "only in executions with"
+    // read as a contradiction).
+    let elsewhere = if f.frequency == Frequency::Always && matches!(f.problem, Problem::Deadlock(_)) {
+        "; with the other choice the program hangs elsewhere"
+    } else {
+        ""
+    };
     if let Some(c) = f.platform {
-        s.push_str(&format!("platform: only in executions with {} (N7)\n", c.words()));
+        s.push_str(&format!("platform: only in executions with {}{elsewhere} (N7)\n", c.words()));
     }
     if let Some(o) = f.plan_order {
-        s.push_str(&format!("platform: only in executions with {} (N14)\n", o.words()));
+        s.push_str(&format!("platform: only in executions with {}{elsewhere} (N14)\n", o.words()));
     }
     let prof = if profile == "portable" { String::new() } else { format!(" --profile {}", shell_word(profile)) };
     s.push_str(&format!(
