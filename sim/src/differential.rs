@@ -836,16 +836,22 @@ pub struct Tally {
 /// One disagreement or rejection of a campaign: the seed, the profile (or "load"), and what differed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Defect {
+    /// The program's seed (`cuorder-differential --show SEED` prints it).
     pub seed: u64,
+    /// Its family ([`family_of`]).
     pub family: Family,
+    /// The profile it was compared under, or `load` for a program that did not load.
     pub profile: String,
+    /// What differed (the findings only one side reported), or the load error.
     pub what: String,
 }
 
 /// The result of [`campaign`]: a tally per family (in [`Family::ALL`] order) and every defect, by seed.
 #[derive(Clone, Debug, Default)]
 pub struct Campaign {
+    /// One tally per family, in [`Family::ALL`] order.
     pub families: Vec<(Family, Tally)>,
+    /// Every disagreement and rejection, by seed.
     pub defects: Vec<Defect>,
 }
 
