@@ -834,7 +834,7 @@ fn main() -> ExitCode {
                     }
                 }
             };
-            say(&(torch.note() + &timeline::render(&sem, &tr)));
+            say(&(torch.note() + &timeline::render(&sem, &tr) + &platform_choices(&sem, &tr.schedule)));
             let timed_out = matches!(tr.outcome, cuorder_sim::run::Outcome::TimeLimit { .. });
             if let Some(path) = timeline {
                 let model = match costs.as_deref().map(cuorder::timing::load_costs) {
@@ -1625,4 +1625,19 @@ fn run_hw(sem: &Semantics, trace: Option<&std::path::Path>, timeout_s: u64) -> E
     let c = cuorder_sim::conform::conform(sem, &obs, &Limits::default());
     say(&c.to_text());
     ExitCode::from(if c.agrees() { 0 } else { 1 })
+}
+
+/// The platform choices an execution took where the profile leaves them to the platform (N7: when collectives
+/// connect; N14: the order a cut group fills its kernel plans), one line each, or nothing: `run` and `run --witness`
+/// said nothing of them, so a replayed hang did not say which NCCL it needs (issue 30 new-user trial).
+fn platform_choices(sem: &Semantics, schedule: &[cuorder_model::semantics::Step]) -> String {
+    let Ok(st) = cuorder_sim::run::replay_state(sem, schedule) else { return String::new() };
+    let mut out = String::new();
+    if let Some(c) = st.nccl.coll_connect.filter(|_| sem.profile.collective_connect() == cuorder_model::profile::CollectiveConnect::Either) {
+        out.push_str(&format!("platform: this execution has {} (N7)\n", c.words()));
+    }
+    if let Some(o) = st.nccl.plan_order.filter(|_| sem.profile.p2p_plan_order == cuorder_model::profile::PlanOrder::Either) {
+        out.push_str(&format!("platform: this execution has {} (N14)\n", o.words()));
+    }
+    out
 }

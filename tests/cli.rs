@@ -859,3 +859,22 @@ fn counts_of_one_were_printed_as_plurals() {
     let min = std::fs::read_to_string(saved.join("race-min.ron")).unwrap();
     assert!(min.lines().next().unwrap().contains("(3 ops on 1 rank -> 2 ops on 1 rank, "), "{min}");
 }
+
+/// The new-user trial of issue 30: `run --witness N` replayed a hang that needs collective connections made at init
+/// (N7) or NCCL 2.22-2.29.3's kernel-plan order (N14) and said nothing of the platform it took; `check` had said so
+/// in the finding's `platform:` line.
+#[test]
+fn run_witness_did_not_say_which_platform_it_takes() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let at_init = root.join("examples/cudafree-collective-connect-at-init.ron");
+    let (code, out, _) = cuorder(&["run", at_init.to_str().unwrap(), "--witness", "1"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("platform: this execution has collective connections made at init"), "{out}");
+    let restart = root.join("examples/group-plan-order-restart.ron");
+    let (code, out, _) = cuorder(&["run", restart.to_str().unwrap(), "--witness", "1"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("platform: this execution has NCCL 2.22-2.29.3's kernel-plan order"), "{out}");
+    // A profile that fixes the choice leaves nothing to say.
+    let (_, out, _) = cuorder(&["run", at_init.to_str().unwrap(), "--profile", "eager"]);
+    assert!(!out.contains("platform:"), "{out}");
+}
