@@ -684,3 +684,23 @@ fn a_call_inside_a_group_was_taken_alone_beside_another_threads_abort() {
     assert_eq!(key(&on), key(&off));
     assert_eq!(on.findings.len(), off.findings.len());
 }
+
+/// Found by the differential campaign (issue 30, generator version 1, seed 104): thread `t1` writes `x` on its
+/// per-thread stream, records an event, synchronizes on it and then reads `x` on the legacy stream, whose work
+/// `main`'s later kernel on its own per-thread stream then follows (S2). Item starts on a device with an NCCL
+/// communicator in use were left for later while a host step could run (withholding), which delayed `t1`'s release
+/// until `main` had enqueued everything: the executions in which `t1`'s legacy-stream kernel goes first, ordering
+/// `main`'s kernel after `t1`'s write, were lost, and the race was called "in every execution".
+#[test]
+fn withholding_an_item_start_delayed_the_thread_it_releases() {
+    let text = r#"Program(ranks: 1, events: ["e0"], buffers: [Buffer("x", "64 MiB")], comms: [Comm("world")],
+      threads: [
+        Thread("main", ranks: [0], ops: [Kernel("k3", stream: "sPT", reads: ["x"]), CommFinalize("world"), CommDestroy("world")]),
+        Thread("t1", ranks: [0], ops: [Kernel("w1", stream: "sPT", writes: ["x"]), Record("e0", stream: "sPT"), EventSync("e0"), Kernel("r2", stream: "sL", reads: ["x"])]),
+      ])"#;
+    let p = cuorder_model::format::load("withheld-release", text).unwrap();
+    let on = check(&p, &Profile::portable(), &Limits::default());
+    let off = check(&p, &Profile::portable(), &Limits { reduce: false, forget: false, ..Limits::default() });
+    assert_eq!(kinds30(&off), ["data race sometimes"], "{}", off.to_text());
+    assert_eq!(kinds30(&on), kinds30(&off), "{}", on.to_text());
+}
