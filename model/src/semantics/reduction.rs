@@ -143,21 +143,14 @@ impl Tables {
         }
         let mut shared: Vec<Vec<(ThreadId, Option<u32>, Option<u32>)>> =
             users.values().filter(|v| v.len() > 1 && v.iter().any(|(_, _, w)| w.is_some())).cloned().collect();
-        let rank_of_thread = |u: usize| {
-            let mut r = 0usize;
-            for (i, rk) in program.ranks.iter().enumerate() {
-                let before: usize = program.ranks[..i].iter().map(|x| x.threads.len()).sum();
-                if u >= before && u < before + rk.threads.len() {
-                    r = i;
-                }
-            }
-            r
-        };
+        // Global threads are numbered rank by rank (`Semantics::thread_base`).
+        let rank_of_thread: Vec<usize> =
+            program.ranks.iter().enumerate().flat_map(|(r, rk)| std::iter::repeat_n(r, rk.threads.len())).collect();
         let mut comm_by_rank: BTreeMap<(Resource, usize), Vec<(ThreadId, Option<u32>, Option<u32>)>> = BTreeMap::new();
         for (u, t) in touch.iter().enumerate() {
             for (res, (rd, wr)) in t {
                 if matches!(res, Resource::Comm(_)) {
-                    comm_by_rank.entry((*res, rank_of_thread(u))).or_default().push((u as ThreadId, *rd, *wr));
+                    comm_by_rank.entry((*res, rank_of_thread[u])).or_default().push((u as ThreadId, *rd, *wr));
                 }
             }
         }
@@ -170,6 +163,12 @@ impl Tables {
         }
         Tables { touch, observer, nccl_on, launcher, launcher_streams, issuers, observers_of, launch_streams, users, shared, comm_users, aborts, comm_use, nonblocking }
     }
+}
+
+/// Whether two uses of one resource, each (reads, writes) still to come, conflict: one writes what the other reads
+/// or writes.
+fn conflict((ur, uw): (bool, bool), (vr, vw): (bool, bool)) -> bool {
+    (uw && (vr || vw)) || (ur && vw)
 }
 
 /// Where each op of a thread takes effect: its own index, except an NCCL op inside a group, which takes effect at
@@ -388,6 +387,7 @@ impl<'p> Semantics<'p> {
             // choices, and another rank's first collective choosing first reaches the state this rank's choosing
             // the same reaches, the other's call then reading the choice (the state records the choice, not who
             // made it).
+            //
             // The steps outside the set include the deliveries and collective completions that end the rank's own
             // running launches, and ending a launch changes what the rank's own queries and allocations observe
             // (S4, P4: a block recorded on the launch's stream becomes reusable). Such a rank is not isolated from
@@ -424,8 +424,7 @@ impl<'p> Semantics<'p> {
                     let (ur, uw) = (later(*u, *urd), later(*u, *uwr));
                     (ur || uw)
                         && users[i + 1..].iter().any(|(v, vrd, vwr)| {
-                            let (vr, vw) = (later(*v, *vrd), later(*v, *vwr));
-                            v != u && ((uw && (vr || vw)) || (ur && vw))
+                            v != u && conflict((ur, uw), (later(*v, *vrd), later(*v, *vwr)))
                         })
                 })
             })
@@ -455,10 +454,7 @@ impl<'p> Semantics<'p> {
                 let (ur, uw) = (later(u, *rd), later(u, *wr));
                 (ur || uw)
                     && own.clone().filter(|v| *v != u).any(|v| {
-                        self.reduction.touch[v as usize].get(res).is_some_and(|(vrd, vwr)| {
-                            let (vr, vw) = (later(v, *vrd), later(v, *vwr));
-                            (uw && (vr || vw)) || (ur && vw)
-                        })
+                        self.reduction.touch[v as usize].get(res).is_some_and(|(vrd, vwr)| conflict((ur, uw), (later(v, *vrd), later(v, *vwr))))
                     })
             })
         })
@@ -505,13 +501,10 @@ impl<'p> Semantics<'p> {
                 if !reads && !writes {
                     continue;
                 }
-                let conflict = self.reduction.users[res].iter().any(|(v, vrd, vwr)| {
-                    !mine(*v) && {
-                        let (vr, vw) = (vrd.is_some_and(|i| later(*v, i)), vwr.is_some_and(|i| later(*v, i)));
-                        (writes && (vr || vw)) || (vw && reads)
-                    }
+                let clash = self.reduction.users[res].iter().any(|(v, vrd, vwr)| {
+                    !mine(*v) && conflict((reads, writes), (vrd.is_some_and(|i| later(*v, i)), vwr.is_some_and(|i| later(*v, i))))
                 });
-                if conflict {
+                if clash {
                     return false;
                 }
             }
