@@ -704,3 +704,26 @@ fn withholding_an_item_start_delayed_the_thread_it_releases() {
     assert_eq!(kinds30(&off), ["data race sometimes"], "{}", off.to_text());
     assert_eq!(kinds30(&on), kinds30(&off), "{}", on.to_text());
 }
+
+/// Found by the differential campaign (issue 30, `sim::differential` seed 25880, generator v4): rank 1 issues an
+/// all-reduce on stream `a`, a copy on its per-thread default stream, then a recv on the legacy stream (which waits
+/// for the copy, S2). The copy was left for later (withholding: a launch may spin on its device) while the
+/// all-reduce started, so the recv always started second. The hang in which the copy ends, the recv starts and
+/// spins, and the platform withholds the all-reduce (S1: rank 0's send waits behind its own all-reduce, which needs
+/// rank 1's) was never reached, and `check` called the program "a data race" only: a false "no hang".
+#[test]
+fn withholding_a_copy_lost_the_launch_it_lets_start_first() {
+    let text = r#"Program(ranks: 2, streams: [Stream("a", NonBlocking), Stream("b", Blocking)],
+      buffers: [Buffer("x", "64 MiB"), Buffer("y", "64 MiB"), Buffer("h", "64 MiB", space: PinnedHost)],
+      comms: [Comm("world"), Comm("c1", members: [0, 1], init: Explicit)],
+      threads: [
+        Thread("main", ranks: [0], ops: [CommInit("c1"), AllReduce(buf: "x", stream: "b", comm: "c1"), Send(to: Rank(1), buf: "x", stream: "b", comm: "world"), DeviceSync]),
+        Thread("main", ranks: [1], ops: [CommInit("c1"), AllReduce(buf: "x", stream: "a", comm: "c1"), Memcpy(dst: "h", src: "x", stream: "sPT"), Recv(from: Rank(0), buf: "y", stream: "sL", comm: "world")]),
+      ])"#;
+    let p = cuorder_model::format::load("withheld-copy-before-recv", text).unwrap();
+    let prof = Profile::portable();
+    let on = check(&p, &prof, &Limits::default());
+    let off = check(&p, &prof, &Limits { reduce: false, forget: false, ..Limits::default() });
+    assert_eq!(kinds30(&off), ["data race always", "deadlock sometimes"], "{}", off.to_text());
+    assert_eq!(kinds30(&on), kinds30(&off), "{}", on.to_text());
+}

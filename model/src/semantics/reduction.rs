@@ -59,6 +59,10 @@ pub(crate) struct Tables {
     comm_use: Vec<BTreeMap<CommId, (u32, Option<u32>)>>,
     /// Whether the program has a non-blocking communicator (N12: work may run in the background of a poll).
     nonblocking: bool,
+    /// Per global stream: whether an item on it may come before the start of an NCCL launch of a device that has
+    /// launches on two or more streams ([`launch_feeders`]): such an item is never left for later
+    /// ([`Semantics::postponable`]).
+    feeds_launch: Vec<bool>,
 }
 
 impl Tables {
@@ -161,8 +165,109 @@ impl Tables {
                 comm_users.entry(*c).or_default().push((u as ThreadId, *last, *life));
             }
         }
-        Tables { touch, observer, nccl_on, launcher, launcher_streams, issuers, observers_of, launch_streams, users, shared, comm_users, aborts, comm_use, nonblocking }
+        let feeds_launch = launch_feeders(program, infos, stream_base, &launch_streams);
+        Tables {
+            touch,
+            observer,
+            nccl_on,
+            launcher,
+            launcher_streams,
+            issuers,
+            observers_of,
+            launch_streams,
+            users,
+            shared,
+            comm_users,
+            aborts,
+            comm_use,
+            nonblocking,
+            feeds_launch,
+        }
     }
+}
+
+/// Per global stream: whether the end of an item on it may enable (or release a host thread that issues) the
+/// start of an NCCL launch on a device whose launches are on two or more streams. The starts of two such launches
+/// do not commute (S1: whichever starts first may spin and the platform may withhold the other), so an item that
+/// feeds one must not be left for later while the other starts (issue 30, seed 25880 of the differential
+/// campaign: a copy on the per-thread default stream was left for later, the all-reduce on another stream started
+/// first, and the hang in which the copy ends, the recv behind it on the legacy stream starts and spins, and the
+/// platform withholds the all-reduce was never reached).
+///
+/// Computed from the program alone, over-approximating what can happen (order within a thread and which record a
+/// wait names are ignored):
+/// - an enqueue on stream `s` comes after the tails of the streams and the records of the events it reads (stream
+///   order, S2's implicit waits, `cudaStreamWaitEvent`; S1, S3), and a record on `s` comes after `s`'s tail;
+/// - a host thread that may block on a stream or an event (a synchronize, a synchronous or pageable copy or
+///   memset, an implicit synchronization; S4, S5, S7) and later issues such a launch, or later arrives at a
+///   rendezvous (a barrier, an NCCL life-cycle call) that may release a thread that does, makes what it blocks on
+///   feed a launch.
+fn launch_feeders(program: &Program, infos: &[Vec<OpInfo>], stream_base: &[u32], launch_streams: &[Vec<usize>]) -> Vec<bool> {
+    let streams = stream_base.last().map_or(0, |b| *b as usize + program.ranks.last().map_or(0, |r| r.streams.len()));
+    let mut event_base = vec![];
+    let mut events = 0usize;
+    for r in &program.ranks {
+        event_base.push(streams + events);
+        events += r.events.len();
+    }
+    let node = |res: &Resource| match res {
+        Resource::Stream(s) => Some((stream_base[s.rank as usize] + s.index) as usize),
+        Resource::Event(e) => Some(event_base[e.rank as usize] + e.index as usize),
+        _ => None,
+    };
+    let multi: Vec<bool> = launch_streams.iter().map(|v| v.len() >= 2).collect();
+    let mut sink = vec![false; streams + events];
+    if !multi.iter().any(|m| *m) {
+        return vec![false; streams];
+    }
+    for s in launch_streams.iter().filter(|v| v.len() >= 2).flatten() {
+        sink[*s] = true;
+    }
+    // Reversed edges: `rev[b]` holds every `a` whose progress may come before `b`'s.
+    let mut rev: Vec<Vec<usize>> = vec![vec![]; streams + events];
+    let ops = program.ranks.iter().flat_map(|r| r.threads.iter()).map(|t| &t.ops);
+    for (info, ops) in infos.iter().zip(ops) {
+        // Whether the thread, after op `i`, issues a launch on a device with several launch streams, or arrives at
+        // a rendezvous that may release another thread (scanned from the end).
+        let mut launches_later = false;
+        for (inf, op) in info.iter().zip(ops).rev() {
+            if let Some(s) = inf.stream {
+                let b = (stream_base[s.rank as usize] + s.index) as usize;
+                for (res, u) in inf.footprint.iter() {
+                    match (node(res), u) {
+                        (Some(a), Use::Read) if a != b => rev[b].push(a),
+                        (Some(e), Use::Write) if matches!(res, Resource::Event(_)) => rev[e].push(b),
+                        _ => {}
+                    }
+                }
+                // A synchronous copy or memset, or one from or to pageable host memory, may hold the host until it
+                // has ended (S5).
+                if launches_later && matches!(op.kind, OpKind::Memcpy { .. } | OpKind::Memset { .. }) {
+                    sink[b] = true;
+                }
+            } else if launches_later {
+                for (res, _) in inf.footprint.iter() {
+                    if let Some(a) = node(res) {
+                        sink[a] = true;
+                    }
+                }
+            }
+            let launch = inf.comm.is_some() && inf.stream.is_some_and(|s| multi[s.rank as usize]);
+            let rendezvous = matches!(op.kind, OpKind::Barrier { .. }) || (inf.comm.is_some() && inf.stream.is_none());
+            launches_later |= launch || rendezvous;
+        }
+    }
+    let mut todo: Vec<usize> = (0..sink.len()).filter(|n| sink[*n]).collect();
+    while let Some(b) = todo.pop() {
+        for a in std::mem::take(&mut rev[b]) {
+            if !sink[a] {
+                sink[a] = true;
+                todo.push(a);
+            }
+        }
+    }
+    sink.truncate(streams);
+    sink
 }
 
 /// Whether two uses of one resource, each (reads, writes) still to come, conflict: one writes what the other reads
@@ -704,8 +809,17 @@ impl<'p> Semantics<'p> {
             Step::Item(k) => {
                 let item = st.item(*k);
                 let rank = item.rank();
+                // An item whose start frees a slot in a full launch queue releases the thread blocked on it (S6),
+                // and one that may come before a launch's start enables a step that does not commute with other
+                // launch starts ([`launch_feeders`]).
+                let launch = matches!(item.kind, ItemKind::Launch { .. });
+                if self.profile.launch_queue_depth.is_some()
+                    || (!launch && item.streams.iter().any(|s| self.reduction.feeds_launch[self.stream_index(*s)]))
+                {
+                    return false;
+                }
                 let withholdable = self.starvable_in(st, step, m)
-                    || (!matches!(item.kind, ItemKind::Launch { .. }) && self.device_may_spin(st, rank, m));
+                    || (!launch && self.device_may_spin(st, rank, m));
                 withholdable && self.device_quiet(st, rank)
             }
             _ => false,
