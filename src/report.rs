@@ -292,6 +292,26 @@ fn shell_word(word: &str) -> String {
 fn fixes(d: &Stuck) -> Vec<&'static str> {
     let has = |p: &dyn Fn(Reason) -> bool| d.cycle.iter().any(|e| p(e.reason));
     let mut out = vec![];
+    // A host call that blocks where the author did not expect it (a full launch queue, an implicit
+    // synchronization, CUDA_LAUNCH_BLOCKING) is the cause when the cycle goes through one: its fix comes first, before
+    // the general rules of the other edges (issue 30's note, item 5: the cudaFree example's first fix was about
+    // collective order).
+    if has(&|r| r == Reason::QueueFull) {
+        out.push(
+            "do not let the host depend on launching more work than the queue holds while NCCL work waits for another \
+             host: reach the host rendezvous before launching the work, or synchronize the stream before the launches (S6)",
+        );
+    }
+    if has(&|r| r == Reason::ImplicitSync) {
+        out.push(
+            "do not call cudaFree, cudaMalloc, cudaMallocHost, torch.cuda.empty_cache() or load a module lazily while NCCL \
+             work waits for a host that this thread must reach: allocate and load before the exchange (a caching \
+             allocator, CUDA_MODULE_LOADING=EAGER) and free after it has ended (S7)",
+        );
+    }
+    if has(&|r| r == Reason::LaunchBlocking) {
+        out.push("CUDA_LAUNCH_BLOCKING=1 makes every NCCL launch wait for its peers inside the call: do not use it with NCCL programs whose ranks launch at different times (S7)");
+    }
     if has(&|r| matches!(r, Reason::Rendezvous { .. })) && has(&|r| r == Reason::StreamOrder) {
         out.push(
             "issue the send and the recv to the same peer in one group (ncclGroupStart/End: one launch whose parts \
@@ -327,6 +347,15 @@ fn fixes(d: &Stuck) -> Vec<&'static str> {
     if has(&|r| r == Reason::Init) {
         out.push("every member must call comm_init on the communicator, and members must create communicators in the same order");
     }
+    if has(&|r| r == Reason::Split) {
+        out.push(
+            "every member of the parent communicator must call comm_split on it, the same number of times and in the same \
+             order, a rank that joins no new communicator (no color) included, before it waits for anything another \
+             member does after its split; PyTorch 2.4's new_group splits on non-members at the call and on members at \
+             their first collective on the group: issue that collective before anything that waits for the non-members \
+             (later releases split every rank at the call) (N8)",
+        );
+    }
     if has(&|r| r == Reason::CollectiveMember) {
         out.push(
             "every member must issue a communicator's collectives in the same order, and no member may block on its part \
@@ -340,22 +369,6 @@ fn fixes(d: &Stuck) -> Vec<&'static str> {
     }
     if d.starvation && has(&|r| r == Reason::Starved) {
         out.push("do not rely on two streams running side by side: make the operations that wait for each other one NCCL group, or order them on one stream");
-    }
-    if has(&|r| r == Reason::QueueFull) {
-        out.push(
-            "do not let the host depend on launching more work than the queue holds while NCCL work waits for another \
-             host: reach the host rendezvous before launching the work, or synchronize the stream before the launches (S6)",
-        );
-    }
-    if has(&|r| r == Reason::ImplicitSync) {
-        out.push(
-            "do not call cudaFree, cudaMalloc, cudaMallocHost, torch.cuda.empty_cache() or load a module lazily while NCCL \
-             work waits for a host that this thread must reach: allocate and load before the exchange (a caching \
-             allocator, CUDA_MODULE_LOADING=EAGER) and free after it has ended (S7)",
-        );
-    }
-    if has(&|r| r == Reason::LaunchBlocking) {
-        out.push("CUDA_LAUNCH_BLOCKING=1 makes every NCCL launch wait for its peers inside the call: do not use it with NCCL programs whose ranks launch at different times (S7)");
     }
     out
 }

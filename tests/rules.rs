@@ -290,6 +290,10 @@ fn a_hang_with_collective_connections_at_init_was_reported_clean() {
     assert_eq!(kinds(&r), vec!["deadlock sometimes"], "{text}");
     assert_eq!(r.findings[0].finding.platform, Some(ConnectChoice::Init));
     assert!(text.contains("platform: only in executions with collective connections made at init (NCCL < 2.22"), "{text}");
+    // The first fix named the collective-order rule, not the cudaFree that blocks where the author did not expect
+    // it (issue 30's note, item 5).
+    let first_fix = text.lines().find(|l| l.trim_start().starts_with("fix:")).unwrap_or("");
+    assert!(first_fix.contains("do not call cudaFree"), "the first fix is not the cudaFree one: {text}");
     let json = cuorder::json::check(&cuorder_model::semantics::Semantics::new(&load(file), &Profile::portable()), &r, file);
     let f = &json.check.expect("a check object").findings[0];
     assert_eq!(f.platform.as_deref(), Some("init"));

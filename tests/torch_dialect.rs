@@ -616,6 +616,9 @@ fn new_group_split_as_pytorch_2_4_made_it_could_not_be_said() {
     assert_eq!(kinds(&r), ["deadlock always", "deadlock always"], "{}", r.to_text());
     for f in &r.findings {
         assert!(f.text.contains("r2 main is blocked in #0 comm_split(world, no color) (line 4:9)"), "{}", f.text);
+        // The fix hint named comm_init where the cycle goes through a split (issue 30's note, item 5).
+        assert!(!f.text.contains("must call comm_init"), "a fix named comm_init for a split: {}", f.text);
+        assert!(f.text.contains("fix: every member of the parent communicator must call comm_split"), "{}", f.text);
     }
     // The members' first collective on the group before the barrier: the split completes, and so does the program.
     let fixed = text.replace(

@@ -39,6 +39,9 @@ pub enum Reason {
     Staging,
     /// A host thread waits for the members of a communicator to call `CommInit` (N8).
     Init,
+    /// A host thread waits for the members of a parent communicator to make their next `CommSplit` of it (N8:
+    /// `ncclCommSplit` is collective over the parent, a rank that passes no color included).
+    Split,
     /// A host thread waits at a barrier for another participant.
     Barrier,
     /// A host thread waits for a peer to set up the mirrored connection (N7); `nonmirrored` when the peer sets up
@@ -84,7 +87,7 @@ impl Reason {
             Reason::CommSerialized => Rule::N5,
             Reason::HostSync => Rule::S4,
             Reason::Staging => Rule::S5,
-            Reason::Init => Rule::N8,
+            Reason::Init | Reason::Split => Rule::N8,
             Reason::Barrier => Rule::S4,
             Reason::Connect { .. } => Rule::N7,
             Reason::Rendezvous { .. } | Reason::RecvWaitsSend => Rule::N2,
@@ -289,7 +292,7 @@ impl<'p> Semantics<'p> {
                     }
                     Some(Wait::Init(c, n)) => {
                         let comm = &self.program.comms[c.0 as usize];
-                        let call = if *n == 0 { "comm_init" } else { "comm_split" };
+                        let (call, reason) = if *n == 0 { ("comm_init", Reason::Init) } else { ("comm_split", Reason::Split) };
                         for r in &comm.members {
                             if st.nccl.init_arrived.get(&(*c, *n)).is_some_and(|m| m.contains_key(r)) {
                                 continue;
@@ -300,8 +303,8 @@ impl<'p> Semantics<'p> {
                                 _ => false,
                             };
                             match self.future_issuer(st, *r, is_init) {
-                                Some(u) => edge(Node::Thread(u), Reason::Init, format!("{me}: {call}({}) waits for r{r} to call it (N8)", comm.name)),
-                                None => edge(self.never(*r), Reason::Init, format!("{me}: r{r} never calls {call}({})", comm.name)),
+                                Some(u) => edge(Node::Thread(u), reason, format!("{me}: {call}({}) waits for r{r} to call it (N8)", comm.name)),
+                                None => edge(self.never(*r), reason, format!("{me}: r{r} never calls {call}({})", comm.name)),
                             }
                         }
                     }
