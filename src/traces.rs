@@ -361,15 +361,9 @@ fn check_manifest_folder(dir: &Path, limits: &Limits, rel: &dyn Fn(&Path) -> Pat
     };
     let mut out = vec![];
     // Packed runs (`*.pack`): each is checked like a trace named `FILE#NAME`.
-    let packed = match packed::check_packs(dir, &profile, &m.expect_disagree, check_threads()) {
-        Ok(p) => p,
-        Err(e) => {
-            out.push(entry(&manifest_path, Status::Error(e.rendered.trim_end().to_string()), None));
-            vec![]
-        }
-    };
+    let packed = packed::check_packs(dir, &profile, &m.expect_disagree, check_threads());
     let mut stems: BTreeSet<String> = traces.iter().filter_map(|t| t.file_stem().and_then(|s| s.to_str()).map(String::from)).collect();
-    stems.extend(packed.iter().filter_map(|c| c.trace.to_str().and_then(|t| t.rsplit_once('#')).map(|(_, n)| n.to_string())));
+    stems.extend(packed.iter().filter_map(|(trace, _)| trace.to_str().and_then(|t| t.rsplit_once('#')).map(|(_, n)| n.to_string())));
     for stem in m.expect_disagree.keys().chain(m.programs.keys()) {
         if !stems.contains(stem) {
             out.push(entry(
@@ -383,7 +377,10 @@ fn check_manifest_folder(dir: &Path, limits: &Limits, rel: &dyn Fn(&Path) -> Pat
         let stem = t.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
         let program_stem = m.programs.get(&stem).cloned().unwrap_or_else(|| stem.clone());
         let explained = m.expect_disagree.get(&stem).cloned();
-        let checked = load_program(&dir.join("programs").join(format!("{program_stem}.ron")), false)
+        let program_file = dir.join("programs").join(format!("{program_stem}.ron"));
+        let checked = regular_file(&program_file)
+            .and_then(|()| regular_file(&t))
+            .and_then(|()| load_program(&program_file, false))
             .and_then(|(program, _)| load_trace(&t, &program).map(|obs| (program, obs)));
         let (program, obs) = match checked {
             Ok(x) => x,
@@ -396,8 +393,11 @@ fn check_manifest_folder(dir: &Path, limits: &Limits, rel: &dyn Fn(&Path) -> Pat
         let c = conform(&sem, &obs, limits);
         out.push(entry(&t, status_of(&c, explained), Some(c)));
     }
-    for p in packed {
-        out.push(entry(&p.trace, status_of(&p.conformance, p.explained), Some(p.conformance)));
+    for (trace, checked) in packed {
+        match checked {
+            Ok(p) => out.push(entry(&p.trace, status_of(&p.conformance, p.explained), Some(p.conformance))),
+            Err(why) => out.push(entry(&trace, Status::Error(why), None)),
+        }
     }
     (out, profile_file)
 }
@@ -438,6 +438,17 @@ fn looks_like_observation(path: &Path) -> bool {
         }
     }
     rest.starts_with("Observation(") || rest.starts_with("(format_version")
+}
+
+/// Nothing but a regular file (or one that does not exist, which the reader reports) is read under `conform --dir`:
+/// a FIFO there hung the whole run (issue 33).
+///
+/// Errors: the path names a FIFO, socket, device or folder.
+pub(crate) fn regular_file(path: &Path) -> Result<(), LoadError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(LoadError::plain(path, "not a regular file: not read")),
+        _ => Ok(()),
+    }
 }
 
 fn first_line(s: &str) -> &str {

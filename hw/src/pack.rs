@@ -108,7 +108,12 @@ pub fn pack(o: &Observation, program: &Program) -> String {
 pub struct Packed {
     /// `meta KEY VALUE...` lines: key -> the rest of the line.
     pub meta: BTreeMap<String, String>,
+    /// `meta` key -> the 1-based line that set it (the last one, as in `meta`).
+    pub meta_lines: BTreeMap<String, usize>,
     pub runs: Vec<PackedRun>,
+    /// Lines that could not be read, as "line N: why", in file order. [`parse`] fails on the first; [`parse_all`]
+    /// keeps every good line beside them.
+    pub bad_lines: Vec<String>,
 }
 
 /// One packed run, not yet joined with its program.
@@ -120,6 +125,8 @@ pub struct PackedRun {
     pub fingerprint: String,
     /// 1-based line in the file.
     pub line: usize,
+    /// The malformed `env` line in force for this run, if any (its environment is unknown: the run is not read).
+    pub bad_environment: Option<usize>,
     environment: Environment,
     fields: Vec<String>,
 }
@@ -131,8 +138,21 @@ fn bad(line: usize, m: impl std::fmt::Display) -> String {
 /// Parses a packed file.
 ///
 /// Errors: a missing or other header, a malformed `env` line, a run line with the wrong number of fields (each
-/// error names its line).
+/// error names its line; the first one is returned).
 pub fn parse(text: &str) -> Result<Packed, String> {
+    let p = parse_all(text)?;
+    match p.bad_lines.first() {
+        Some(e) => Err(e.clone()),
+        None => Ok(p),
+    }
+}
+
+/// Parses a packed file, keeping every good line: a malformed line (a truncated last line, a run line with the
+/// wrong number of fields, an unknown kind of line, a malformed `env` line) goes to [`Packed::bad_lines`], and the
+/// runs after a malformed `env` line carry [`PackedRun::bad_environment`] until the next good one.
+///
+/// Errors: a missing or other header (nothing in the file can be read).
+pub fn parse_all(text: &str) -> Result<Packed, String> {
     let mut lines = text.lines().enumerate();
     match lines.next() {
         Some((_, h)) if h.trim() == HEADER => {}
@@ -140,6 +160,7 @@ pub fn parse(text: &str) -> Result<Packed, String> {
     }
     let mut out = Packed::default();
     let mut env = Environment::default();
+    let mut bad_env = None;
     for (i, l) in lines {
         let n = i + 1;
         if l.trim().is_empty() || l.starts_with('#') {
@@ -148,16 +169,34 @@ pub fn parse(text: &str) -> Result<Packed, String> {
         if let Some(rest) = l.strip_prefix("meta ") {
             let (k, v) = rest.split_once(' ').unwrap_or((rest, ""));
             out.meta.insert(k.to_string(), v.to_string());
+            out.meta_lines.insert(k.to_string(), n);
         } else if let Some(rest) = l.strip_prefix("env ") {
-            env = ron::from_str(rest).map_err(|e| bad(n, format!("environment: {e}")))?;
+            match ron::from_str(rest) {
+                Ok(e) => {
+                    env = e;
+                    bad_env = None;
+                }
+                Err(e) => {
+                    out.bad_lines.push(bad(n, format!("environment: {e}")));
+                    bad_env = Some(n);
+                }
+            }
         } else if l.starts_with("T\t") {
             let f: Vec<String> = l.split('\t').map(str::to_string).collect();
             if f.len() != 8 {
-                return Err(bad(n, format!("a run line has 8 tab-separated fields, this one {}", f.len())));
+                out.bad_lines.push(bad(n, format!("a run line has 8 tab-separated fields, this one {}", f.len())));
+                continue;
             }
-            out.runs.push(PackedRun { program: f[1].clone(), fingerprint: f[2].clone(), line: n, environment: env.clone(), fields: f });
+            out.runs.push(PackedRun {
+                program: f[1].clone(),
+                fingerprint: f[2].clone(),
+                line: n,
+                bad_environment: bad_env,
+                environment: env.clone(),
+                fields: f,
+            });
         } else {
-            return Err(bad(n, "neither `meta`, `env` nor a run line (`T<tab>...`)"));
+            out.bad_lines.push(bad(n, "neither `meta`, `env` nor a run line (`T<tab>...`)"));
         }
     }
     Ok(out)
