@@ -3,6 +3,7 @@
 //! arguments and prints.
 
 pub mod artifact;
+pub mod cli;
 pub mod diagnostics;
 pub mod json;
 pub mod progress;
@@ -50,6 +51,16 @@ impl LoadError {
         LoadError {
             rendered: format!("error: {}: {message}\n", file.display()),
             issues: vec![LoadIssue { file: file.display().to_string(), line: None, column: None, message, help: None }],
+        }
+    }
+
+    /// One error about `file` (as given, or `-` for none) with no place in a text, whose message says what it is
+    /// about: `error: MESSAGE`.
+    pub fn unplaced(file: impl Into<String>, message: impl Into<String>) -> LoadError {
+        let message = message.into();
+        LoadError {
+            rendered: format!("error: {message}\n"),
+            issues: vec![LoadIssue { file: file.into(), line: None, column: None, message, help: None }],
         }
     }
 

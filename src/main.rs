@@ -790,7 +790,7 @@ fn main() -> ExitCode {
                     say(&cuorder::json::check(&sem, &rep, &program.display().to_string()).to_json())
                 }
             };
-            ExitCode::from(rep.exit_code() as u8)
+            rep.verdict().into()
         }
         Command::Run { program, profile, seed, witness, timeline, costs, trace, max_steps, budgets, backend, timeout_s, torch } => {
             let inputs = [program.as_path(), std::path::Path::new(&profile), std::path::Path::new(costs.as_deref().unwrap_or("-"))];
@@ -1222,7 +1222,7 @@ fn main() -> ExitCode {
                     StrategyArg::Bounded => rep.limit_hit.is_some(),
                     StrategyArg::Random | StrategyArg::Pct => true,
                 };
-            let code = if sampled_clean { 3 } else { rep.exit_code() as u8 };
+            let code = if sampled_clean { 3 } else { rep.verdict().exit_code() };
             match format {
                 Format::Text => {
                     let mut out = format!("{header}\n{}", torch.note());
