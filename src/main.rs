@@ -644,45 +644,8 @@ fn artifact_and_program(
     program: Option<PathBuf>,
     color: bool,
 ) -> Result<(cuorder::artifact::Artifact, PathBuf, cuorder_model::program::Program, String), ExitCode> {
-    let a = cuorder::artifact::load(artifact).map_err(|e| {
-        err(&format!("error: {e}\n"));
-        ExitCode::from(2)
-    })?;
-    let found = program.clone().or_else(|| cuorder::artifact::program_path(artifact, &a));
-    // Without --program, the text saved in the artifact wins over a file that is gone or changed since.
-    let file_matches = |p: &PathBuf| {
-        std::fs::read(p).map(|b| cuorder::artifact::program_hash(&b) == a.program_hash).unwrap_or(false)
-    };
-    let embedded = match (&program, &found, &a.program_text) {
-        (None, None, Some(t)) => Some(t.clone()),
-        (None, Some(p), Some(t)) if !file_matches(p) => {
-            eprintln!(
-                "warning: {} changed since the finding was saved; replaying the program saved in {} (--program {} uses the file)",
-                p.display(),
-                artifact.display(),
-                p.display()
-            );
-            Some(t.clone())
-        }
-        _ => None,
-    };
-    if let Some(text) = embedded {
-        let name = a.program.file_stem().and_then(|s| s.to_str()).unwrap_or("program").to_string();
-        let shown = format!("{} (saved in {})", a.program.display(), artifact.display());
-        let prog = cuorder::load_program_text_with(&shown, &name, &text, color, &a.torch).map_err(fail)?;
-        let path = a.program.clone();
-        return Ok((a, path, prog, text));
-    }
-    let Some(path) = found else {
-        err(&format!(
-            "error: {}: the program this artifact records, {}, is not there (nor next to the artifact), and the artifact does not hold its text; pass --program FILE\n",
-            artifact.display(),
-            a.program.display()
-        ));
-        return Err(ExitCode::from(2));
-    };
-    let (prog, text) = cuorder::load_program_with(&path, color, &a.torch).map_err(fail)?;
-    Ok((a, path, prog, text))
+    let o = cuorder::artifact::open(artifact, program, color).map_err(fail)?;
+    Ok((o.artifact, o.path, o.program, o.text))
 }
 
 /// A step of a schedule in the words of reports ("the next call of r0 main", "r0 main #10 kernel ..."), for
@@ -906,23 +869,7 @@ fn main() -> ExitCode {
             let sem = Semantics::new(&prog, &prof);
             let max_time = max_time_s.map(std::time::Duration::from_secs_f64);
             let opt = cuorder_sim::timed::TimedOptions { seed, jitter_ns: jitter, max_steps, max_time, clock_start: Some(clock_start), withhold: false };
-            let mut run = cuorder_sim::timed::TimedRun { settings: torch.flags(), ..cuorder_sim::timed::timed_run(&sem, &model, &opt) };
-            // A run that completed only through steps the profile does not guarantee (the platform is as generous as
-            // the profile allows) is run again taking only guaranteed steps: a hang there is one the platform may
-            // give (the send-first deadlock of an eager send beyond the window, N2).
-            if matches!(run.outcome, cuorder_sim::run::Outcome::Completed) && run.unguaranteed.0 > 0 && !cuorder::timing::timed_out(&run) {
-                use cuorder_sim::{run::Outcome, timed::Withheld};
-                run.withheld = if no_withheld_run {
-                    Withheld::Skipped
-                } else {
-                    let strict = cuorder_sim::timed::timed_run(&sem, &model, &cuorder_sim::timed::TimedOptions { withhold: true, ..opt.clone() });
-                    match strict.outcome {
-                        Outcome::Deadlock(stuck) => Withheld::Deadlock(strict.makespan_ns, stuck),
-                        Outcome::StepLimit(_) | Outcome::TimeLimit { .. } => Withheld::Cut,
-                        _ => Withheld::Completed,
-                    }
-                };
-            }
+            let run = cuorder_sim::timed::TimedRun { settings: torch.flags(), ..cuorder::timing::time_run(&sem, &model, &opt, !no_withheld_run) };
             if run.makespan_ns == u64::MAX {
                 // Times saturate at 2^64 - 1 ns (about 584 years) instead of wrapping: a run that reaches it has no
                 // meaningful times left to report. Name the first step that reached it and where its cost comes from.
@@ -939,17 +886,7 @@ fn main() -> ExitCode {
                 );
             }
             let sum = cuorder_sim::timed::summarize(&sem, &run);
-            // As `check` at a limit: 1 if something was found before it, else 3.
-            let code = if cuorder::timing::has_finding(&run) {
-                1
-            } else if matches!(run.outcome, cuorder_sim::run::Outcome::StepLimit(_) | cuorder_sim::run::Outcome::TimeLimit { .. })
-                || run.withheld == cuorder_sim::timed::Withheld::Cut
-            {
-                // A limit also cut the run without the unguaranteed steps: whether it hangs is not known.
-                3
-            } else {
-                0
-            };
+            let code = cuorder::timing::verdict(&run).exit_code();
             if let Some(path) = &timeline {
                 if let Err(e) = cuorder::timing::write_chrome_trace(&sem, &run, path) {
                     return time_fail(path.display().to_string(), e);
@@ -1182,20 +1119,10 @@ fn main() -> ExitCode {
                     .iter()
                     .enumerate()
                     .map(|(i, f)| cuorder::artifact::Artifact {
-                        format_version: cuorder::artifact::ARTIFACT_FORMAT_VERSION,
-                        cuorder_version: env!("CARGO_PKG_VERSION").to_string(),
-                        program: program.clone(),
-                        program_hash: cuorder::artifact::program_hash(&bytes),
-                        profile: prof.clone(),
-                        profile_file: prof.source.clone(),
                         strategy: strategy_name.clone(),
                         seed: info.findings.get(i).and_then(|f| f.first_seed),
-                        kind: f.kind.clone(),
-                        summary: f.text.lines().next().unwrap_or("").to_string(),
-                        key: ex.keys[i].clone(),
-                        schedule: f.finding.witness.clone(),
                         torch: torch.options(),
-                        program_text: cuorder::artifact::embeddable(&bytes),
+                        ..cuorder::artifact::Artifact::new(&program, &bytes, &prof, f, &ex.keys[i])
                     })
                     .collect();
                 match cuorder::artifact::save_all(dir, &artifacts) {
@@ -1330,24 +1257,12 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             let new = cuorder::artifact::Artifact {
-                format_version: cuorder::artifact::ARTIFACT_FORMAT_VERSION,
-                cuorder_version: env!("CARGO_PKG_VERSION").to_string(),
-                program: out.clone(),
-                program_hash: cuorder::artifact::program_hash(text.as_bytes()),
-                profile: a.profile.clone(),
-                profile_file: a.profile_file.clone(),
                 strategy: "shrink".into(),
-                seed: None,
-                kind: shrunk.finding.kind.clone(),
-                summary: shrunk.finding.text.lines().next().unwrap_or("").to_string(),
-                key: shrunk.key.clone(),
-                schedule: shrunk.finding.finding.witness.clone(),
                 torch: a.torch,
-                program_text: cuorder::artifact::embeddable(text.as_bytes()),
+                ..cuorder::artifact::Artifact::new(&out, text.as_bytes(), &a.profile, &shrunk.finding, &shrunk.key)
             };
-            let art_text = ron::ser::to_string_pretty(&new, ron::ser::PrettyConfig::default()).unwrap_or_default() + "\n";
-            if let Err(e) = std::fs::write(&art_path, art_text) {
-                err(&format!("error: cannot write {}: {e}\n", art_path.display()));
+            if let Err(e) = cuorder::artifact::write(&art_path, &new) {
+                err(&format!("error: {e}\n"));
                 return ExitCode::from(2);
             }
             // Nothing removed: say so instead of "shrunk .. to 15 ops (from 15 ops)".
