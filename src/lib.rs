@@ -1,6 +1,7 @@
 //! The `cuorder` library behind the command-line program: loading programs and profiles, `check` reports,
-//! timelines, diagnostics rendering, and the progress display of long searches. The binary (`main.rs`) only parses
-//! arguments and prints.
+//! timelines, diagnostics rendering, and the progress display of long searches. The binary (`main.rs`, one module
+//! per command in `cmd/`) only parses arguments and prints; what its commands share, exit codes included, is
+//! [`cli`].
 
 pub mod artifact;
 pub mod cli;
