@@ -8,9 +8,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use cuorder_model::profile::Profile;
+use cuorder_model::program::Program;
 use cuorder_model::semantics::{Semantics, Step};
 use cuorder_model::verdict::ProblemKey;
 use cuorder_sim::run::{replay, Diverged, Trace};
+
+use crate::report::RenderedFinding;
+use crate::LoadError;
 
 /// Artifact format version; bump on any change to [`Artifact`]'s shape.
 pub const ARTIFACT_FORMAT_VERSION: u32 = 1;
@@ -54,6 +58,30 @@ pub struct Artifact {
     pub program_text: Option<String>,
 }
 
+impl Artifact {
+    /// The artifact of `finding` (its kind, first line and witness schedule) with key `key`, found in the program
+    /// file `program` whose bytes are `bytes`, under `profile` (and its file, [`Profile::source`]), by this
+    /// cuorder. The strategy is empty, and the seed and the PyTorch settings are none: the caller sets what applies.
+    pub fn new(program: &Path, bytes: &[u8], profile: &Profile, finding: &RenderedFinding, key: &ProblemKey) -> Artifact {
+        Artifact {
+            format_version: ARTIFACT_FORMAT_VERSION,
+            cuorder_version: env!("CARGO_PKG_VERSION").to_string(),
+            program: program.to_path_buf(),
+            program_hash: program_hash(bytes),
+            profile: profile.clone(),
+            profile_file: profile.source.clone(),
+            strategy: String::new(),
+            seed: None,
+            kind: finding.kind.clone(),
+            summary: finding.text.lines().next().unwrap_or("").to_string(),
+            key: key.clone(),
+            schedule: finding.finding.witness.clone(),
+            torch: cuorder_model::format::TorchOptions::default(),
+            program_text: embeddable(bytes),
+        }
+    }
+}
+
 /// The largest program text an artifact embeds, in bytes (1 MiB).
 pub const MAX_EMBEDDED_PROGRAM_BYTES: usize = 1 << 20;
 
@@ -77,11 +105,72 @@ pub fn save_all(dir: &Path, artifacts: &[Artifact]) -> Result<Vec<PathBuf>, Stri
     let mut out = vec![];
     for (i, a) in artifacts.iter().enumerate() {
         let path = dir.join(format!("finding-{}-{}.ron", i + 1, a.kind.replace(' ', "-")));
-        let text = ron::ser::to_string_pretty(a, ron::ser::PrettyConfig::default()).expect("an artifact serializes");
-        std::fs::write(&path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        write(&path, a)?;
         out.push(path);
     }
     Ok(out)
+}
+
+/// Writes one artifact to `path` (RON).
+///
+/// Errors: the file cannot be written (the message names the path).
+pub fn write(path: &Path, a: &Artifact) -> Result<(), String> {
+    let text = ron::ser::to_string_pretty(a, ron::ser::PrettyConfig::default()).expect("an artifact serializes");
+    std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A saved finding opened with the program it is about ([`open`]).
+pub struct Opened {
+    pub artifact: Artifact,
+    /// The program file (`--program`, or found by [`program_path`]; the recorded path when its saved text is used).
+    pub path: PathBuf,
+    pub program: Program,
+    /// The program's text as loaded.
+    pub text: String,
+}
+
+/// Reads the artifact at `artifact` and loads the program it is about, with the artifact's PyTorch settings:
+/// `program` (`--program`) if given, else the file [`program_path`] finds, except that the text saved in the
+/// artifact wins over a file that is gone or changed since (said on stderr).
+///
+/// Errors: the artifact does not load, the program does not load, or there is neither a program file nor a saved
+/// text.
+pub fn open(artifact: &Path, program: Option<PathBuf>, color: bool) -> Result<Opened, LoadError> {
+    let a = load(artifact).map_err(|e| LoadError::unplaced(artifact.display().to_string(), e))?;
+    let found = program.clone().or_else(|| program_path(artifact, &a));
+    let file_matches = |p: &PathBuf| std::fs::read(p).map(|b| program_hash(&b) == a.program_hash).unwrap_or(false);
+    let embedded = match (&program, &found, &a.program_text) {
+        (None, None, Some(t)) => Some(t.clone()),
+        (None, Some(p), Some(t)) if !file_matches(p) => {
+            eprintln!(
+                "warning: {} changed since the finding was saved; replaying the program saved in {} (--program {} uses the file)",
+                p.display(),
+                artifact.display(),
+                p.display()
+            );
+            Some(t.clone())
+        }
+        _ => None,
+    };
+    if let Some(text) = embedded {
+        let name = a.program.file_stem().and_then(|s| s.to_str()).unwrap_or("program").to_string();
+        let shown = format!("{} (saved in {})", a.program.display(), artifact.display());
+        let program = crate::load_program_text_with(&shown, &name, &text, color, &a.torch)?;
+        let path = a.program.clone();
+        return Ok(Opened { artifact: a, path, program, text });
+    }
+    let Some(path) = found else {
+        return Err(LoadError::unplaced(
+            artifact.display().to_string(),
+            format!(
+                "{}: the program this artifact records, {}, is not there (nor next to the artifact), and the artifact does not hold its text; pass --program FILE",
+                artifact.display(),
+                a.program.display()
+            ),
+        ));
+    };
+    let (program, text) = crate::load_program_with(&path, color, &a.torch)?;
+    Ok(Opened { artifact: a, path, program, text })
 }
 
 /// Reads an artifact, its profile's [`Profile::source`] restored from `profile_file`.

@@ -180,7 +180,7 @@ pub fn check(sem: &Semantics, rep: &Report, file: &str) -> Output {
     Output {
         schema_version: SCHEMA_VERSION,
         command: "check".into(),
-        exit_code: rep.exit_code() as u8,
+        exit_code: rep.verdict().exit_code(),
         check: Some(check_object(sem, rep, file)),
         time: None,
         explore: None,

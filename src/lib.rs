@@ -1,8 +1,10 @@
 //! The `cuorder` library behind the command-line program: loading programs and profiles, `check` reports,
-//! timelines, diagnostics rendering, and the progress display of long searches. The binary (`main.rs`) only parses
-//! arguments and prints.
+//! timelines, diagnostics rendering, and the progress display of long searches. The binary (`main.rs`, one module
+//! per command in `cmd/`) only parses arguments and prints; what its commands share, exit codes included, is
+//! [`cli`].
 
 pub mod artifact;
+pub mod cli;
 pub mod diagnostics;
 pub mod json;
 pub mod progress;
@@ -50,6 +52,16 @@ impl LoadError {
         LoadError {
             rendered: format!("error: {}: {message}\n", file.display()),
             issues: vec![LoadIssue { file: file.display().to_string(), line: None, column: None, message, help: None }],
+        }
+    }
+
+    /// One error about `file` (as given, or `-` for none) with no place in a text, whose message says what it is
+    /// about: `error: MESSAGE`.
+    pub fn unplaced(file: impl Into<String>, message: impl Into<String>) -> LoadError {
+        let message = message.into();
+        LoadError {
+            rendered: format!("error: {message}\n"),
+            issues: vec![LoadIssue { file: file.into(), line: None, column: None, message, help: None }],
         }
     }
 

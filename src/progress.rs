@@ -176,3 +176,13 @@ impl TermLike for Stderr {
         std::io::stderr().lock().flush()
     }
 }
+
+/// [`Watch::start`], and Ctrl-C made to stop the search ([`Watch::stop_on_ctrl_c`]); a handler that cannot be
+/// installed is said on stderr (`warning: ..`), and the search runs without it.
+pub fn watch(draw: bool, meter: Meter) -> Watch {
+    let w = Watch::start(draw, meter);
+    if let Err(e) = w.stop_on_ctrl_c() {
+        crate::cli::err(&format!("warning: {e}\n"));
+    }
+    w
+}

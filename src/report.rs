@@ -47,16 +47,10 @@ pub struct RenderedFinding {
 }
 
 impl Report {
-    /// Process exit code: 0 when no problem is possible, 1 when one was found, 3 when a limit stopped the search
-    /// before either could be decided.
-    pub fn exit_code(&self) -> i32 {
-        if !self.findings.is_empty() {
-            1
-        } else if self.limit_hit.is_some() {
-            3
-        } else {
-            0
-        }
+    /// What the search concluded, which decides the exit status: a problem found (1), else inconclusive when a
+    /// limit stopped the search before it could decide (3), else no problem possible (0).
+    pub fn verdict(&self) -> crate::cli::Verdict {
+        crate::cli::Verdict::of_search(!self.findings.is_empty(), self.limit_hit.is_some())
     }
 
     /// The report as text.

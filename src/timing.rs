@@ -13,7 +13,7 @@ use cuorder_model::program::RankId;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::cost::CostModel;
 use cuorder_sim::run::Outcome;
-use cuorder_sim::timed::{describe, FlowKind, Lane, PathPart, SpanKind, Summary, TimedRun, Withheld};
+use cuorder_sim::timed::{describe, FlowKind, Lane, PathPart, SpanKind, Summary, TimedOptions, TimedRun, Withheld};
 
 /// Rows of the per-rank and per-stream tables the text report prints (JSON has all).
 pub const MAX_TABLE_ROWS: usize = 64;
@@ -67,6 +67,36 @@ pub fn outcome_text(run: &TimedRun) -> String {
         Outcome::StepLimit(n) => format!("stopped at the step limit ({})", count(*n as u64, "step")),
         Outcome::TimeLimit { steps, limit_ms } => format!("stopped at the time limit after {} ({limit_ms} ms)", count(*steps as u64, "step")),
     }
+}
+
+/// One timed execution ([`cuorder_sim::timed::timed_run`] of `opt`) and, when it completed only through steps the
+/// profile does not guarantee (the platform as generous as the profile allows), the same run taking only
+/// guaranteed steps, in [`TimedRun::withheld`]: a hang there is one the platform may give (the send-first deadlock
+/// of an eager send beyond the window, N2; a kernel beside a spinning NCCL kernel, S1). `withheld_run` false
+/// (`--no-withheld-run`) skips that second run and says so ([`Withheld::Skipped`]).
+pub fn time_run(sem: &Semantics, model: &CostModel, opt: &TimedOptions, withheld_run: bool) -> TimedRun {
+    let mut run = cuorder_sim::timed::timed_run(sem, model, &TimedOptions { withhold: false, ..opt.clone() });
+    if matches!(run.outcome, Outcome::Completed) && run.unguaranteed.0 > 0 && !timed_out(&run) {
+        run.withheld = if withheld_run {
+            let strict = cuorder_sim::timed::timed_run(sem, model, &TimedOptions { withhold: true, ..opt.clone() });
+            match strict.outcome {
+                Outcome::Deadlock(stuck) => Withheld::Deadlock(strict.makespan_ns, stuck),
+                Outcome::StepLimit(_) | Outcome::TimeLimit { .. } => Withheld::Cut,
+                _ => Withheld::Completed,
+            }
+        } else {
+            Withheld::Skipped
+        };
+    }
+    run
+}
+
+/// What `cuorder time` concludes of a run: a problem if it found one ([`has_finding`]), even if it then stopped at
+/// a limit; else inconclusive if a limit (`--max-steps`, `--max-time-s`) cut it, or cut the run without the
+/// unguaranteed steps (whether it hangs is not known); else done.
+pub fn verdict(run: &TimedRun) -> crate::cli::Verdict {
+    let cut = matches!(run.outcome, Outcome::StepLimit(_) | Outcome::TimeLimit { .. }) || run.withheld == Withheld::Cut;
+    crate::cli::Verdict::of_search(has_finding(run), cut)
 }
 
 /// Whether the execution found a problem (exit code 1 of `cuorder time`).
