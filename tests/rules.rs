@@ -882,3 +882,44 @@ fn s7_cudafree_of_another_gpus_buffer_may_hang_behind_the_callers_device() {
     let r = verdict_with("s7-free-peer-hang", t, |p| p.implicit_sync.free = device);
     assert_eq!(kinds(&r), vec!["deadlock sometimes"], "{}", r.to_text());
 }
+
+/// Issue 30's note, item 6: which device a cudaFree of another GPU's pointer synchronizes could not be pinned, so a
+/// platform measured to synchronize one of them still had both explored. `free_device` pins it: with the pointer's
+/// device guaranteed synchronized, freeing `x@1` after `k` on device 1 is ordered after `k`; with the caller's, it
+/// is not (the use after free of `s7_cudafree_of_another_gpus_buffer_loads_and_may_sync_either_device`), and the
+/// free that synchronizes the caller's device hangs behind its recv in every execution (the program of
+/// `s7_cudafree_of_another_gpus_buffer_may_hang_behind_the_callers_device`).
+#[test]
+fn s7_which_device_a_cross_device_free_synchronizes_could_not_be_pinned() {
+    use cuorder_model::profile::{FreeDevice, ImplicitSync, SyncScope};
+    let device = ImplicitSync { guaranteed: SyncScope::Device, possible: SyncScope::Device };
+    let pinned = |t: &str, d: FreeDevice| {
+        let r = verdict_with("s7-free-pinned", t, move |p| {
+            p.implicit_sync.free = device;
+            p.free_device = d;
+        });
+        kinds(&r)
+    };
+    let t = free_of_another_gpu("");
+    assert_eq!(pinned(&t, FreeDevice::Pointer), Vec::<String>::new());
+    assert_eq!(pinned(&t, FreeDevice::Caller), vec!["undefined sometimes"]);
+    assert_eq!(pinned(&t, FreeDevice::Either), vec!["undefined sometimes"]);
+    let hang = r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking)], buffers: [Buffer("a", "1 MiB"), Buffer("w", "1 MiB"), Buffer("x", "1 MiB")],
+        comms: [Comm("world")],
+        threads: [Thread("main", [
+            Group([Send(to: Next, buf: "a", stream: "sA"), Recv(from: Prev, buf: "w", stream: "sA")]),
+            DeviceSync,
+            OnRanks([0], [Recv(from: Rank(1), buf: "a", stream: "sA"), Free("x@1"), Barrier("b")]),
+            OnRanks([1], [Barrier("b"), Send(to: Rank(0), buf: "a", stream: "sA")]),
+            DeviceSync,
+        ])])"#;
+    assert_eq!(pinned(hang, FreeDevice::Pointer), Vec::<String>::new());
+    assert_eq!(pinned(hang, FreeDevice::Caller), vec!["deadlock always"]);
+    assert_eq!(pinned(hang, FreeDevice::Either), vec!["deadlock sometimes"]);
+    // A profile file must say it, and says it back.
+    let text = ron::ser::to_string_pretty(&cuorder_model::profile::Profile::portable(), Default::default()).unwrap();
+    assert!(text.contains("free_device: Either,"), "{text}");
+    let without = text.replace("free_device: Either,", "");
+    let e = cuorder_model::profile::Profile::from_ron(&without).unwrap_err().to_string();
+    assert!(e.contains("`free_device`") && e.contains("free_device: Either,"), "{e}");
+}

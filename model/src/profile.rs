@@ -142,6 +142,29 @@ impl SyncScope {
     }
 }
 
+/// Which device a `cudaFree` of another device's pointer (one thread driving several GPUs) synchronizes when its
+/// implicit synchronization is a `Device` one (S7). The CUDA Runtime API says only that the call "may perform
+/// implicit synchronization"; which device is documented nowhere, so `portable` explores both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FreeDevice {
+    /// The device the pointer belongs to.
+    Pointer,
+    /// The calling thread's device (its rank's).
+    Caller,
+    /// Either, as the platform chooses: both outcomes are explored (`portable`).
+    Either,
+}
+
+impl FreeDevice {
+    fn words(self) -> &'static str {
+        match self {
+            FreeDevice::Pointer => "the pointer's device",
+            FreeDevice::Caller => "the calling thread's device",
+            FreeDevice::Either => "the pointer's device or the caller's, both explored",
+        }
+    }
+}
+
 /// Whether one kind of host call synchronizes implicitly (S7), split like every undocumented behaviour: what is
 /// *guaranteed* (a program may rely on the ordering it gives) and what is *possible* (explored: the call may also
 /// wait for the wider scope, which can hang a program but orders nothing). `possible` narrower than `guaranteed`
@@ -247,6 +270,10 @@ pub struct Profile {
     /// S7: which host calls synchronize implicitly (`HostCallSync::default()`: each may synchronize its device, none
     /// is guaranteed to, the documented behaviour).
     pub implicit_sync: HostCallSync,
+    /// S7: which device a `cudaFree` of another device's pointer synchronizes, when `implicit_sync.free` makes it
+    /// synchronize a device ([`FreeDevice`]; issue 30's note, item 6: a platform measured to synchronize one of them
+    /// can say so). A RON profile must say which (no default).
+    pub free_device: FreeDevice,
     /// S7: `CUDA_LAUNCH_BLOCKING=1`: every launch (kernel, asynchronous copy or memset, host function, NCCL launch)
     /// returns only once its work has ended.
     pub launch_blocking: bool,
@@ -288,6 +315,7 @@ pub const SEMANTIC_FIELDS: &[(&str, &str, &str)] = &[
     ("serialize_per_comm", "serialize_per_comm: true,", "N5: launches on one communicator are serialized, as `portable`"),
     ("serialization_orders", "serialization_orders: false,", "N5: that serialization orders no memory (what a file without the field meant, as `portable`); or `true`"),
     ("implicit_sync", "implicit_sync: (free: (guaranteed: None, possible: Device), malloc: (guaranteed: None, possible: Device), malloc_host: (guaranteed: None, possible: Device), lazy_load: (guaranteed: None, possible: Device)),", "S7: each call may synchronize its device, none is guaranteed to (what a file without the field meant, as `portable`)"),
+    ("free_device", "free_device: Either,", "S7: a cudaFree of another device's pointer may synchronize the pointer's device or the calling thread's, both explored (what a file without the field meant, as `portable`); or `Pointer`, `Caller`"),
     ("launch_blocking", "launch_blocking: false,", "S7: CUDA_LAUNCH_BLOCKING unset (what a file without the field meant, as `portable`); or `true`"),
     ("launch_queue_depth", "launch_queue_depth: None,", "S6: an unbounded launch queue (what a file without the field meant, as `portable`); or `Some(DEPTH)`"),
     ("p2p_plan", "p2p_plan: None,", "N14: every group is one kernel plan, as the NCCL User Guide describes (what a file without the field meant); or `Some((batches: 254, channels_per_peer: 64, chunk_bytes: 65536))`, NCCL 2.28 as measured on an H200, as `portable`"),
@@ -323,6 +351,8 @@ struct ProfileFile {
     serialization_orders: Option<bool>,
     #[serde(default, deserialize_with = "present")]
     implicit_sync: Option<HostCallSync>,
+    #[serde(default, deserialize_with = "present")]
+    free_device: Option<FreeDevice>,
     #[serde(default, deserialize_with = "present")]
     launch_blocking: Option<bool>,
     #[serde(default, deserialize_with = "present")]
@@ -374,6 +404,10 @@ impl TryFrom<ProfileFile> for Profile {
             serialize_per_comm: need!(serialize_per_comm),
             serialization_orders: need!(serialization_orders),
             implicit_sync: need!(implicit_sync),
+            free_device: f.free_device.unwrap_or_else(|| {
+                missing.push("free_device");
+                FreeDevice::Either
+            }),
             launch_blocking: need!(launch_blocking),
             launch_queue_depth: need!(launch_queue_depth),
             launch_queue_depth_observed: f.launch_queue_depth_observed,
@@ -479,6 +513,7 @@ impl Profile {
             serialize_per_comm: true,
             serialization_orders: false,
             implicit_sync: HostCallSync::default(),
+            free_device: FreeDevice::Either,
             launch_blocking: false,
             launch_queue_depth: None,
             launch_queue_depth_observed: None,
@@ -509,6 +544,7 @@ impl Profile {
             serialize_per_comm: true,
             serialization_orders: true,
             implicit_sync: HostCallSync::default(),
+            free_device: FreeDevice::Either,
             launch_blocking: false,
             launch_queue_depth: None,
             launch_queue_depth_observed: None,
@@ -586,8 +622,10 @@ impl Profile {
         });
         let sync = &self.implicit_sync;
         v.push(format!(
-            "S7 implicit synchronization: cudaFree {}; cudaMalloc {}; cudaMallocHost {}; a lazy module load {}.",
+            "S7 implicit synchronization: cudaFree {} (a free of another device's pointer synchronizes {}); cudaMalloc {}; cudaMallocHost \
+             {}; a lazy module load {}.",
             sync.free.words(),
+            self.free_device.words(),
             sync.malloc.words(),
             sync.malloc_host.words(),
             sync.lazy_load.words()

@@ -4,7 +4,7 @@
 use super::*;
 use crate::clock::Epoch;
 use crate::op_info::MemAccess;
-use crate::profile::{ImplicitSync, SyncScope};
+use crate::profile::{FreeDevice, ImplicitSync, SyncScope};
 
 impl<'p> Semantics<'p> {
     /// Number of outcomes of the thread's next host step (0 = it cannot move).
@@ -313,19 +313,23 @@ impl<'p> Semantics<'p> {
     /// ordered) when it is wider. Which device "its device" is when the pointer belongs to another device than the
     /// calling thread's (one thread driving several GPUs) is documented nowhere (CUDA Runtime API, *cudaFree*: "this
     /// API may perform implicit synchronization"), so a `Device` scope then has two outcomes, the pointer's device
-    /// and the caller's, each explored.
+    /// and the caller's, each explored, unless the profile pins one (`free_device`).
     pub(crate) fn free_outcomes(&self, t: ThreadId, buf: BufRef) -> Vec<(Vec<RankId>, bool)> {
         let sync = self.implicit_sync_of(&OpKind::CudaFree { buf });
         let caller = self.rank_of(t);
         let mut out = vec![];
         let scope = |s: SyncScope, orders: bool, out: &mut Vec<(Vec<RankId>, bool)>| match s {
             SyncScope::None => out.push((vec![], orders)),
-            SyncScope::Device => {
-                out.push((vec![buf.rank], orders));
-                if caller != buf.rank {
-                    out.push((vec![caller], orders));
+            SyncScope::Device => match self.profile.free_device {
+                FreeDevice::Pointer => out.push((vec![buf.rank], orders)),
+                FreeDevice::Caller => out.push((vec![caller], orders)),
+                FreeDevice::Either => {
+                    out.push((vec![buf.rank], orders));
+                    if caller != buf.rank {
+                        out.push((vec![caller], orders));
+                    }
                 }
-            }
+            },
             SyncScope::AllDevices => out.push(((0..self.program.ranks.len() as RankId).collect(), orders)),
         };
         scope(sync.guaranteed, true, &mut out);
