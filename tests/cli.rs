@@ -695,6 +695,34 @@ fn ctrl_c_stops_the_search_and_prints_the_report() {
     }
 }
 
+/// Regression (issue 33): `gen pipeline` into a closed pipe (`| head -1`) exited 2 with "Broken pipe" on stderr; a
+/// closed stdout is a normal end, as for every other command: exit 0, nothing on stderr. (Into /dev/full, a write
+/// error that is no closed pipe, it still fails with exit 2.)
+#[cfg(unix)]
+#[test]
+fn gen_pipeline_into_a_closed_pipe_exited_2() {
+    // 64 x 64 unrolled is megabytes: far more than a pipe holds, so the write fails whenever the reader closes.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cuorder"))
+        .args(["gen", "pipeline", "--schedule", "1f1b", "--stages", "64", "--microbatches", "64", "--unroll"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("waits");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    if let Ok(full) = std::fs::File::create("/dev/full") {
+        let out = Command::new(env!("CARGO_BIN_EXE_cuorder"))
+            .args(["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "4"])
+            .stdout(full)
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the program"));
+    }
+}
+
 /// Regression (issue 33): Ctrl-C killed `time` with no output, though `--help` promises what was found so far and
 /// exit 3 for a run. The report covers the steps taken, says so, and the exit is 3.
 #[cfg(unix)]

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use cuorder::cli::{bad_input, say, Verdict};
+use cuorder::cli::{bad_input, emit, say, Verdict};
 use cuorder::progress::{watch, Meter};
 use cuorder_model::program::Program;
 
@@ -55,8 +55,7 @@ fn pipeline(a: PipelineArgs) -> ExitCode {
     };
     match a.output {
         None => {
-            use std::io::Write;
-            if let Err(e) = std::io::stdout().lock().write_all(text.as_bytes()) {
+            if let Err(e) = emit(&text) {
                 return bad_input(&format!("cannot write the program: {e}"));
             }
         }
