@@ -723,6 +723,27 @@ fn gen_pipeline_into_a_closed_pipe_exited_2() {
     }
 }
 
+/// Regression (issue 33): the profile stored in a saved finding was never validated, so `replay` and `shrink` ran
+/// under a launch queue of depth 0, which `--profile` refuses. It is checked on load: exit 2, and the error says why.
+#[test]
+fn artifact_profile_with_queue_depth_0_was_replayed() {
+    let dir = tmp("queue-depth-0");
+    let d = dir.display().to_string();
+    let (code, out, err) = cuorder(&["explore", "examples/megatron-batch-p2p-race.ron", "--executions", "5", "--first", "--save", &d]);
+    assert_eq!(code, 1, "{out}{err}");
+    let path = dir.join("finding-1-data-race.ron");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("launch_queue_depth: None"), "{text}");
+    std::fs::write(&path, text.replacen("launch_queue_depth: None", "launch_queue_depth: Some(0)", 1)).unwrap();
+    let p = path.display().to_string();
+    for command in ["replay", "shrink"] {
+        let (code, out, err) = cuorder(&[command, &p]);
+        assert_eq!(code, 2, "{command}: {out}{err}");
+        assert!(err.contains("the profile saved in this finding is not valid (launch_queue_depth: Some(0) holds no launch"), "{command}: {err}");
+        assert_eq!(out, "", "{command}");
+    }
+}
+
 /// Regression (issue 33): Ctrl-C killed `time` with no output, though `--help` promises what was found so far and
 /// exit 3 for a run. The report covers the steps taken, says so, and the exit is 3.
 #[cfg(unix)]
