@@ -293,7 +293,7 @@ pub fn load_manifest(path: &Path) -> Result<Manifest, LoadError> {
 }
 
 /// The manifest's profile: a built-in name, or a file relative to the manifest's folder or any folder above it.
-fn manifest_profile(m: &Manifest, dir: &Path) -> Result<(Profile, Option<PathBuf>), LoadError> {
+pub(crate) fn manifest_profile(m: &Manifest, dir: &Path) -> Result<(Profile, Option<PathBuf>), LoadError> {
     if let Some(p) = Profile::builtin(&m.profile) {
         return Ok((p, None));
     }

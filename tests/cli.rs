@@ -744,6 +744,28 @@ fn artifact_profile_with_queue_depth_0_was_replayed() {
     }
 }
 
+/// Regression (issue 33): `conform --dir --stats` resolved the manifest's profile file relative to the working
+/// folder (exit 2 outside the repository root), where `conform --dir` looks in the manifest's folder and the folders
+/// above it. Both resolve it alike now.
+#[test]
+fn conform_stats_resolved_the_profile_from_the_working_folder() {
+    let root = tmp("stats-profile");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::create_dir_all(root.join("batch")).unwrap();
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/traces/profiles/h200x2-nvlink-nccl2.28.3.ron"), root.join("profiles/h200.ron")).unwrap();
+    std::fs::write(root.join("batch/MANIFEST.ron"), "Manifest(profile: \"profiles/h200.ron\")\n").unwrap();
+    let batch = root.join("batch").display().to_string();
+    let (code, out, err) = cuorder(&["conform", "--dir", &batch, "--stats"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("| hardware outcome | model verdict | runs |"), "{out}");
+    // A profile that is nowhere is still an error, naming the folder searched.
+    std::fs::write(root.join("batch/MANIFEST.ron"), "Manifest(profile: \"profiles/nope.ron\")\n").unwrap();
+    let (code, _, err) = cuorder(&["conform", "--dir", &batch, "--stats"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("profile not found"), "{err}");
+}
+
 /// Regression (issue 33): Ctrl-C killed `time` with no output, though `--help` promises what was found so far and
 /// exit 3 for a run. The report covers the steps taken, says so, and the exit is 3.
 #[cfg(unix)]
