@@ -676,15 +676,24 @@ fn interrupted(args: &[&str], ready: impl Fn(&str) -> bool) -> (i32, String, Str
     (status.code().unwrap_or(-1), stdout, stderr)
 }
 
+/// Writes `cuorder gen pipeline ARGS` to the temporary file `name` and returns its path.
+#[cfg(unix)]
+fn gen_pipeline(name: &str, args: &[&str]) -> String {
+    let p = tmp(name).display().to_string();
+    let mut all = vec!["gen", "pipeline"];
+    all.extend(args);
+    all.extend(["-o", p.as_str()]);
+    let (code, _, err) = cuorder(&all);
+    assert_eq!(code, 0, "{err}");
+    p
+}
+
 /// Ctrl-C (SIGINT) stops a long search: what was found so far is printed with "interrupted by Ctrl-C" as the limit
 /// that stopped it, and the exit code is the one of a limit (3 with nothing found).
 #[cfg(unix)]
 #[test]
 fn ctrl_c_stops_the_search_and_prints_the_report() {
-    let program = tmp("ctrl-c-1f1b-64x64.ron");
-    let p = program.display().to_string();
-    let (code, _, err) = cuorder(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "64", "--microbatches", "64", "-o", &p]);
-    assert_eq!(code, 0, "{err}");
+    let p = gen_pipeline("ctrl-c-1f1b-64x64.ron", &["--schedule", "1f1b", "--stages", "64", "--microbatches", "64"]);
     // Exhaustive check of 1F1B 64x64 runs for minutes (README); 200,000 executions of PCT for longer than a second.
     for args in [vec!["--progress", "always", "check", p.as_str()], vec!["--progress", "always", "explore", p.as_str(), "--strategy", "pct", "--executions", "200000", "--jobs", "1"]] {
         let (code, stdout, stderr) = interrupted(&args, |_| true);
@@ -766,37 +775,23 @@ fn conform_stats_resolved_the_profile_from_the_working_folder() {
     assert!(err.contains("profile not found"), "{err}");
 }
 
-/// Regression (issue 33): Ctrl-C killed `time` with no output, though `--help` promises what was found so far and
-/// exit 3 for a run. The report covers the steps taken, says so, and the exit is 3.
+/// Regression (issue 33): Ctrl-C killed `time` and `run` with no output, though `--help` promises what was found so
+/// far and exit 3 for a run. `time` reports the steps taken, `run` prints the timeline so far; both end with the
+/// outcome "interrupted by Ctrl-C after N steps", exit 3.
 #[cfg(unix)]
 #[test]
-fn ctrl_c_killed_time_without_a_report() {
-    let program = tmp("ctrl-c-time-1f1b-1024x64.ron");
-    let p = program.display().to_string();
-    let (code, _, err) = cuorder(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "1024", "--microbatches", "64", "-o", &p]);
-    assert_eq!(code, 0, "{err}");
-    // Timing 1F1B 1024x64 takes tens of seconds in a debug build.
-    let (code, stdout, stderr) = interrupted(&["--progress", "always", "time", &p], |e| drawn(e, "steps") > 0);
-    assert_eq!(code, 3, "{stdout}{stderr}");
-    assert!(stdout.contains("outcome: interrupted by Ctrl-C after"), "{stdout}");
-    assert!(stdout.contains("makespan so far (interrupted by Ctrl-C)"), "{stdout}");
-    assert!(stderr.contains("interrupted: stopping the run"), "{stderr}");
-}
-
-/// Regression (issue 33): Ctrl-C killed `run` with no output. The timeline so far is printed with the outcome
-/// "interrupted by Ctrl-C after N steps", exit 3.
-#[cfg(unix)]
-#[test]
-fn ctrl_c_killed_run_without_the_timeline_so_far() {
-    let program = tmp("ctrl-c-run-1f1b-1024x64.ron");
-    let p = program.display().to_string();
-    let (code, _, err) = cuorder(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "1024", "--microbatches", "64", "-o", &p]);
-    assert_eq!(code, 0, "{err}");
-    // A random run of 1F1B 1024x64 takes more than a minute in a debug build.
-    let (code, stdout, stderr) = interrupted(&["--progress", "always", "run", &p], |e| drawn(e, "steps") > 0);
-    assert_eq!(code, 3, "{}{stderr}", &stdout[stdout.len().saturating_sub(2000)..]);
-    assert!(stdout.contains("outcome: interrupted by Ctrl-C after"), "{}", &stdout[stdout.len().saturating_sub(2000)..]);
-    assert!(stderr.contains("interrupted: stopping the run"), "{stderr}");
+fn ctrl_c_killed_time_and_run_without_a_report() {
+    let p = gen_pipeline("ctrl-c-1f1b-1024x64.ron", &["--schedule", "1f1b", "--stages", "1024", "--microbatches", "64"]);
+    // In a debug build, timing 1F1B 1024x64 takes tens of seconds, a random run of it more than a minute.
+    for (command, report) in [("time", "makespan so far (interrupted by Ctrl-C)"), ("run", "outcome: interrupted by Ctrl-C after")] {
+        let (code, stdout, stderr) = interrupted(&["--progress", "always", command, &p], |e| drawn(e, "steps") > 0);
+        // The timeline of `run` is long: its end is enough to tell.
+        let end = stdout.char_indices().rev().nth(2000).map_or(&stdout[..], |(i, _)| &stdout[i..]);
+        assert_eq!(code, 3, "{command}: {end}{stderr}");
+        assert!(stdout.contains("outcome: interrupted by Ctrl-C after"), "{command}: {end}");
+        assert!(stdout.contains(report), "{command}: {end}");
+        assert!(stderr.contains("interrupted: stopping the run"), "{command}: {stderr}");
+    }
 }
 
 /// The largest count the progress bar drew on `stderr` before `/TOTAL UNIT` ("1,024/2,000 candidates": 1024).
@@ -873,10 +868,7 @@ fn ctrl_c_killed_conform_without_a_report() {
 #[cfg(unix)]
 #[test]
 fn ctrl_c_killed_shrink_without_the_smallest_program_so_far() {
-    let program = tmp("ctrl-c-race24.ron");
-    let p = program.display().to_string();
-    let (code, _, err) = cuorder(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "24", "--microbatches", "8", "--race", "--unroll", "-o", &p]);
-    assert_eq!(code, 0, "{err}");
+    let p = gen_pipeline("ctrl-c-race24.ron", &["--schedule", "1f1b", "--stages", "24", "--microbatches", "8", "--race", "--unroll"]);
     let saved = tmp("ctrl-c-race24-findings");
     let s = saved.display().to_string();
     let (code, out, err) = cuorder(&["explore", &p, "--executions", "2", "--first", "--save", &s]);
