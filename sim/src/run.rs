@@ -228,7 +228,7 @@ pub fn run_within(
             if p.stop_requested() {
                 break Outcome::Interrupted { steps: schedule.len() };
             }
-            if schedule.len() % PUBLISH_EVERY == 0 {
+            if schedule.len().is_multiple_of(PUBLISH_EVERY) {
                 p.set_steps(schedule.len() as u64);
             }
         }

@@ -959,7 +959,7 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             if p.stop_requested() {
                 break Outcome::Interrupted { steps };
             }
-            if steps % crate::run::PUBLISH_EVERY == 0 {
+            if steps.is_multiple_of(crate::run::PUBLISH_EVERY) {
                 p.set_steps(steps as u64);
             }
         }
