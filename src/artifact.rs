@@ -175,7 +175,9 @@ pub fn open(artifact: &Path, program: Option<PathBuf>, color: bool) -> Result<Op
 
 /// Reads an artifact, its profile's [`Profile::source`] restored from `profile_file`.
 ///
-/// Errors: the file cannot be read, or is not an artifact of this format (the message gives line and column).
+/// Errors: the file cannot be read, or is not an artifact of this format (the message gives line and column), or
+/// its profile is one `--profile` refuses ([`Profile::problems`]: a launch queue of depth 0, S6; a zero NCCL plan,
+/// N14; ...): `replay` and `shrink` ran under it.
 pub fn load(path: &Path) -> Result<Artifact, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut a: Artifact = ron::from_str(&text).map_err(|e| {
@@ -196,6 +198,10 @@ pub fn load(path: &Path) -> Result<Artifact, String> {
             path.display(),
             a.format_version
         ));
+    }
+    let problems = a.profile.problems();
+    if !problems.is_empty() {
+        return Err(format!("{}: the profile saved in this finding is not valid ({})", path.display(), problems.join("; ")));
     }
     a.profile.source = a.profile_file.clone();
     Ok(a)

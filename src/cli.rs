@@ -22,6 +22,18 @@ pub fn say(text: &str) -> bool {
     o.write_all(text.as_bytes()).and_then(|()| o.flush()).is_ok()
 }
 
+/// Writes to stdout where a failed write is an error to report (`gen pipeline`'s program): a closed stdout
+/// (`| head -1`, a broken pipe) is a normal end, as for [`say`], and is `Ok`.
+///
+/// Errors: any other write error (a full disk behind a redirection).
+pub fn emit(text: &str) -> std::io::Result<()> {
+    let mut o = std::io::stdout().lock();
+    match o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
+}
+
 /// Writes to stderr, ignoring a closed stderr.
 pub fn err(text: &str) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());

@@ -1,8 +1,13 @@
 //! Rendering of program diagnostics for people: a `file:line:column: message` line, then a source snippet with the
 //! span underlined, secondary places labelled, and the help (drawn by `miette`).
+//!
+//! Columns are counted in characters (Unicode scalar values) from 1, everywhere: in the first line, in the
+//! snippet's `[file:line:column]` header and in JSON load errors; an editor shows the same column for text with
+//! accents or other non-ASCII characters before the error. (miette counts the header's column in bytes; [`Source`]
+//! gives it characters.)
 
 use cuorder_model::format::Diagnostic;
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceCode};
+use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents, SourceCode, SourceSpan, SpanContents};
 use std::fmt;
 
 /// At most this many diagnostics are rendered with a snippet; the rest are summarised in one line
@@ -16,10 +21,26 @@ pub const MAX_SNIPPET_LINE_BYTES: usize = 1000;
 /// Width the snippets are wrapped to, fixed so output does not depend on the terminal.
 const RENDER_WIDTH: usize = 100;
 
+/// The program text for miette, named `name`, whose spans' columns are in characters rather than bytes (module docs).
+struct Source {
+    name: String,
+    text: String,
+}
+
+impl SourceCode for Source {
+    fn read_span<'a>(&'a self, span: &SourceSpan, before: usize, after: usize) -> Result<Box<dyn SpanContents<'a> + 'a>, MietteError> {
+        let c = self.text.read_span(span, before, after)?;
+        // miette's column is the bytes from the line's start to the span's; the same text counted in characters.
+        let start = c.span().offset();
+        let column = self.text.get(start.saturating_sub(c.column())..start).map_or(c.column(), |s| s.chars().count());
+        Ok(Box::new(MietteSpanContents::new_named(self.name.clone(), c.data(), *c.span(), c.line(), column, c.line_count())))
+    }
+}
+
 /// One diagnostic as a `miette` report over the program text.
 struct Report<'a> {
     diag: &'a Diagnostic,
-    source: &'a NamedSource<String>,
+    source: &'a Source,
 }
 
 impl fmt::Debug for Report<'_> {
@@ -64,7 +85,7 @@ impl miette::Diagnostic for Report<'_> {
 pub fn render(file: &str, text: &str, diags: &[Diagnostic], color: bool) -> String {
     let theme = if color { GraphicalTheme::unicode() } else { GraphicalTheme::unicode_nocolor() };
     let handler = GraphicalReportHandler::new_themed(theme).with_width(RENDER_WIDTH).with_urls(false);
-    let source = NamedSource::new(file, text.to_string());
+    let source = Source { name: file.to_string(), text: text.to_string() };
     let mut out = String::new();
     for diag in diags.iter().take(MAX_RENDERED_ERRORS) {
         out.push_str(&format!("{file}:{}:{}: {}\n", diag.line, diag.column, diag.message));
@@ -168,6 +189,23 @@ mod tests {
         assert!(out.starts_with("long.ron:1:70001: unknown operation"), "{out}");
         assert!(out.contains("…") && out.contains("Kernal"), "{out}");
         assert!(out.lines().all(|l| l.len() < MAX_SNIPPET_LINE_BYTES + 200), "a line was not shortened");
+    }
+
+    /// Regression (issue 33): the first line counted the column in characters, miette's snippet header in bytes
+    /// ("1:44" above "[f.ron:1:50]" after three two-byte characters). Both count characters.
+    #[test]
+    fn snippet_header_counted_columns_in_bytes_after_non_ascii_text() {
+        let text = "Program(/* é, ü and ß */ ranks: 1, threads: [Thread(\"m\", [Kernal(\"k\")])])\n";
+        let at = text.find("Kernal").unwrap();
+        let column = text[..at].chars().count() + 1;
+        assert_eq!(at + 1, column + 3, "three characters of two bytes before it");
+        let out = render("f.ron", text, &[diag(text, at, 6)], false);
+        assert!(out.starts_with(&format!("f.ron:1:{column}: unknown operation")), "{out}");
+        assert!(out.contains(&format!("[f.ron:1:{column}]")), "{out}");
+        // ASCII text: bytes and characters agree, and so does the output with miette's own count.
+        let ascii = text.replace(['é', 'ü', 'ß'], "e");
+        let at = ascii.find("Kernal").unwrap();
+        assert!(render("f.ron", &ascii, &[diag(&ascii, at, 6)], false).contains(&format!("[f.ron:1:{}]", at + 1)));
     }
 
     #[test]

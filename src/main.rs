@@ -18,8 +18,8 @@ Exit codes:
   1  a problem found (check), a disagreement or a failed gate (conform)
   2  bad input or usage (the errors are printed; as JSON with --format json)
   3  inconclusive: a budget (--max-states, --max-memory-mb, --max-time-s) or Ctrl-C stopped the search
-     (or a run) first, or a sampled or bounded exploration found nothing; what was found so far is printed
-     (a second Ctrl-C quits at once, exit 130)";
+     (or a run, a shrink, gen) first, or a sampled or bounded exploration found nothing; what was done
+     so far is printed (a second Ctrl-C quits at once, exit 130)";
 
 #[derive(Parser)]
 #[command(
@@ -528,7 +528,7 @@ fn main() -> ExitCode {
         Command::Explore(a) => cmd::explore::run(&ctx, a),
         Command::Replay(a) => cmd::replay::run(&ctx, a),
         Command::Shrink(a) => cmd::shrink::run(&ctx, a),
-        Command::Gen(a) => cmd::gen::run(a),
+        Command::Gen(a) => cmd::gen::run(&ctx, a),
         Command::Profile(a) => cmd::profile::run(a),
         Command::Costs(a) => cmd::costs::run(a),
         Command::Explain(a) => cmd::explain::run(a),

@@ -1,6 +1,7 @@
-//! Progress display and Ctrl-C for the long commands (`check`, `explore`): a progress bar on stderr fed by polling
-//! the counters a search updates ([`cuorder_sim::progress::Progress`]), and a Ctrl-C handler that sets the search's
-//! stop flag. The search itself knows nothing of either; stdout never depends on them.
+//! Progress display and Ctrl-C for the long commands (`check`, `explore`, `conform`, `run`, `time`, `shrink`,
+//! `gen`): a progress bar on stderr fed by polling the counters a search, a run or a command's loop updates
+//! ([`cuorder_sim::progress::Progress`]), and a Ctrl-C handler that sets their stop flag. The work itself knows
+//! nothing of either; stdout never depends on the bar, and after a Ctrl-C it holds what was done so far.
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +21,22 @@ pub enum Meter {
     Bounded { bound: u32, max_states: u64, max_time_s: u64 },
     /// Executions finished (sampling strategies), out of `executions`; `time_limit_s` in seconds if any.
     Executions { executions: u64, time_limit_s: Option<f64> },
+    /// Steps of a single run (`run`, `time`), out of `max_steps`; `time_limit_s` in seconds if any.
+    Steps { max_steps: u64, time_limit_s: Option<f64> },
+    /// Work items of a command's own loop ([`Progress::items`]), out of `total`, each a `unit` (plural: "programs",
+    /// "candidates").
+    Items { total: u64, unit: &'static str },
+}
+
+impl Meter {
+    /// What the Ctrl-C handler says it does ("stopping the search and printing what it found so far").
+    fn stopping(self) -> &'static str {
+        match self {
+            Meter::States { .. } | Meter::Bounded { .. } | Meter::Executions { .. } => "stopping the search and printing what it found so far",
+            Meter::Steps { .. } => "stopping the run and printing it so far",
+            Meter::Items { .. } => "stopping and printing what was done so far",
+        }
+    }
 }
 
 /// How often the display polls the counters.
@@ -32,6 +49,7 @@ pub struct Watch {
     bar: ProgressBar,
     done: Arc<AtomicBool>,
     poller: Option<JoinHandle<()>>,
+    meter: Meter,
 }
 
 impl Watch {
@@ -48,6 +66,8 @@ impl Watch {
         let (len, unit) = match meter {
             Meter::States { max_states, .. } | Meter::Bounded { max_states, .. } => (max_states, "states"),
             Meter::Executions { executions, .. } => (executions, "executions"),
+            Meter::Steps { max_steps, .. } => (max_steps, "steps"),
+            Meter::Items { total, unit } => (total, unit),
         };
         let template = format!("[{{elapsed_precise}}] {{bar:20}} {{human_pos}}/{{human_len}} {unit} {{msg}}");
         let style = ProgressStyle::with_template(&template).unwrap_or_else(|_| ProgressStyle::default_bar());
@@ -69,7 +89,7 @@ impl Watch {
                 }
             })
         });
-        Watch { progress, bar, done, poller }
+        Watch { progress, bar, done, poller, meter }
     }
 
     /// The counters and stop flag to hand to the search.
@@ -77,19 +97,18 @@ impl Watch {
         self.progress.clone()
     }
 
-    /// Makes Ctrl-C (SIGINT) stop the search: the first one sets the stop flag (the search then reports what it
-    /// found, naming [`cuorder_sim::progress::INTERRUPTED`]) and says so on stderr; a second one exits at once with
-    /// status 130. Errors: the handler cannot be installed (the message says why); the search then runs without it.
+    /// Makes Ctrl-C (SIGINT) stop the work: the first one sets the stop flag (the work then reports what it did,
+    /// naming [`cuorder_sim::progress::INTERRUPTED`]) and says so on stderr; a second one exits at once with status
+    /// 130. Errors: the handler cannot be installed (the message says why); the work then runs without it.
     pub fn stop_on_ctrl_c(&self) -> Result<(), String> {
         let (progress, bar) = (self.progress.clone(), self.bar.clone());
+        let line = format!("interrupted: {} (Ctrl-C again to quit at once)\n", self.meter.stopping());
         ctrlc::set_handler(move || {
             if progress.request_stop() {
                 std::process::exit(130);
             }
             bar.suspend(|| {
-                let _ = std::io::stderr().write_all(
-                    b"interrupted: stopping the search and printing what it found so far (Ctrl-C again to quit at once)\n",
-                );
+                let _ = std::io::stderr().write_all(line.as_bytes());
             });
         })
         .map_err(|e| format!("cannot handle Ctrl-C: {e}"))
@@ -124,6 +143,17 @@ fn update(bar: &ProgressBar, p: &Progress, meter: Meter, elapsed: Duration) {
             bar.set_position(n);
             let limit = time_limit_s.map(|s| format!(" · time limit {s} s")).unwrap_or_default();
             bar.set_message(format!("({}/s) · {} steps{limit}", rate(n), HumanCount(p.steps())));
+        }
+        Meter::Steps { time_limit_s, .. } => {
+            let n = p.steps();
+            bar.set_position(n);
+            let limit = time_limit_s.map(|s| format!(" · time limit {s} s")).unwrap_or_default();
+            bar.set_message(format!("({}/s){limit}", rate(n)));
+        }
+        Meter::Items { .. } => {
+            let n = p.items();
+            bar.set_position(n);
+            bar.set_message(format!("({}/s)", rate(n)));
         }
     }
 }
@@ -177,8 +207,8 @@ impl TermLike for Stderr {
     }
 }
 
-/// [`Watch::start`], and Ctrl-C made to stop the search ([`Watch::stop_on_ctrl_c`]); a handler that cannot be
-/// installed is said on stderr (`warning: ..`), and the search runs without it.
+/// [`Watch::start`], and Ctrl-C made to stop the work ([`Watch::stop_on_ctrl_c`]); a handler that cannot be
+/// installed is said on stderr (`warning: ..`), and the work runs without it. Each command calls it once.
 pub fn watch(draw: bool, meter: Meter) -> Watch {
     let w = Watch::start(draw, meter);
     if let Err(e) = w.stop_on_ctrl_c() {

@@ -9,11 +9,13 @@
 use cuorder_model::profile::Profile;
 use cuorder_model::program::Program;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use cuorder_model::rule::Rule;
 use cuorder_model::verdict::Problem;
 use cuorder_model::semantics::{Node, Semantics};
 use cuorder_sim::explore::Limits;
+use cuorder_sim::progress::Progress;
 use cuorder_sim::strategy::{sample, SampleOptions, Strategy};
 
 use crate::report::RenderedFinding;
@@ -29,11 +31,22 @@ pub struct ShrinkOptions {
     pub max_candidates: usize,
     /// The PyTorch dialect's settings every candidate is loaded with (the artifact's).
     pub torch: cuorder_model::format::TorchOptions,
+    /// The stop flag (Ctrl-C) and counters of whoever watches: when the flag is set, the shrink stops at once (the
+    /// oracle's search in hand too) and returns the smallest program found so far ([`Shrunk::interrupted`]); each
+    /// candidate tried counts one item. `None`: nobody watches.
+    pub stop: Option<Arc<Progress>>,
 }
 
 impl Default for ShrinkOptions {
     fn default() -> Self {
-        ShrinkOptions { max_states: 5_000, walks: 20, max_candidates: 2_000, torch: Default::default() }
+        ShrinkOptions { max_states: 5_000, walks: 20, max_candidates: 2_000, torch: Default::default(), stop: None }
+    }
+}
+
+impl ShrinkOptions {
+    /// Whether the stop flag is set.
+    fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|p| p.stop_requested())
     }
 }
 
@@ -53,6 +66,8 @@ pub struct Shrunk {
     pub ranks_after: u32,
     /// Candidates loaded and checked.
     pub candidates: usize,
+    /// Ctrl-C stopped the shrink: the program is the smallest found so far, not a minimal one.
+    pub interrupted: bool,
 }
 
 /// Expanded ops of a program, over all ranks and threads.
@@ -250,8 +265,9 @@ type Found = (Program, RenderedFinding, cuorder_model::verdict::ProblemKey);
 /// The first finding of `sem`'s program that `wanted` accepts: seeded random walks first (cheap, and they find
 /// send-before-recv deadlocks and races at once), then the exhaustive search under the state budget.
 fn search(sem: &Semantics, opt: &ShrinkOptions, wanted: impl Fn(&RenderedFinding) -> bool) -> Option<(RenderedFinding, cuorder_model::verdict::ProblemKey)> {
-    let s = sample(sem, &SampleOptions { strategy: Strategy::Random, seed: 0, executions: opt.walks, time_limit: None, first: false, jobs: 1, max_steps: 1_000_000, progress: None });
-    let exhaustive = || cuorder_sim::explore::explore(sem, &Limits { max_states: opt.max_states, ..Limits::default() });
+    let progress = opt.stop.clone();
+    let s = sample(sem, &SampleOptions { strategy: Strategy::Random, seed: 0, executions: opt.walks, time_limit: None, first: false, jobs: 1, max_steps: 1_000_000, progress: progress.clone() });
+    let exhaustive = || cuorder_sim::explore::explore(sem, &Limits { max_states: opt.max_states, progress: progress.clone(), ..Limits::default() });
     for ex in [s.exploration].into_iter().chain(std::iter::once_with(exhaustive)) {
         let rep = crate::report::build_report(sem, &ex);
         if let Some(i) = rep.findings.iter().position(&wanted) {
@@ -280,11 +296,19 @@ fn try_candidates(
     candidates: impl Iterator<Item = String>,
 ) -> bool {
     for cand in candidates {
-        if *tried >= opt.max_candidates {
+        if *tried >= opt.max_candidates || opt.stopped() {
             return false;
         }
         *tried += 1;
-        if let Some(found) = oracle(name, &cand, profile, want, opt) {
+        let found = oracle(name, &cand, profile, want, opt);
+        if let Some(p) = &opt.stop {
+            p.add_item();
+        }
+        // A candidate whose search Ctrl-C cut short is not taken on what it found so far: it is not the one tried.
+        if opt.stopped() {
+            return false;
+        }
+        if let Some(found) = found {
             *best = (cand, found);
             return true;
         }
@@ -511,9 +535,14 @@ pub fn has_loops(text: &str) -> bool {
 
 /// Shrinks `text` (the program `name`) while a problem of `kind` persists under `profile`.
 ///
-/// Errors: the program does not load, or the problem is not found in it to begin with (within the budgets).
+/// Errors: the program does not load, or the problem is not found in it to begin with (within the budgets, or
+/// before Ctrl-C stopped the search: [`ShrinkOptions::stop`]).
+/// After Ctrl-C it returns the smallest program found so far ([`Shrunk::interrupted`]).
 pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &ShrinkOptions) -> Result<Shrunk, String> {
-    let none = || format!("no {kind} found in {name} under profile {} within the budgets (nothing to shrink)", profile.label());
+    let none = || match opt.stopped() {
+        true => format!("{} before the {kind} was found in {name} (nothing shrunk)", cuorder_sim::progress::INTERRUPTED),
+        false => format!("no {kind} found in {name} under profile {} within the budgets (nothing to shrink)", profile.label()),
+    };
     // The first finding of the kind sets the signature every candidate must keep; it is also the original's finding.
     let prog = cuorder_model::format::load_with(name, text, &opt.torch).map_err(|_| format!("{name} does not load"))?;
     let sem = Semantics::new(&prog, profile);
@@ -543,7 +572,7 @@ pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &Shrin
         let mut chunks = 2usize;
         loop {
             let spans = op_spans(&best.0, &best.1 .0);
-            if spans.is_empty() || tried >= opt.max_candidates {
+            if spans.is_empty() || tried >= opt.max_candidates || opt.stopped() {
                 break;
             }
             let n = chunks.min(spans.len());
@@ -559,12 +588,13 @@ pub fn shrink(name: &str, text: &str, profile: &Profile, kind: &str, opt: &Shrin
         }
         let lowered_cands = lowered_numbers(&best.0);
         let lowered = try_candidates(name, profile, &want, opt, &mut tried, &mut best, lowered_cands.into_iter());
-        if (best.0.len() == before && !lowered) || tried >= opt.max_candidates {
+        if (best.0.len() == before && !lowered) || tried >= opt.max_candidates || opt.stopped() {
             break;
         }
     }
     let (text, (program, finding, key)) = best;
-    Ok(Shrunk { ops_after: op_count(&program), ranks_after: program.ranks.len() as u32, text, program, finding, key, ops_before, ranks_before, candidates: tried })
+    let interrupted = opt.stopped();
+    Ok(Shrunk { ops_after: op_count(&program), ranks_after: program.ranks.len() as u32, text, program, finding, key, ops_before, ranks_before, candidates: tried, interrupted })
 }
 
 #[cfg(test)]

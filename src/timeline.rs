@@ -52,6 +52,9 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
             "outcome: stopped at the time limit after {} (limit max_time = {limit_ms} ms)\n",
             count(*steps as u64, "step")
         )),
+        Outcome::Interrupted { steps } => {
+            s.push_str(&format!("outcome: {} after {}\n", cuorder_sim::progress::INTERRUPTED, count(*steps as u64, "step")))
+        }
         Outcome::Undefined(u) => s.push_str(&format!("outcome: undefined (rule {}): {}\n", u.rule, u.message)),
         Outcome::Deadlock(d) => {
             s.push_str("outcome: deadlock\n");

@@ -66,6 +66,7 @@ pub fn outcome_text(run: &TimedRun) -> String {
         Outcome::Undefined(u) => format!("undefined (rule {}) at {}: {}", u.rule, fmt_ns(run.makespan_ns), u.message),
         Outcome::StepLimit(n) => format!("stopped at the step limit ({})", count(*n as u64, "step")),
         Outcome::TimeLimit { steps, limit_ms } => format!("stopped at the time limit after {} ({limit_ms} ms)", count(*steps as u64, "step")),
+        Outcome::Interrupted { steps } => format!("{} after {}", cuorder_sim::progress::INTERRUPTED, count(*steps as u64, "step")),
     }
 }
 
@@ -81,7 +82,7 @@ pub fn time_run(sem: &Semantics, model: &CostModel, opt: &TimedOptions, withheld
             let strict = cuorder_sim::timed::timed_run(sem, model, &TimedOptions { withhold: true, ..opt.clone() });
             match strict.outcome {
                 Outcome::Deadlock(stuck) => Withheld::Deadlock(strict.makespan_ns, stuck),
-                Outcome::StepLimit(_) | Outcome::TimeLimit { .. } => Withheld::Cut,
+                Outcome::StepLimit(_) | Outcome::TimeLimit { .. } | Outcome::Interrupted { .. } => Withheld::Cut,
                 _ => Withheld::Completed,
             }
         } else {
@@ -95,7 +96,7 @@ pub fn time_run(sem: &Semantics, model: &CostModel, opt: &TimedOptions, withheld
 /// a limit; else inconclusive if a limit (`--max-steps`, `--max-time-s`) cut it, or cut the run without the
 /// unguaranteed steps (whether it hangs is not known); else done.
 pub fn verdict(run: &TimedRun) -> crate::cli::Verdict {
-    let cut = matches!(run.outcome, Outcome::StepLimit(_) | Outcome::TimeLimit { .. }) || run.withheld == Withheld::Cut;
+    let cut = matches!(run.outcome, Outcome::StepLimit(_) | Outcome::TimeLimit { .. } | Outcome::Interrupted { .. }) || run.withheld == Withheld::Cut;
     crate::cli::Verdict::of_search(has_finding(run), cut)
 }
 
@@ -218,7 +219,11 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         );
     }
     // A run stopped at a limit has not ended: its last step is no makespan.
-    let label = if matches!(run.outcome, Outcome::StepLimit(_) | Outcome::TimeLimit { .. }) { "makespan so far (stopped at the limit)" } else { "makespan" };
+    let label = match run.outcome {
+        Outcome::StepLimit(_) | Outcome::TimeLimit { .. } => "makespan so far (stopped at the limit)",
+        Outcome::Interrupted { .. } => "makespan so far (interrupted by Ctrl-C)",
+        _ => "makespan",
+    };
     let _ = writeln!(s, "{label}: {} ({} ns)", fmt_ns(sum.makespan_ns), sum.makespan_ns);
     s.push_str(&parts_text(sum));
     s.push('\n');
@@ -513,6 +518,7 @@ pub fn time_out(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -> T
             Outcome::Undefined(_) => "undefined",
             Outcome::StepLimit(_) => "step limit",
             Outcome::TimeLimit { .. } => "time limit",
+            Outcome::Interrupted { .. } => "interrupted",
         }
         .into(),
         makespan_ns: sum.makespan_ns,

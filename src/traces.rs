@@ -128,12 +128,15 @@ pub struct Entry {
 #[derive(Debug, Clone, Default)]
 pub struct DirReport {
     pub entries: Vec<Entry>,
+    /// Ctrl-C stopped the check before every trace was checked: `entries` holds those checked (and the files outside
+    /// every manifest), and the gate is not decided unless one of them failed it.
+    pub interrupted: bool,
 }
 
 impl DirReport {
-    /// Whether every entry passes (and there is at least one trace).
+    /// Whether every entry passes (and there is at least one trace), every trace having been checked.
     pub fn passed(&self) -> bool {
-        !self.entries.is_empty() && self.entries.iter().all(|e| e.status.passes())
+        !self.interrupted && !self.entries.is_empty() && self.entries.iter().all(|e| e.status.passes())
     }
 
     /// Count of entries per status word, in a fixed order.
@@ -159,6 +162,9 @@ impl DirReport {
                 s.push('\n');
             }
         }
+        if self.interrupted {
+            s.push_str(&format!("{}: the files above were checked, the others were not\n", cuorder_sim::progress::INTERRUPTED));
+        }
         s.push_str(&self.summary());
         s.push('\n');
         s
@@ -167,7 +173,12 @@ impl DirReport {
     /// "N files: a agree, ... ; gate passed|FAILED" ("1 file: ..." for one).
     pub fn summary(&self) -> String {
         let parts: Vec<String> = self.counts().iter().map(|(w, n)| format!("{n} {w}")).collect();
-        let verdict = if self.passed() { "gate passed" } else { "gate FAILED" };
+        let failed = self.entries.iter().any(|e| !e.status.passes());
+        let verdict = match (self.passed(), self.interrupted && !failed) {
+            (true, _) => "gate passed",
+            (false, true) => "gate not decided (interrupted by Ctrl-C)",
+            (false, false) => "gate FAILED",
+        };
         let files = cuorder_model::describe::count(self.entries.len() as u64, "file");
         format!("{files}: {}; {verdict}", if parts.is_empty() { "none".to_string() } else { parts.join(", ") })
     }
@@ -282,7 +293,7 @@ pub fn load_manifest(path: &Path) -> Result<Manifest, LoadError> {
 }
 
 /// The manifest's profile: a built-in name, or a file relative to the manifest's folder or any folder above it.
-fn manifest_profile(m: &Manifest, dir: &Path) -> Result<(Profile, Option<PathBuf>), LoadError> {
+pub(crate) fn manifest_profile(m: &Manifest, dir: &Path) -> Result<(Profile, Option<PathBuf>), LoadError> {
     if let Some(p) = Profile::builtin(&m.profile) {
         return Ok((p, None));
     }
@@ -303,6 +314,10 @@ fn manifest_profile(m: &Manifest, dir: &Path) -> Result<(Profile, Option<PathBuf
 }
 
 /// Re-checks every trace under `root` against the current model with `limits`; never stops at a bad file.
+///
+/// Ctrl-C (the stop flag of `limits.progress`) stops it between traces and stops the search of the trace in hand
+/// (which is then not listed): the report holds the traces checked so far and says it was interrupted
+/// ([`DirReport::interrupted`]).
 pub fn check_dir(root: &Path, limits: &Limits) -> DirReport {
     let rel = |p: &Path| p.strip_prefix(root).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf());
     let mut entries = vec![];
@@ -313,8 +328,12 @@ pub fn check_dir(root: &Path, limits: &Limits) -> DirReport {
     let manifest_dirs: BTreeSet<PathBuf> = dirs.iter().filter(|d| d.join(MANIFEST).is_file()).cloned().collect();
     let mut profile_files: BTreeSet<PathBuf> = BTreeSet::new();
     let mut loose: Vec<PathBuf> = vec![];
+    let stopped = || limits.progress.as_ref().is_some_and(|p| p.stop_requested());
     for d in &dirs {
         if manifest_dirs.contains(d) {
+            if stopped() {
+                continue;
+            }
             let (mut es, prof) = check_manifest_folder(d, limits, &rel);
             entries.append(&mut es);
             profile_files.extend(prof);
@@ -332,7 +351,7 @@ pub fn check_dir(root: &Path, limits: &Limits) -> DirReport {
         entries.push(Entry { folder, file: rel(&f), status, conformance: None });
     }
     entries.sort_by(|a, b| a.file.cmp(&b.file));
-    DirReport { entries }
+    DirReport { entries, interrupted: stopped() }
 }
 
 /// The entries of one manifest folder, and the canonical path of the profile file it uses.
@@ -361,11 +380,14 @@ fn check_manifest_folder(dir: &Path, limits: &Limits, rel: &dyn Fn(&Path) -> Pat
     };
     let mut out = vec![];
     // Packed runs (`*.pack`): each is checked like a trace named `FILE#NAME`.
-    let packed = packed::check_packs(dir, &profile, &m.expect_disagree, check_threads());
+    let stop = limits.progress.as_ref();
+    let stopped = || stop.is_some_and(|p| p.stop_requested());
+    let packed = packed::check_packs(dir, &profile, &m.expect_disagree, check_threads(), stop);
     let mut stems: BTreeSet<String> = traces.iter().filter_map(|t| t.file_stem().and_then(|s| s.to_str()).map(String::from)).collect();
     stems.extend(packed.iter().filter_map(|(trace, _)| trace.to_str().and_then(|t| t.rsplit_once('#')).map(|(_, n)| n.to_string())));
+    // (After Ctrl-C the packed runs not checked are not listed: nothing is said of the names then.)
     for stem in m.expect_disagree.keys().chain(m.programs.keys()) {
-        if !stems.contains(stem) {
+        if !stems.contains(stem) && !stopped() {
             out.push(entry(
                 &manifest_path,
                 Status::Error(format!("names trace {stem}.ron, which is not in {}", folder.display())),
@@ -374,6 +396,9 @@ fn check_manifest_folder(dir: &Path, limits: &Limits, rel: &dyn Fn(&Path) -> Pat
         }
     }
     for t in traces {
+        if stopped() {
+            break;
+        }
         let stem = t.file_stem().and_then(|s| s.to_str()).unwrap_or("").to_string();
         let program_stem = m.programs.get(&stem).cloned().unwrap_or_else(|| stem.clone());
         let explained = m.expect_disagree.get(&stem).cloned();
@@ -391,7 +416,14 @@ fn check_manifest_folder(dir: &Path, limits: &Limits, rel: &dyn Fn(&Path) -> Pat
         };
         let sem = Semantics::new(&program, &profile);
         let c = conform(&sem, &obs, limits);
+        if stopped() {
+            // Ctrl-C cut this trace's search short: it was not checked, and is not listed.
+            break;
+        }
         out.push(entry(&t, status_of(&c, explained), Some(c)));
+        if let Some(p) = stop {
+            p.add_item();
+        }
     }
     for (trace, checked) in packed {
         match checked {

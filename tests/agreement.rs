@@ -49,7 +49,7 @@ proptest! {
                 Outcome::Completed => prop_assert!(a.completed_final_states > 0),
                 Outcome::Deadlock(_) => prop_assert!(a.findings.iter().any(|f| f.kind == "deadlock")),
                 Outcome::Undefined(_) => prop_assert!(a.findings.iter().any(|f| f.kind == "undefined")),
-                Outcome::StepLimit(_) | Outcome::TimeLimit { .. } => prop_assert!(false, "step or time limit"),
+                Outcome::StepLimit(_) | Outcome::TimeLimit { .. } | Outcome::Interrupted { .. } => prop_assert!(false, "step or time limit"),
             }
         }
     }

@@ -618,56 +618,292 @@ fn progress_goes_to_stderr_and_never_changes_stdout() {
     }
 }
 
+/// Runs `cuorder ARGS` (in the repository root, stdout and stderr piped), sends it SIGINT once `ready` holds of
+/// the stderr written so far (the progress bar has drawn: the Ctrl-C handler is installed before it draws, and a
+/// SIGINT before that kills the process) and half a second more has passed, and returns its exit code, stdout and
+/// stderr. Panics if it is not ready within 120 s or takes more than 150 s in all.
+#[cfg(unix)]
+fn interrupted(args: &[&str], ready: impl Fn(&str) -> bool) -> (i32, String, String) {
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cuorder"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let mut pipe = child.stderr.take().expect("stderr piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut all = vec![];
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            let _ = tx.send(String::from_utf8_lossy(&all).into_owned());
+        }
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    // Drained in the background: a command that fills the stdout pipe would block before it is ready.
+    let mut out_pipe = child.stdout.take().expect("stdout piped");
+    let out_reader = std::thread::spawn(move || {
+        use std::io::Read;
+        let mut all = vec![];
+        let _ = out_pipe.read_to_end(&mut all);
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok(so_far) if ready(&so_far) => break,
+            Ok(_) => {}
+            Err(_) => {
+                // Not left running (and writing) after the test.
+                let _ = child.kill();
+                panic!("{args:?}: not ready");
+            }
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
+    assert!(killed.success());
+    let status = child.wait().expect("waits");
+    let elapsed = started.elapsed();
+    let (stdout, stderr) = (out_reader.join().expect("stdout reader"), reader.join().expect("stderr reader"));
+    assert!(elapsed < std::time::Duration::from_secs(150), "{args:?}: took {elapsed:?} to stop");
+    (status.code().unwrap_or(-1), stdout, stderr)
+}
+
+/// Writes `cuorder gen pipeline ARGS` to the temporary file `name` and returns its path.
+#[cfg(unix)]
+fn gen_pipeline(name: &str, args: &[&str]) -> String {
+    let p = tmp(name).display().to_string();
+    let mut all = vec!["gen", "pipeline"];
+    all.extend(args);
+    all.extend(["-o", p.as_str()]);
+    let (code, _, err) = cuorder(&all);
+    assert_eq!(code, 0, "{err}");
+    p
+}
+
 /// Ctrl-C (SIGINT) stops a long search: what was found so far is printed with "interrupted by Ctrl-C" as the limit
 /// that stopped it, and the exit code is the one of a limit (3 with nothing found).
 #[cfg(unix)]
 #[test]
 fn ctrl_c_stops_the_search_and_prints_the_report() {
-    let program = tmp("ctrl-c-1f1b-64x64.ron");
-    let p = program.display().to_string();
-    let (code, _, err) = cuorder(&["gen", "pipeline", "--schedule", "1f1b", "--stages", "64", "--microbatches", "64", "-o", &p]);
-    assert_eq!(code, 0, "{err}");
+    let p = gen_pipeline("ctrl-c-1f1b-64x64.ron", &["--schedule", "1f1b", "--stages", "64", "--microbatches", "64"]);
     // Exhaustive check of 1F1B 64x64 runs for minutes (README); 200,000 executions of PCT for longer than a second.
-    // SIGINT goes once the progress bar has drawn (it draws before the search starts; loading 64x64 takes a
-    // while in a debug build, and a SIGINT before the handler is installed kills the process).
     for args in [vec!["--progress", "always", "check", p.as_str()], vec!["--progress", "always", "explore", p.as_str(), "--strategy", "pct", "--executions", "200000", "--jobs", "1"]] {
-        let started = std::time::Instant::now();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cuorder"))
-            .args(&args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("runs");
-        let mut pipe = child.stderr.take().expect("stderr piped");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            use std::io::Read;
-            let mut all = vec![];
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                all.extend_from_slice(&buf[..n]);
-                let _ = tx.send(());
-            }
-            String::from_utf8_lossy(&all).into_owned()
-        });
-        rx.recv_timeout(std::time::Duration::from_secs(120)).expect("the progress bar draws");
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
-        assert!(killed.success());
-        let out = child.wait_with_output().expect("waits");
-        let elapsed = started.elapsed();
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        let stderr = reader.join().expect("reader");
-        assert_eq!(out.status.code(), Some(3), "{args:?}: {stdout}{stderr}");
+        let (code, stdout, stderr) = interrupted(&args, |_| true);
+        assert_eq!(code, 3, "{args:?}: {stdout}{stderr}");
         assert!(stdout.contains("interrupted by Ctrl-C"), "{args:?}: {stdout}");
         assert!(stdout.contains("inconclusive"), "{args:?}: {stdout}");
         assert!(stderr.contains("interrupted: stopping the search"), "{args:?}: {stderr}");
-        assert!(elapsed < std::time::Duration::from_secs(150), "{args:?}: took {elapsed:?} to stop");
     }
+}
+
+/// Regression (issue 33): `gen pipeline` into a closed pipe (`| head -1`) exited 2 with "Broken pipe" on stderr; a
+/// closed stdout is a normal end, as for every other command: exit 0, nothing on stderr. (Into /dev/full, a write
+/// error that is no closed pipe, it still fails with exit 2.)
+#[cfg(unix)]
+#[test]
+fn gen_pipeline_into_a_closed_pipe_exited_2() {
+    // 64 x 64 unrolled is megabytes: far more than a pipe holds, so the write fails whenever the reader closes.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cuorder"))
+        .args(["gen", "pipeline", "--schedule", "1f1b", "--stages", "64", "--microbatches", "64", "--unroll"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("waits");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    if let Ok(full) = std::fs::File::create("/dev/full") {
+        let out = Command::new(env!("CARGO_BIN_EXE_cuorder"))
+            .args(["gen", "pipeline", "--schedule", "1f1b", "--stages", "4", "--microbatches", "4"])
+            .stdout(full)
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write the program"));
+    }
+}
+
+/// Regression (issue 33): the profile stored in a saved finding was never validated, so `replay` and `shrink` ran
+/// under a launch queue of depth 0, which `--profile` refuses. It is checked on load: exit 2, and the error says why.
+#[test]
+fn artifact_profile_with_queue_depth_0_was_replayed() {
+    let dir = tmp("queue-depth-0");
+    let d = dir.display().to_string();
+    let (code, out, err) = cuorder(&["explore", "examples/megatron-batch-p2p-race.ron", "--executions", "5", "--first", "--save", &d]);
+    assert_eq!(code, 1, "{out}{err}");
+    let path = dir.join("finding-1-data-race.ron");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("launch_queue_depth: None"), "{text}");
+    std::fs::write(&path, text.replacen("launch_queue_depth: None", "launch_queue_depth: Some(0)", 1)).unwrap();
+    let p = path.display().to_string();
+    for command in ["replay", "shrink"] {
+        let (code, out, err) = cuorder(&[command, &p]);
+        assert_eq!(code, 2, "{command}: {out}{err}");
+        assert!(err.contains("the profile saved in this finding is not valid (launch_queue_depth: Some(0) holds no launch"), "{command}: {err}");
+        assert_eq!(out, "", "{command}");
+    }
+}
+
+/// Regression (issue 33): `conform --dir --stats` resolved the manifest's profile file relative to the working
+/// folder (exit 2 outside the repository root), where `conform --dir` looks in the manifest's folder and the folders
+/// above it. Both resolve it alike now.
+#[test]
+fn conform_stats_resolved_the_profile_from_the_working_folder() {
+    let root = tmp("stats-profile");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("profiles")).unwrap();
+    std::fs::create_dir_all(root.join("batch")).unwrap();
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/traces/profiles/h200x2-nvlink-nccl2.28.3.ron"), root.join("profiles/h200.ron")).unwrap();
+    std::fs::write(root.join("batch/MANIFEST.ron"), "Manifest(profile: \"profiles/h200.ron\")\n").unwrap();
+    let batch = root.join("batch").display().to_string();
+    let (code, out, err) = cuorder(&["conform", "--dir", &batch, "--stats"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("| hardware outcome | model verdict | runs |"), "{out}");
+    // A profile that is nowhere is still an error, naming the folder searched.
+    std::fs::write(root.join("batch/MANIFEST.ron"), "Manifest(profile: \"profiles/nope.ron\")\n").unwrap();
+    let (code, _, err) = cuorder(&["conform", "--dir", &batch, "--stats"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("profile not found"), "{err}");
+}
+
+/// Regression (issue 33): Ctrl-C killed `time` and `run` with no output, though `--help` promises what was found so
+/// far and exit 3 for a run. `time` reports the steps taken, `run` prints the timeline so far; both end with the
+/// outcome "interrupted by Ctrl-C after N steps", exit 3.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_killed_time_and_run_without_a_report() {
+    let p = gen_pipeline("ctrl-c-1f1b-1024x64.ron", &["--schedule", "1f1b", "--stages", "1024", "--microbatches", "64"]);
+    // In a debug build, timing 1F1B 1024x64 takes tens of seconds, a random run of it more than a minute.
+    for (command, report) in [("time", "makespan so far (interrupted by Ctrl-C)"), ("run", "outcome: interrupted by Ctrl-C after")] {
+        let (code, stdout, stderr) = interrupted(&["--progress", "always", command, &p], |e| drawn(e, "steps") > 0);
+        // The timeline of `run` is long: its end is enough to tell.
+        let end = stdout.char_indices().rev().nth(2000).map_or(&stdout[..], |(i, _)| &stdout[i..]);
+        assert_eq!(code, 3, "{command}: {end}{stderr}");
+        assert!(stdout.contains("outcome: interrupted by Ctrl-C after"), "{command}: {end}");
+        assert!(stdout.contains(report), "{command}: {end}");
+        assert!(stderr.contains("interrupted: stopping the run"), "{command}: {stderr}");
+    }
+}
+
+/// The largest count the progress bar drew on `stderr` before `/TOTAL UNIT` ("1,024/2,000 candidates": 1024).
+#[cfg(unix)]
+fn drawn(stderr: &str, unit: &str) -> u64 {
+    let count = |before: &str| before.rsplit(' ').next()?.split_once('/')?.0.replace(',', "").parse::<u64>().ok();
+    stderr.split(&format!(" {unit}")).filter_map(count).max().unwrap_or(0)
+}
+
+/// A program whose conformance search takes minutes: 14 streams, each with a kernel and an event, and every event
+/// queried twice (each query has two answers), with an observation of it that hung in its last op, which no
+/// execution of the model shows (so that no agreement ends the question early). Returns both paths.
+#[cfg(unix)]
+fn long_conformance() -> (String, String) {
+    let k = 14;
+    let list = |f: &dyn Fn(usize) -> String, sep: &str| (0..k).map(f).collect::<Vec<_>>().join(sep);
+    let program = format!(
+        "Program(\n    ranks: 1,\n    streams: [{}],\n    events: [{}],\n    buffers: [{}],\n    threads: [Thread(\"main\", [\n{}\n{q}\n{q}\n        DeviceSync,\n    ])],\n)\n",
+        list(&|i| format!("Stream(\"s{i}\", NonBlocking)"), ", "),
+        list(&|i| format!("\"e{i}\""), ", "),
+        list(&|i| format!("Buffer(\"y{i}\", \"1 KiB\")"), ", "),
+        list(&|i| format!("        Kernel(\"k{i}\", stream: \"s{i}\", writes: [\"y{i}\"]),\n        Record(\"e{i}\", stream: \"s{i}\"),"), "\n"),
+        q = list(&|i| format!("        EventQuery(\"e{i}\"),"), "\n"),
+    );
+    let p = tmp("queries.ron");
+    std::fs::write(&p, program).unwrap();
+    let o = tmp("queries-observed.ron");
+    std::fs::write(
+        &o,
+        "Observation(format_version: 1, program: \"queries\", outcome: Hung(never_finished: [], threads: [ThreadPosition(rank: 0, \
+         thread: 0, at: InOp(56))]), environment: Environment(gpus: [], driver_version: None, \
+         nccl_version: None, nccl_library: None, hostname: None), timeout_ms: 3000, versions: {}, reads: [], ops: [], clock_anchors: [])\n",
+    )
+    .unwrap();
+    (p.display().to_string(), o.display().to_string())
+}
+
+/// Regression (issue 33): Ctrl-C killed `conform` with no output, one trace or a folder of them. One trace: the
+/// search stops and the result is inconclusive (exit 3). `--dir`: it stops between traces (and in the search of the
+/// trace in hand, which is then not listed), reports the traces checked so far, says it stopped, and leaves the gate
+/// undecided (exit 3).
+#[cfg(unix)]
+#[test]
+fn ctrl_c_killed_conform_without_a_report() {
+    let (p, o) = long_conformance();
+    let (code, stdout, stderr) = interrupted(&["--progress", "always", "conform", &p, &o], |e| drawn(e, "states") > 0);
+    assert_eq!(code, 3, "{stdout}{stderr}");
+    assert!(stdout.starts_with("inconclusive: the search stopped"), "{stdout}");
+    assert!(stdout.contains("note: interrupted by Ctrl-C after"), "{stdout}");
+    assert!(stderr.contains("interrupted: stopping the search"), "{stderr}");
+    // A folder with a short trace and the long one, checked in that order.
+    let dir = tmp("ctrl-c-conform-dir");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("programs")).unwrap();
+    std::fs::copy(&p, dir.join("programs/queries.ron")).unwrap();
+    std::fs::copy(&o, dir.join("queries.ron")).unwrap();
+    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/nccl-1456-grouped.ron"), dir.join("programs/a-grouped.ron")).unwrap();
+    let grouped = "Observation(format_version: 1, program: \"a-grouped\", outcome: Completed, environment: Environment(gpus: [], driver_version: None, \
+                   nccl_version: None, nccl_library: None, hostname: None), timeout_ms: 3000, versions: {}, reads: [], ops: [], clock_anchors: [])\n";
+    std::fs::write(dir.join("a-grouped.ron"), grouped).unwrap();
+    std::fs::write(dir.join("MANIFEST.ron"), "Manifest(profile: \"portable\")\n").unwrap();
+    let d = dir.display().to_string();
+    // SIGINT goes while the long trace is checked (the other one takes a few hundred states).
+    let (code, stdout, stderr) = interrupted(&["--progress", "always", "conform", "--dir", &d], |e| drawn(e, "states") > 10_000);
+    assert_eq!(code, 3, "{stdout}{stderr}");
+    assert!(stdout.contains("a-grouped.ron: agrees\n"), "{stdout}");
+    assert!(!stdout.contains("queries.ron"), "the trace whose search was cut short is not listed as checked: {stdout}");
+    assert!(stdout.contains("interrupted by Ctrl-C: the files above were checked, the others were not\n"), "{stdout}");
+    assert!(stdout.ends_with("gate not decided (interrupted by Ctrl-C)\n"), "{stdout}");
+}
+
+/// Regression (issue 33): Ctrl-C killed `shrink` with no output, losing every candidate it had checked. It now
+/// writes and reports the smallest program found so far (saying it is not minimal), exit 3.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_killed_shrink_without_the_smallest_program_so_far() {
+    let p = gen_pipeline("ctrl-c-race24.ron", &["--schedule", "1f1b", "--stages", "24", "--microbatches", "8", "--race", "--unroll"]);
+    let saved = tmp("ctrl-c-race24-findings");
+    let s = saved.display().to_string();
+    let (code, out, err) = cuorder(&["explore", &p, "--executions", "2", "--first", "--save", &s]);
+    assert_eq!(code, 1, "{out}{err}");
+    let artifact = saved.join("finding-1-data-race.ron").display().to_string();
+    let out_dir = tmp("ctrl-c-shrunk");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let o = out_dir.display().to_string();
+    // Shrinking this pipeline takes more than a minute in a debug build; SIGINT goes once a candidate was checked.
+    let (code, stdout, stderr) = interrupted(&["--progress", "always", "shrink", &artifact, "-o", &o], |e| drawn(e, "candidates") > 0);
+    assert_eq!(code, 3, "{stdout}{stderr}");
+    assert!(stdout.starts_with("interrupted by Ctrl-C: the smallest program found so far from"), "{stdout}");
+    assert!(stdout.contains("data race"), "{stdout}");
+    let min = std::fs::read_to_string(out_dir.join("ctrl-c-race24-min.ron")).expect("the smallest program so far is written");
+    assert!(min.contains("// The shrink was interrupted by Ctrl-C: the smallest program found so far, not a minimal one."), "{min}");
+    assert!(out_dir.join("ctrl-c-race24-min.finding.ron").is_file());
+    assert!(stderr.contains("interrupted: stopping and printing what was done so far"), "{stderr}");
+}
+
+/// Regression (issue 33): Ctrl-C killed `gen` with no output. It stops between programs, says how many of how many
+/// it wrote, exit 3.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_killed_gen_without_saying_what_it_wrote() {
+    let dir = tmp("ctrl-c-gen");
+    let d = dir.display().to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    // 10,000 programs take about 10 s in a debug build; SIGINT goes once the first ones are written.
+    let (code, stdout, stderr) = interrupted(&["--progress", "always", "gen", "--count", "10000", "--out", &d], |e| drawn(e, "programs") > 0);
+    let files = std::fs::read_dir(&dir).map(|r| r.count()).unwrap_or(0);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, 3, "{stdout}{stderr}");
+    assert_eq!(stdout, format!("wrote {files} of 10000 program(s) to {d} (interrupted by Ctrl-C)\n"));
+    assert!(files < 10_000, "{files}");
+    assert!(stderr.contains("interrupted: stopping and printing what was done so far"), "{stderr}");
 }
 
 /// From a new user's review: `check --time-limit 2` and `explore --max-time-s 5` were refused ("unexpected

@@ -16,6 +16,8 @@ pub struct Progress {
     steps: AtomicU64,
     /// The preemption bound being searched (bounded search).
     bound: AtomicU64,
+    /// Units of work done by a command's own loop (traces checked, candidates tried, programs written), a count.
+    items: AtomicU64,
     /// Set by [`Progress::request_stop`].
     stop: AtomicBool,
 }
@@ -51,7 +53,8 @@ impl Progress {
         self.executions.load(Ordering::Relaxed)
     }
 
-    /// Model steps of the executions finished so far (sampling strategies).
+    /// Model steps of the executions finished so far (sampling strategies), or of the single run in progress
+    /// (`cuorder run`, `cuorder time`; updated every few hundred steps).
     pub fn steps(&self) -> u64 {
         self.steps.load(Ordering::Relaxed)
     }
@@ -59,6 +62,21 @@ impl Progress {
     /// The preemption bound being searched (bounded search; 0 otherwise).
     pub fn bound(&self) -> u64 {
         self.bound.load(Ordering::Relaxed)
+    }
+
+    /// Work items done so far by a command's own loop ([`Progress::add_item`]).
+    pub fn items(&self) -> u64 {
+        self.items.load(Ordering::Relaxed)
+    }
+
+    /// Counts one more work item done (a trace checked, a shrink candidate tried, a program written).
+    pub fn add_item(&self) {
+        self.items.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sets the steps taken so far by a single run (`cuorder run`, `cuorder time`).
+    pub(crate) fn set_steps(&self, n: u64) {
+        self.steps.store(n, Ordering::Relaxed);
     }
 
     pub(crate) fn set_states(&self, n: u64) {

@@ -8,6 +8,7 @@ use cuorder_model::semantics::{AllocOutcome, Effects, Race, Semantics, State, St
 use cuorder_model::semantics::Stuck;
 use cuorder_model::semantics::incremental::Frontier;
 
+use crate::progress::Progress;
 use crate::scheduler::Scheduler;
 
 /// Trace format version; bump on any change to [`Trace`]'s shape.
@@ -23,6 +24,9 @@ pub enum Outcome {
     StepLimit(usize),
     /// The run stopped at its time limit after this many steps (limit in ms); only [`run_within`] stops so.
     TimeLimit { steps: usize, limit_ms: u64 },
+    /// The run stopped after this many steps because its stop flag was set (Ctrl-C:
+    /// [`crate::progress::Progress::request_stop`]); only [`run_within`] and the timed engine stop so.
+    Interrupted { steps: usize },
 }
 
 /// One line of the timeline: at step `step`, on `lane` ("r0 main" for a host thread, "r0 s0" for a stream),
@@ -177,12 +181,23 @@ pub fn describe_step(sem: &Semantics, i: u32, before: Option<Before>, step: &Ste
 
 /// Runs one execution under `scheduler` (at most `max_steps` steps) and records it.
 pub fn run(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u64>, max_steps: usize) -> Trace {
-    run_within(sem, scheduler, seed, max_steps, None)
+    run_within(sem, scheduler, seed, max_steps, None, None)
 }
 
-/// [`run`], also stopped after `max_time_ms` milliseconds of wall time when given ([`Outcome::TimeLimit`]; the
-/// trace is then deterministic only up to where it stopped).
-pub fn run_within(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u64>, max_steps: usize, max_time_ms: Option<u64>) -> Trace {
+/// How many steps a single run ([`run_within`], the timed engine) takes between two updates of its progress counter.
+pub const PUBLISH_EVERY: usize = 256;
+
+/// [`run`], also stopped after `max_time_ms` milliseconds of wall time when given ([`Outcome::TimeLimit`]), and when
+/// `stop`'s flag is set ([`Outcome::Interrupted`]; read before every step, and the steps taken are published to it
+/// every [`PUBLISH_EVERY`] steps); the trace is then deterministic only up to where it stopped.
+pub fn run_within(
+    sem: &Semantics,
+    scheduler: &mut dyn Scheduler,
+    seed: Option<u64>,
+    max_steps: usize,
+    max_time_ms: Option<u64>,
+    stop: Option<&Progress>,
+) -> Trace {
     let started = std::time::Instant::now();
     let mut st = sem.initial();
     let mut schedule = vec![];
@@ -207,6 +222,14 @@ pub fn run_within(sem: &Semantics, scheduler: &mut dyn Scheduler, seed: Option<u
         if let Some(limit_ms) = max_time_ms {
             if started.elapsed().as_millis() > u128::from(limit_ms) {
                 break Outcome::TimeLimit { steps: schedule.len(), limit_ms };
+            }
+        }
+        if let Some(p) = stop {
+            if p.stop_requested() {
+                break Outcome::Interrupted { steps: schedule.len() };
+            }
+            if schedule.len().is_multiple_of(PUBLISH_EVERY) {
+                p.set_steps(schedule.len() as u64);
             }
         }
         let step = enabled.get(scheduler.pick(&st, &enabled)).clone();

@@ -302,6 +302,10 @@ pub struct TimedOptions {
     /// [`TimedRun::spans`] and [`TimedRun::flows`] hold only what was unfinished at its end (it is run for its
     /// outcome).
     pub withhold: bool,
+    /// The stop flag and counters of whoever watches the run (`cuorder time`'s Ctrl-C handler and progress bar): the
+    /// run stops when the flag is set ([`Outcome::Interrupted`]; read before every step) and publishes its steps
+    /// taken every [`crate::run::PUBLISH_EVERY`] steps. `None`: nobody watches.
+    pub stop: Option<std::sync::Arc<crate::progress::Progress>>,
 }
 
 /// How many steps a timed run takes between two looks at the clock for [`TimedOptions::max_time`].
@@ -309,7 +313,7 @@ pub const TIME_CHECK_EVERY: usize = 4096;
 
 impl Default for TimedOptions {
     fn default() -> Self {
-        TimedOptions { seed: 0, jitter_ns: 0, max_steps: 100_000_000, max_time: None, clock_start: None, withhold: false }
+        TimedOptions { seed: 0, jitter_ns: 0, max_steps: 100_000_000, max_time: None, clock_start: None, withhold: false, stop: None }
     }
 }
 
@@ -948,6 +952,15 @@ pub fn timed_run(sem: &Semantics, costs: &CostModel, opt: &TimedOptions) -> Time
             let steps = log.schedule.len();
             if steps % TIME_CHECK_EVERY == 0 && started.elapsed() > limit {
                 break Outcome::TimeLimit { steps, limit_ms: limit.as_millis().try_into().unwrap_or(u64::MAX) };
+            }
+        }
+        if let Some(p) = &opt.stop {
+            let steps = log.schedule.len();
+            if p.stop_requested() {
+                break Outcome::Interrupted { steps };
+            }
+            if steps.is_multiple_of(crate::run::PUBLISH_EVERY) {
+                p.set_steps(steps as u64);
             }
         }
         let t = p.fire.max(now);

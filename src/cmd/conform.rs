@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use cuorder::cli::{bad_input, fail, load_inputs, say, TorchArgs, Verdict};
+use cuorder::cli::{bad_input, fail, load_inputs, say, Budgets, TorchArgs, Verdict};
+use cuorder::progress::{watch, Meter};
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::explore::Limits;
 
@@ -21,7 +22,7 @@ pub fn run(ctx: &Ctx, a: ConformArgs) -> ExitCode {
             }
             Err(e) => fail(e),
         },
-        (Some(dir), ..) => conform_dir(dir, a.junit.as_deref(), &a.budgets.limits()),
+        (Some(dir), ..) => conform_dir(ctx, dir, a.junit.as_deref(), &a.budgets),
         (None, Some(program), Some(trace)) => {
             let (prof, prog) = match load_inputs(&a.profile, program, ctx.color, TorchArgs::default()) {
                 Ok(x) => x,
@@ -32,7 +33,10 @@ pub fn run(ctx: &Ctx, a: ConformArgs) -> ExitCode {
                 Err(e) => return fail(e),
             };
             let sem = Semantics::new(&prog, &prof);
-            let c = cuorder_sim::conform::conform(&sem, &obs, &a.budgets.limits());
+            // Ctrl-C stops the search: an agreement found so far stands, else the result is inconclusive (exit 3).
+            let w = watch(ctx.progress, meter(&a.budgets));
+            let c = cuorder_sim::conform::conform(&sem, &obs, &Limits { progress: Some(w.progress()), ..a.budgets.limits() });
+            w.finish();
             say(&c.to_text());
             // A budget that stopped the search before it showed the observation decides nothing (exit 3, as for
             // `check`); it was reported as a disagreement (exit 1).
@@ -49,17 +53,29 @@ pub fn run(ctx: &Ctx, a: ConformArgs) -> ExitCode {
     }
 }
 
+/// The progress bar of a conformance search (the states of the trace being checked).
+fn meter(b: &Budgets) -> Meter {
+    Meter::States { max_states: b.max_states as u64, max_time_s: b.max_time_s }
+}
+
 /// `cuorder conform --dir DIR`: every file under DIR, one line each, and a summary; exit 1 unless the gate passes.
-fn conform_dir(dir: &Path, junit: Option<&Path>, limits: &Limits) -> ExitCode {
+/// Ctrl-C stops between traces (and the search of the trace in hand): the files checked so far are reported, the
+/// report says it stopped, and the exit is 1 if one of them failed the gate, else 3.
+fn conform_dir(ctx: &Ctx, dir: &Path, junit: Option<&Path>, budgets: &Budgets) -> ExitCode {
     if !dir.is_dir() {
         return bad_input(&format!("{}: not a folder", dir.display()));
     }
-    let rep = cuorder::traces::check_dir(dir, limits);
+    let w = watch(ctx.progress, meter(budgets));
+    let rep = cuorder::traces::check_dir(dir, &Limits { progress: Some(w.progress()), ..budgets.limits() });
+    w.finish();
     say(&rep.to_text());
     if let Some(path) = junit {
         if let Err(e) = std::fs::write(path, rep.to_junit()) {
             return bad_input(&format!("cannot write {}: {e}", path.display()));
         }
+    }
+    if rep.interrupted {
+        return Verdict::of_search(rep.entries.iter().any(|e| !e.status.passes()), true).into();
     }
     if rep.entries.is_empty() {
         return bad_input(&format!("no trace and no MANIFEST.ron under {}", dir.display()));

@@ -5,20 +5,22 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use cuorder::cli::{bad_input, say};
+use cuorder::cli::{bad_input, emit, say, Verdict};
+use cuorder::progress::{watch, Meter};
 use cuorder_model::program::Program;
 
+use super::Ctx;
 use crate::{CoverArgs, EmitArg, GenArgs, GenWhat, PipelineArgs, ScheduleArg};
 
 /// Runs `cuorder gen`.
-pub fn run(a: GenArgs) -> ExitCode {
+pub fn run(ctx: &Ctx, a: GenArgs) -> ExitCode {
     match a.what {
         Some(GenWhat::Pipeline(p)) => pipeline(p),
-        Some(GenWhat::Cover(c)) => cover(c),
+        Some(GenWhat::Cover(c)) => cover(ctx, c),
         None => {
             let out = a.out.expect("clap requires --out without a subcommand");
             let opt = cuorder_sim::gen::GenOptions::default();
-            gen_files(&out, a.seed, a.count, &|s| cuorder_sim::gen::program(s, &opt))
+            gen_files(ctx, &out, a.seed, a.count, &|s| cuorder_sim::gen::program(s, &opt))
         }
     }
 }
@@ -53,8 +55,7 @@ fn pipeline(a: PipelineArgs) -> ExitCode {
     };
     match a.output {
         None => {
-            use std::io::Write;
-            if let Err(e) = std::io::stdout().lock().write_all(text.as_bytes()) {
+            if let Err(e) = emit(&text) {
                 return bad_input(&format!("cannot write the program: {e}"));
             }
         }
@@ -68,16 +69,17 @@ fn pipeline(a: PipelineArgs) -> ExitCode {
 }
 
 /// `cuorder gen cover`: `--count` programs covering the single-GPU model into `--out`.
-fn cover(a: CoverArgs) -> ExitCode {
+fn cover(ctx: &Ctx, a: CoverArgs) -> ExitCode {
     if !(1..=64).contains(&a.ranks) {
         return bad_input(&format!("--ranks must be 1 to 64, got {}", a.ranks));
     }
     let opt = cuorder_sim::cover::CoverOptions { ranks: a.ranks, ..Default::default() };
-    gen_files(&a.out, a.seed, a.count, &|s| cuorder_sim::cover::program(s, &opt))
+    gen_files(ctx, &a.out, a.seed, a.count, &|s| cuorder_sim::cover::program(s, &opt))
 }
 
-/// Writes programs `make(seed)` for `count` seeds from `seed` into `out` (created), each as `NAME.ron`.
-fn gen_files(out: &Path, seed: u64, count: u64, make: &dyn Fn(u64) -> Program) -> ExitCode {
+/// Writes programs `make(seed)` for `count` seeds from `seed` into `out` (created), each as `NAME.ron`. Ctrl-C stops
+/// it between programs: it then says how many it wrote, and exits 3.
+fn gen_files(ctx: &Ctx, out: &Path, seed: u64, count: u64, make: &dyn Fn(u64) -> Program) -> ExitCode {
     if let Err(e) = std::fs::create_dir_all(out) {
         return bad_input(&format!("cannot create {}: {e}", out.display()));
     }
@@ -90,13 +92,27 @@ fn gen_files(out: &Path, seed: u64, count: u64, make: &dyn Fn(u64) -> Program) -
             u64::MAX - seed + 1
         ));
     }
+    let w = watch(ctx.progress, Meter::Items { total: count, unit: "programs" });
+    let progress = w.progress();
+    let mut written = 0u64;
     for s in (0..count).map(|i| seed + i) {
+        if progress.stop_requested() {
+            break;
+        }
         let p = make(s);
         let text = ron::ser::to_string_pretty(&p, ron::ser::PrettyConfig::default()).expect("program serializes");
         let path = out.join(format!("{}.ron", p.name));
         if let Err(e) = std::fs::write(&path, text + "\n") {
+            w.finish();
             return bad_input(&format!("cannot write {}: {e}", path.display()));
         }
+        written += 1;
+        progress.add_item();
+    }
+    w.finish();
+    if written < count {
+        say(&format!("wrote {written} of {count} program(s) to {} ({})\n", out.display(), cuorder_sim::progress::INTERRUPTED));
+        return Verdict::Inconclusive.into();
     }
     say(&format!("wrote {count} program(s) to {}\n", out.display()));
     ExitCode::SUCCESS

@@ -4,11 +4,14 @@
 
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use cuorder::cli::{bad_input, err, fail, load_inputs, say, Verdict};
+use cuorder::progress::{watch, Meter};
 use cuorder_model::profile::{CollectiveConnect, PlanOrder};
 use cuorder_model::semantics::{Semantics, Step};
 use cuorder_sim::explore::Limits;
+use cuorder_sim::progress::Progress;
 use cuorder_sim::run::{Outcome, Trace};
 use cuorder_sim::scheduler::RandomScheduler;
 
@@ -29,6 +32,13 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> ExitCode {
     if a.backend == Backend::Hw {
         return run_hw(&sem, a.trace.as_deref(), a.timeout_s);
     }
+    // Ctrl-C stops the random run where it is (its timeline so far is printed, exit 3), or the search for the
+    // --witness.
+    let meter = match a.witness {
+        None => Meter::Steps { max_steps: a.max_steps as u64, time_limit_s: Some(a.budgets.max_time_s as f64) },
+        Some(_) => Meter::States { max_states: a.budgets.max_states as u64, max_time_s: a.budgets.max_time_s },
+    };
+    let w = watch(ctx.progress, meter);
     let tr = match a.witness {
         None => cuorder_sim::run::run_within(
             &sem,
@@ -36,12 +46,18 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> ExitCode {
             Some(a.seed),
             a.max_steps,
             Some(a.budgets.max_time_s.saturating_mul(1000)),
+            Some(&w.progress()),
         ),
-        Some(n) => match witness(&sem, &a, n) {
+        Some(n) => match witness(&sem, &a, n, w.progress()) {
             Ok(t) => t,
-            Err(message) => return bad_input(&message),
+            Err((message, verdict)) => {
+                w.finish();
+                err(&format!("error: {message}\n"));
+                return verdict.into();
+            }
         },
     };
+    w.finish();
     say(&(a.torch.note() + &cuorder::timeline::render(&sem, &tr) + &platform_choices(&sem, &tr.schedule)));
     if let Some(path) = &a.timeline {
         if let Err(message) = write_timeline(&sem, &a, &tr, path) {
@@ -54,24 +70,28 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> ExitCode {
             return bad_input(&format!("cannot write {}: {e}", path.display()));
         }
     }
-    let timed_out = matches!(tr.outcome, Outcome::TimeLimit { .. });
-    (if timed_out { Verdict::Inconclusive } else { Verdict::Done }).into()
+    let cut = matches!(tr.outcome, Outcome::TimeLimit { .. } | Outcome::Interrupted { .. });
+    (if cut { Verdict::Inconclusive } else { Verdict::Done }).into()
 }
 
-/// The execution of `--witness N`: the witness of the N-th finding of `check` (same profile and budgets), replayed.
+/// The execution of `--witness N`: the witness of the N-th finding of `check` (same profile and budgets; the search
+/// stops when `progress`'s stop flag is set), replayed.
 ///
-/// Errors (the message, for exit 2): no N-th finding, or its witness does not replay.
-fn witness(sem: &Semantics, a: &RunArgs, n: usize) -> Result<Trace, String> {
-    let rep = cuorder::report::check(sem.program, sem.profile, &a.budgets.limits());
+/// Errors (the message and the verdict): no N-th finding (bad input, or inconclusive when Ctrl-C stopped the search
+/// before it found one), or its witness does not replay (bad input).
+fn witness(sem: &Semantics, a: &RunArgs, n: usize, progress: Arc<Progress>) -> Result<Trace, (String, Verdict)> {
+    let stop = progress.clone();
+    let rep = cuorder::report::check(sem.program, sem.profile, &Limits { progress: Some(progress), ..a.budgets.limits() });
     let Some(f) = n.checked_sub(1).and_then(|i| rep.findings.get(i)) else {
-        return Err(format!(
+        let verdict = if stop.stop_requested() { Verdict::Inconclusive } else { Verdict::BadInput };
+        return Err((format!(
             "--witness {n}: findings are numbered from 1, and check found {} under profile {} (pass the same --profile as to check){}",
             rep.findings.len(),
             sem.profile.label(),
             rep.limit_hit.as_ref().map(|l| format!("; {l}")).unwrap_or_default()
-        ));
+        ), verdict));
     };
-    cuorder_sim::run::replay(sem, &f.finding.witness).map_err(|d| d.to_string())
+    cuorder_sim::run::replay(sem, &f.finding.witness).map_err(|d| (d.to_string(), Verdict::BadInput))
 }
 
 /// `--timeline FILE`: the execution `tr` timed by `--costs` (logical time without it), as Chrome trace-event JSON.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use cuorder::artifact::{Artifact, Opened};
 use cuorder::cli::{bad_input, err, fail, say, TorchArgs, Verdict};
+use cuorder::progress::{watch, Meter};
 use cuorder::shrink::Shrunk;
 use cuorder_model::describe::count;
 
@@ -31,12 +32,22 @@ pub fn run(ctx: &Ctx, args: ShrinkArgs) -> ExitCode {
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty() && !d.is_dir()) {
         return bad_input(&format!("cannot write {}: the folder {} does not exist", out.display(), dir.display()));
     }
-    let opt = cuorder::shrink::ShrinkOptions { max_states: args.max_states, max_candidates: args.max_candidates, torch: a.torch, ..Default::default() };
-    let shrunk = match cuorder::shrink::shrink(&name, &text, &a.profile, &a.kind, &opt) {
+    // Ctrl-C stops the shrink: the smallest program found so far is written and reported (exit 3).
+    let w = watch(ctx.progress, Meter::Items { total: args.max_candidates as u64, unit: "candidates" });
+    let opt = cuorder::shrink::ShrinkOptions {
+        max_states: args.max_states,
+        max_candidates: args.max_candidates,
+        torch: a.torch,
+        stop: Some(w.progress()),
+        ..Default::default()
+    };
+    let shrunk = cuorder::shrink::shrink(&name, &text, &a.profile, &a.kind, &opt);
+    w.finish();
+    let shrunk = match shrunk {
         Ok(s) => s,
         Err(e) => {
             err(&format!("error: {e}\n"));
-            return Verdict::Problem.into();
+            return (if opt.stop.as_ref().is_some_and(|p| p.stop_requested()) { Verdict::Inconclusive } else { Verdict::Problem }).into();
         }
     };
     let art_path = out.with_extension("finding.ron");
@@ -50,7 +61,9 @@ pub fn run(ctx: &Ctx, args: ShrinkArgs) -> ExitCode {
     }
     // Nothing removed: say so instead of "shrunk .. to 15 ops (from 15 ops)".
     let (before, after) = sizes(&shrunk);
-    let what = if (shrunk.ops_after, shrunk.ranks_after) == (shrunk.ops_before, shrunk.ranks_before) {
+    let what = if shrunk.interrupted {
+        format!("{}: the smallest program found so far from {} has {after} (from {before}", cuorder_sim::progress::INTERRUPTED, path.display())
+    } else if (shrunk.ops_after, shrunk.ranks_after) == (shrunk.ops_before, shrunk.ranks_before) {
         format!("found no smaller program than {} ({after}", path.display())
     } else {
         format!("shrunk {} to {after} (from {before}", path.display())
@@ -67,7 +80,7 @@ pub fn run(ctx: &Ctx, args: ShrinkArgs) -> ExitCode {
     if cuorder::shrink::has_loops(&shrunk.text) {
         say("note: the shrunk program still has loops (For/Repeat): shrink removes ops as written, so an op inside a loop stays in every iteration; an unrolled program (one thread per rank, e.g. `cuorder gen pipeline ... --unroll`) shrinks further\n");
     }
-    ExitCode::SUCCESS
+    (if shrunk.interrupted { Verdict::Inconclusive } else { Verdict::Done }).into()
 }
 
 /// The sizes before and after, "3 ops on 1 rank".
@@ -93,8 +106,9 @@ fn header(artifact: &Path, path: &Path, a: &Artifact, shrunk: &Shrunk, out: &Pat
         format!("// Found with {flags}: check it with `cuorder check {} {flags}` (its `torch:` is the original's).\n", out.display())
     };
     let (before, after) = sizes(shrunk);
+    let cut = if shrunk.interrupted { "// The shrink was interrupted by Ctrl-C: the smallest program found so far, not a minimal one.\n" } else { "" };
     format!(
-        "// Shrunk by `cuorder shrink {}` from {} ({before} -> {after}, {}):\n// {}: {}\n{with}",
+        "// Shrunk by `cuorder shrink {}` from {} ({before} -> {after}, {}):\n// {}: {}\n{with}{cut}",
         artifact.display(),
         path.display(),
         count(shrunk.candidates as u64, "candidate"),

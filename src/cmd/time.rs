@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use cuorder::cli::{fail, say, Format};
+use cuorder::progress::{watch, Meter};
 use cuorder::LoadError;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::timed::{Summary, TimedOptions, TimedRun};
@@ -50,8 +51,19 @@ pub fn run(ctx: &Ctx, a: TimeArgs) -> ExitCode {
     }
     let sem = Semantics::new(&prog, &prof);
     let max_time = a.max_time_s.map(std::time::Duration::from_secs_f64);
-    let opt = TimedOptions { seed: a.seed, jitter_ns: a.jitter, max_steps: a.max_steps, max_time, clock_start: Some(clock_start), withhold: false };
+    // Ctrl-C stops the run where it is; the report then covers the steps taken (exit 3 unless something was found).
+    let w = watch(ctx.progress, Meter::Steps { max_steps: a.max_steps as u64, time_limit_s: a.max_time_s });
+    let opt = TimedOptions {
+        seed: a.seed,
+        jitter_ns: a.jitter,
+        max_steps: a.max_steps,
+        max_time,
+        clock_start: Some(clock_start),
+        withhold: false,
+        stop: Some(w.progress()),
+    };
     let run = TimedRun { settings: a.torch.flags(), ..cuorder::timing::time_run(&sem, &model, &opt, !a.no_withheld_run) };
+    w.finish();
     if run.makespan_ns == u64::MAX {
         return time_fail(file.clone(), saturated(&sem, &run, &file, &model.name));
     }

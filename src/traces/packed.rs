@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use cuorder_hw::pack;
 use cuorder_model::profile::Profile;
@@ -17,6 +18,7 @@ use cuorder_model::semantics::Semantics;
 use cuorder_sim::conform::conform;
 use cuorder_sim::cover::{CoverOptions, COVER_VERSION};
 use cuorder_sim::explore::Limits;
+use cuorder_sim::progress::Progress;
 
 use super::TraceCheck;
 use crate::LoadError;
@@ -160,10 +162,16 @@ pub type PackedCheck = (PathBuf, Result<TraceCheck, String>);
 
 /// Checks every run of every packed file of `dir` under `profile`, on up to `threads` threads; returns one
 /// [`PackedCheck`] per run (trace path `FILE#NAME`), in file order, and one per file that could not be read at all
-/// (trace path `FILE`). Nothing stops the others: a bad run or file is reported on its own.
-pub fn check_packs(dir: &Path, profile: &Profile, explained: &BTreeMap<String, String>, threads: usize) -> Vec<PackedCheck> {
+/// (trace path `FILE`). Nothing stops the others: a bad run or file is reported on its own. Only `stop`'s flag
+/// (Ctrl-C) stops them: each run's search then stops, and the runs not checked to the end are left out of the result.
+pub fn check_packs(dir: &Path, profile: &Profile, explained: &BTreeMap<String, String>, threads: usize, stop: Option<&Arc<Progress>>) -> Vec<PackedCheck> {
     let mut out = vec![];
+    let stopped = || stop.is_some_and(|p| p.stop_requested());
+    let limits = Limits { progress: stop.cloned(), ..Limits::default() };
     for file in pack_files(dir) {
+        if stopped() {
+            break;
+        }
         let runs = match read_runs(dir, &file) {
             Ok(r) => r,
             Err(e) => {
@@ -182,19 +190,30 @@ pub fn check_packs(dir: &Path, profile: &Profile, explained: &BTreeMap<String, S
                 let len = chunk.len();
                 let first = start;
                 start += len;
+                let (limits, stopped) = (&limits, &stopped);
                 s.spawn(move || {
                     for (k, slot) in chunk.iter_mut().enumerate() {
+                        if stopped() {
+                            break;
+                        }
                         let (name, read) = &runs[first + k];
                         let trace = PathBuf::from(format!("{}#{name}", file.display()));
                         let checked = read.as_ref().map_err(Clone::clone).map(|(p, o)| {
                             let sem = Semantics::new(p, profile);
                             TraceCheck {
                                 trace: trace.clone(),
-                                conformance: conform(&sem, o, &Limits::default()),
+                                conformance: conform(&sem, o, limits),
                                 explained: explained.get(name).cloned(),
                             }
                         });
+                        if stopped() {
+                            // Ctrl-C cut this run's search short: it was not checked, and is not listed.
+                            break;
+                        }
                         *slot = Some((trace, checked));
+                        if let Some(p) = stop {
+                            p.add_item();
+                        }
                     }
                 });
             }

@@ -13,7 +13,7 @@ use cuorder_model::verdict::Problem;
 use cuorder_sim::explore::{explore, Limits};
 
 use super::packed;
-use crate::{load_profile, LoadError};
+use crate::LoadError;
 
 fn op_id(sem: &Semantics, l: OpLoc) -> OpId {
     let (rank, thread) = sem.thread_of[l.thread as usize];
@@ -63,10 +63,10 @@ pub fn batch_stats(dir: &Path) -> Result<Stats, LoadError> {
     let mut st = Stats::default();
     for m in super::manifests(dir) {
         let folder = m.parent().unwrap_or(Path::new("."));
-        let text = std::fs::read_to_string(&m).map_err(|e| LoadError::plain(&m, e.to_string()))?;
-        let man: super::Manifest =
-            ron::from_str(&text).map_err(|e| LoadError::plain(&m, e.to_string()))?;
-        let profile = load_profile(&man.profile)?;
+        // Read and resolved as `conform --dir` does: a profile file relative to the manifest's folder or a folder
+        // above it (it was resolved relative to the working folder: exit 2 outside the repository root).
+        let man = super::load_manifest(&m)?;
+        let (profile, _) = super::manifest_profile(&man, folder)?;
         for file in packed::pack_files(folder) {
             for (name, p, o) in packed::load_runs(folder, &file)? {
                 let sem = Semantics::new(&p, &profile);

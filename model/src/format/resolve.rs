@@ -133,9 +133,19 @@ impl<'a, 'i> Resolver<'a, 'i> {
         self.err(cx, Issue::new(path, format!("unknown {what} `{name}`")).help(help));
     }
 
-    /// The help of "unknown {what} `{name}`": a suggestion among `known`, a note that the name is of another kind, or
-    /// the known names (at most [`MAX_LISTED_NAMES`]).
+    /// The help of "unknown {what} `{name}`": a note that a known name differs from it only in Unicode normalisation
+    /// (names are compared as written, code point by code point: "é" composed, U+00E9, is not "é" decomposed, e and
+    /// U+0301, though they look the same), a suggestion among `known`, a note that the name is of another kind, or the
+    /// known names (at most [`MAX_LISTED_NAMES`]).
     fn unknown_help_text(&self, what: &str, name: &str, known: &[&str]) -> String {
+        use unicode_normalization::UnicodeNormalization;
+        if let Some(k) = known.iter().find(|k| k.nfc().eq(name.nfc())) {
+            return format!(
+                "`{name}` and the declared {what} `{k}` differ only in Unicode normalisation (the same characters, \
+                 composed in one and decomposed in the other, NFC vs NFD): names are compared as written, so write \
+                 both the same way"
+            );
+        }
         let others: [(&str, bool); 4] = [
             ("stream", self.d.stream_idx.contains_key(name) || name == LEGACY_STREAM || name == PER_THREAD_STREAM),
             ("event", self.d.event_idx.contains_key(name)),

@@ -177,6 +177,22 @@ fn ranks_out_of_range() {
     assert_eq!(p.ranks.len(), 4096);
 }
 
+/// Regression (issue 33): a name declared composed (NFC, "é" as U+00E9) and used decomposed (NFD, e and U+0301)
+/// was "unknown buffer `é`" next to "known buffers: é". Names are compared as written; the help says they differ
+/// only in Unicode normalisation.
+#[test]
+fn unknown_name_differing_only_in_unicode_normalisation_was_unexplained() {
+    let (nfc, nfd) = ("caf\u{e9}", "cafe\u{301}");
+    let text = format!(
+        "Program(ranks: 1, streams: [Stream(\"s0\", NonBlocking)], buffers: [Buffer(\"{nfc}\", \"1 KiB\")], \
+         threads: [Thread(\"m\", [Kernel(\"k\", stream: \"s0\", writes: [\"{nfd}\"])])])"
+    );
+    let all = errors(&text).join("\n");
+    assert!(all.contains(&format!("unknown buffer `{nfd}`")), "{all}");
+    assert!(all.contains("differ only in Unicode normalisation"), "{all}");
+    assert!(!all.contains("known buffers:"), "{all}");
+}
+
 #[test]
 fn unknown_names_with_suggestions() {
     one_error("Kernel(\"k\", stream: \"s2\")", &["3:21: unknown stream `s2`", "did you mean `s0`?"]);
