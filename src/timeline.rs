@@ -29,9 +29,9 @@ pub fn render(sem: &Semantics, trace: &Trace) -> String {
         count(trace.schedule.len() as u64, "step")
     ));
     let width = trace.events.iter().map(|e| lane(&e.lane).chars().count()).max().unwrap_or(4).max(4);
-    s.push_str(&format!("{:>5}  {:<width$}  event\n", "step", "lane"));
+    s.push_str(&format!("{:>5}  {}  event\n", "step", pad("lane", width)));
     for e in &trace.events {
-        s.push_str(&format!("{:>5}  {:<width$}  {}\n", e.step, lane(&e.lane), e.text));
+        s.push_str(&format!("{:>5}  {}  {}\n", e.step, pad(&lane(&e.lane), width), e.text));
     }
     s.push('\n');
     let replay = trace.scheduler == "replay";
@@ -125,4 +125,15 @@ pub fn race_text(sem: &Semantics, r: &cuorder_model::semantics::Race) -> String 
         r.first.range.buf.rank,
         sem.program.buffer(r.first.range.buf).name
     )
+}
+
+/// `text` followed by spaces up to `width` characters (as `format!("{:<width$}")`, which panics for a width above
+/// 65,535: `time` and `run --timeline` panicked on a stream or thread name that long, which `check` accepts; issue
+/// 33). Nothing is cut: a longer text comes back whole.
+pub(crate) fn pad(text: &str, width: usize) -> String {
+    let n = text.chars().count();
+    let mut out = String::with_capacity(text.len() + width.saturating_sub(n));
+    out.push_str(text);
+    out.extend(std::iter::repeat_n(' ', width.saturating_sub(n)));
+    out
 }

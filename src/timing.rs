@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use cuorder_model::describe::count;
+
+use crate::timeline::pad;
 use cuorder_model::program::RankId;
 use cuorder_model::semantics::Semantics;
 use cuorder_sim::cost::CostModel;
@@ -236,12 +238,12 @@ pub fn report_text(sem: &Semantics, run: &TimedRun, sum: &Summary, file: &str) -
         let _ = writeln!(s, "… {more} more rank{} (--format json lists all)", if more == 1 { "" } else { "s" });
     }
     let width = sum.streams.iter().take(MAX_TABLE_ROWS).map(|x| lane_name(sem, Lane::Stream(x.stream)).chars().count()).max().unwrap_or(6).max(6);
-    let _ = writeln!(s, "\n{:<width$} {:>14} {:>14} {:>6} {:>14}", "stream", "busy", "idle", "gaps", "longest gap");
+    let _ = writeln!(s, "\n{} {:>14} {:>14} {:>6} {:>14}", pad("stream", width), "busy", "idle", "gaps", "longest gap");
     for x in sum.streams.iter().take(MAX_TABLE_ROWS) {
         let _ = writeln!(
             s,
-            "{:<width$} {:>14} {:>14} {:>6} {:>14}",
-            lane_name(sem, Lane::Stream(x.stream)),
+            "{} {:>14} {:>14} {:>6} {:>14}",
+            pad(&lane_name(sem, Lane::Stream(x.stream)), width),
             fmt_ns(x.busy_ns),
             fmt_ns(x.idle_ns),
             x.gaps,
@@ -354,9 +356,9 @@ pub fn lanes_text(sem: &Semantics, run: &TimedRun, width: usize) -> String {
     let mut s = String::new();
     // The end of the axis under the last column, a space at least after the 0 (`--lanes 10` printed "0418.353 ms").
     let end = fmt_ns(run.makespan_ns);
-    let _ = writeln!(s, "{:<w$} 0{:>width$}", "", end, width = width.max(end.chars().count() + 1));
+    let _ = writeln!(s, "{} 0{:>width$}", pad("", w), end, width = width.max(end.chars().count() + 1));
     for ((_, row), name) in lanes.iter().zip(&names) {
-        let _ = writeln!(s, "{name:<w$} |{}|", String::from_utf8_lossy(row));
+        let _ = writeln!(s, "{} |{}|", pad(name, w), String::from_utf8_lossy(row));
     }
     if lanes.len() > MAX_LANES {
         let more = lanes.len() - MAX_LANES;

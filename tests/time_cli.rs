@@ -750,3 +750,27 @@ fn torch_settings_on_a_program_without_pytorch_were_reported_as_applied() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.starts_with("PyTorch calls lowered with --torch-version before82450"), "{out}");
 }
+
+/// Issue 33: `time` panicked on a stream name longer than 65,535 characters (its table padded names with a format
+/// width, which Rust limits to 65,535), where `check` and `run` accept the same file. The table, `--lanes` and
+/// `run`'s timeline now pad without a format width, and print the whole name.
+#[test]
+fn time_panicked_on_a_name_longer_than_65535_characters() {
+    let name = "k".repeat(70_000);
+    let path = tmp("long-name.ron");
+    std::fs::write(
+        &path,
+        format!(
+            r#"Program(ranks: 1, streams: [Stream("{name}", NonBlocking)], buffers: [Buffer("x", "1 MiB")],
+            threads: [Thread("main", [Kernel("w", stream: "{name}", writes: ["x"]), DeviceSync])])"#
+        ),
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    for args in [vec!["time", p], vec!["time", p, "--lanes", "40"], vec!["run", p]] {
+        let (code, out, err) = cli(&args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(!err.contains("panicked") && out.contains(&name), "{args:?}: {}", err.chars().take(500).collect::<String>());
+    }
+    let _ = std::fs::remove_file(&path);
+}
