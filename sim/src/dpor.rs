@@ -373,7 +373,8 @@ impl Events {
 }
 
 /// Per enabled step of a state of the current execution: the depth of the first state from which it has been
-/// enabled in every state up to this one, without its agent taking a step meanwhile.
+/// enabled, and not withholdable ([`Semantics::starvable`]), in every state up to this one, without its agent taking
+/// a step meanwhile (the next state's depth if it may be withheld here).
 type Since = HashMap<Step, u32>;
 
 /// [`Since`] for the state at `depth` (its enabled steps `front`), reached by a step of `agent` from the state whose
@@ -381,8 +382,9 @@ type Since = HashMap<Step, u32>;
 fn advance_since(sem: &Semantics, st: &State, front: &Frontier, prev: &Since, agent: usize, depth: u32) -> Since {
     front
         .iter()
-        .map(|(s, _)| {
+        .map(|(s, withheld)| {
             let at = match prev.get(s) {
+                _ if withheld => depth + 1,
                 Some(d) if step_agent(sem, st, s) != agent => *d,
                 _ => depth,
             };
@@ -463,7 +465,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
 
     let init = sem.initial();
     let init_front = Frontier::new(sem, &init);
-    let init_since: Since = init_front.iter().map(|(s, _)| (s.clone(), 0)).collect();
+    let init_since: Since = init_front.iter().map(|(s, w)| (s.clone(), u32::from(w))).collect();
     let mut cur = Some((0usize, init.clone(), init_front.clone(), init_since.clone()));
     let mut init_st = init.clone();
     let backtrack = arrive(&mut init_st, &init_front, &[], &path, &mut found);
@@ -885,14 +887,17 @@ impl<'a, 'p> Dependency<'a, 'p> {
 /// happens-before relation DPOR computes for it: a random linearization (seeded) of its dependency order, as indices
 /// into `schedule`. The relation is sound when every such order can be replayed, takes each step where the platform
 /// may withhold it exactly when the original did, and reaches a state with the same problems (`tests/dpor.rs`).
+/// `local`: with the order DPOR gives local events ([`Semantics::is_local`]): one does not happen before a later
+/// step enabled since before it (module docs, "Persistent sets"); otherwise they order like any other.
 /// Errors: the step of `schedule` that is not enabled where it comes.
-pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64) -> Result<Vec<usize>, crate::run::Diverged> {
+pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64, local: bool) -> Result<Vec<usize>, crate::run::Diverged> {
     let deps = Dependency::new(sem);
     let agents = sem.agents + sem.program.comms.len();
     let mut events = Events::new(agents, deps.objects);
     let mut mark = vec![false; sem.program.ranks.len()];
     let mut st = sem.initial();
     let mut front = Frontier::new(sem, &st);
+    let mut since: Since = front.iter().map(|(s, w)| (s.clone(), u32::from(w))).collect();
     for (i, step) in schedule.iter().enumerate() {
         let Some(withheld) = front.iter().find(|(s, _)| *s == step).map(|(_, w)| w) else {
             return Err(crate::run::Diverged { at: i, step: step.clone() });
@@ -900,9 +905,10 @@ pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64) -> Result<Vec<usiz
         let mut ev = deps.footprint(&st, step, withheld, &mut mark);
         front.apply(sem, &mut st, step);
         ev.global |= st.undefined.is_some();
-        // Races are not asked for here: a local event orders like any other.
-        ev.local = false;
-        events.push(ev, i as u32);
+        ev.local &= local;
+        let (agent, at) = (ev.agent, since[step]);
+        events.push(ev, at);
+        since = advance_since(sem, &st, &front, &since, agent, i as u32 + 1);
     }
     // Kahn's algorithm over the immediate predecessors, picking uniformly among the events whose predecessors are all
     // placed.
