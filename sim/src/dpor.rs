@@ -33,8 +33,13 @@
 //!
 //! **Persistent sets.** A step that commutes with every step that can ever be enabled beside it
 //! ([`Semantics::is_local`], the exhaustive search's proof) is explored first, and a race with it is not reversed:
-//! `{it}` is a persistent set of the state where it was taken. It still orders what depends on it, and a path through
-//! it does not hide a race between the events before and after it.
+//! `{it}` is a persistent set of the state where it was taken. It orders after it only what may need it: a later step
+//! of another agent that was enabled, and could not be withheld, in every state since the one where it was taken
+//! commutes with it and could have gone first, so it does not happen after it, whatever the two touch (footprints are
+//! coarser than the search's proof: the host side of a rank, a collective's whole device; ordering such a step after
+//! the local event, an order never reversed, made a race of an earlier event with the step look irreversible, and
+//! executions were lost: seeds 2809 and 20780 of `cuorder-differential`). And a path through it does not hide a race
+//! between the events before and after it.
 //!
 //! **Nondeterministic agents.** An agent can have several enabled steps (an allocation's block, a send that may
 //! finish eagerly or wait for its recv, a query's answer): backtrack sets hold agents, and exploring an agent at a
