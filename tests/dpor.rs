@@ -23,9 +23,10 @@ fn programs() -> Vec<(String, cuorder_model::program::Program)> {
 /// step of it is disabled by reordering independent steps), takes each step where the platform may withhold it
 /// exactly when the original did, and ends in a state with the same problems (races, stale reads, the deadlock or
 /// undefined use, timeouts). Checked on random executions of every example, case and 40
-/// generated programs, under the portable and eager profiles, 3 executions each, 4 reorderings per execution. It fails
-/// if, for instance, a kernel is taken as independent of the delivery that ends the launch before it (the bug the
-/// bumps of `Tracker::candidates` once had), or as independent of a delivery that ends an NCCL kernel spinning
+/// generated programs, under the portable and eager profiles, 3 executions each, 4 reorderings per execution, half of
+/// them with the order DPOR explores by (a local event does not happen before a step enabled since before it). It
+/// fails if, for instance, a kernel is taken as independent of the delivery that ends the launch before it (the bug
+/// the bumps of `Tracker::candidates` once had), or as independent of a delivery that ends an NCCL kernel spinning
 /// beside it (S1: the kernel's start may be withheld in one order and not in the other).
 #[test]
 fn reordering_independent_steps_keeps_every_problem() {
@@ -41,7 +42,9 @@ fn reordering_independent_steps_keeps_every_problem() {
                 want.sort();
                 let withheld = withholdable(&sem, &trace.schedule);
                 for k in 0..4u64 {
-                    let order = cuorder_sim::dpor::reorder(&sem, &trace.schedule, seed * 100 + k).expect("the run replays");
+                    // Half with the order DPOR explores by (local events after the steps enabled beside them may
+                    // go), half with every dependency.
+                    let order = cuorder_sim::dpor::reorder(&sem, &trace.schedule, seed * 100 + k, k % 2 == 0).expect("the run replays");
                     assert_eq!(order.len(), trace.schedule.len());
                     let steps: Vec<Step> = order.iter().map(|i| trace.schedule[*i].clone()).collect();
                     let st = cuorder_sim::run::replay_state(&sem, &steps)
@@ -137,4 +140,63 @@ fn dpor_counted_the_state_past_its_state_limit() {
     let sem = Semantics::new(&p, &prof);
     let d = cuorder_sim::dpor::explore_dpor(&sem, &Limits { max_states: 20, ..Limits::default() });
     assert_eq!((d.exploration.states, d.exploration.limit_hit.is_some()), (20, true));
+}
+
+/// The findings of DPOR and of `check` on `text` under the eager profile, each as kinds with their frequency,
+/// sorted.
+fn dpor_and_check(name: &str, text: &str) -> (Vec<String>, Vec<String>) {
+    let p = cuorder_model::format::load(name, text).unwrap();
+    let prof = Profile::eager();
+    let sem = Semantics::new(&p, &prof);
+    let d = cuorder_sim::dpor::explore_dpor(&sem, &Limits::default());
+    assert!(d.exploration.limit_hit.is_none(), "{name}: DPOR did not finish");
+    let sorted = |r: &cuorder::report::Report| {
+        let mut v = common::kinds(r);
+        v.sort();
+        v
+    };
+    let dpor = sorted(&cuorder::report::build_report(&sem, &d.exploration));
+    let dfs = sorted(&cuorder::report::check(&p, &prof, &Limits::default()));
+    (dpor, dfs)
+}
+
+/// Found by the differential campaign (seed 2809, generator v4, eager profile; minimized): main's gather writes `y`
+/// on stream `a`, then main issues `c5` reading `y` on the legacy stream; `t1` records `e0` on `a`, waits for it
+/// and issues `r4` on the legacy stream. When the record comes after the gather and `r4` is issued before `c5`, the
+/// gather ends before `c5` starts: no race. DPOR took `c5`'s start alone (it commutes with everything) and let it
+/// order the gather's completion, which was enabled beside it, after the host call that issued `c5`: the race of
+/// that call with the return of `t1`'s synchronize was then reversed by `t1`, which had no step there, and DPOR
+/// said "data race in every execution".
+#[test]
+fn a_local_start_ordered_a_collective_end_enabled_beside_it() {
+    let text = r#"Program(ranks: 1, streams: [Stream("a", NonBlocking)], events: ["e0"],
+      buffers: [Buffer("x", "4 KiB"), Buffer("y", "4 KiB")], comms: [Comm("world")],
+      threads: [
+        Thread("main", ranks: [0], ops: [Gather(root: Rank(0), send: Slice("x", 0, "1 KiB"), recv: Slice("y", 0, "1 KiB"), stream: "a", comm: "world"), Kernel("c5", stream: "sL", reads: ["y"])]),
+        Thread("t1", ranks: [0], ops: [Record("e0", stream: "a"), EventSync("e0"), Kernel("r4", stream: "sL", reads: ["x"])]),
+      ])"#;
+    let (dpor, dfs) = dpor_and_check("gather-then-local-start", text);
+    assert_eq!(dfs, ["data race sometimes"]);
+    assert_eq!(dpor, dfs);
+}
+
+/// Found by the differential campaign (seed 20780, generator v4, eager profile; minimized): `t1` issues `k3`
+/// writing `y` on stream `a`; main, on a non-blocking communicator, issues an all-reduce on the legacy stream,
+/// synchronizes with it and with `a`, then issues `k4` reading `y`. When `k3` is issued after main's synchronize
+/// with `a`, nothing orders it with `k4`: a race. `k3`'s run, taken alone (it commutes with everything), ordered the
+/// all-reduce's completion, enabled beside it, after `t1`'s issue of `k3` (a collective's footprint is its whole
+/// device); the race of that issue with the return of main's synchronize of the legacy stream was then reversed by
+/// main, which had no step there (it waits for the all-reduce), and DPOR said "no problem in any execution".
+#[test]
+fn a_local_kernel_ordered_an_all_reduce_end_enabled_beside_it() {
+    let text = r#"Program(ranks: 1, streams: [Stream("a", NonBlocking)],
+      buffers: [Buffer("x", "4 KiB"), Buffer("y", "4 KiB")],
+      comms: [Comm("nb", init: Explicit, config: NonBlocking)],
+      threads: [
+        Thread("main", ranks: [0], ops: [CommInit("nb"), Poll("nb"), AllReduce(buf: "x", stream: "sL", comm: "nb"), Poll("nb"), StreamSync("sL"), StreamSync("a"), Kernel("k4", stream: "sL", reads: ["y"], writes: ["x"])]),
+        Thread("t1", ranks: [0], ops: [Kernel("k3", stream: "a", writes: ["y"])]),
+      ])"#;
+    let (dpor, dfs) = dpor_and_check("nonblocking-all-reduce-then-sync", text);
+    assert_eq!(dfs, ["data race sometimes"]);
+    assert_eq!(dpor, dfs);
 }

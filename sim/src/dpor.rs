@@ -33,8 +33,13 @@
 //!
 //! **Persistent sets.** A step that commutes with every step that can ever be enabled beside it
 //! ([`Semantics::is_local`], the exhaustive search's proof) is explored first, and a race with it is not reversed:
-//! `{it}` is a persistent set of the state where it was taken. It still orders what depends on it, and a path through
-//! it does not hide a race between the events before and after it.
+//! `{it}` is a persistent set of the state where it was taken. It orders after it only what may need it: a later step
+//! of another agent that was enabled, and could not be withheld, in every state since the one where it was taken
+//! commutes with it and could have gone first, so it does not happen after it, whatever the two touch (footprints are
+//! coarser than the search's proof: the host side of a rank, a collective's whole device; ordering such a step after
+//! the local event, an order never reversed, made a race of an earlier event with the step look irreversible, and
+//! executions were lost: seeds 2809 and 20780 of `cuorder-differential`). And a path through it does not hide a race
+//! between the events before and after it.
 //!
 //! **Nondeterministic agents.** An agent can have several enabled steps (an allocation's block, a send that may
 //! finish eagerly or wait for its recv, a query's answer): backtrack sets hold agents, and exploring an agent at a
@@ -50,7 +55,7 @@
 //! reached by executions that differ in the order of steps which reach equal states but do not commute step by step:
 //! a synchronize called before or after the kernel it waits for ends), so it suits small programs.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
 use cuorder_model::op_info::NcclRole;
@@ -110,26 +115,33 @@ fn independent(a: &Footprint, b: &Footprint) -> bool {
 
 /// What recording one event changed in a [`Tracker`], to undo it.
 struct Undo {
-    /// (object, its last writer before, its readers before, its bumpers before) for each object written.
-    written: Vec<(u32, Option<u32>, Vec<u32>, Vec<u32>)>,
+    /// (object, its writers before, its readers before, its bumpers before) for each object whose writers the event
+    /// replaced.
+    written: Vec<(u32, Vec<u32>, Vec<u32>, Vec<u32>)>,
+    /// Objects whose writers got this event, replacing none.
+    added: Vec<u32>,
     /// Objects whose readers got this event.
     read: Vec<u32>,
     /// Objects whose bumpers got this event.
     bumped: Vec<u32>,
-    /// For a global event: every object's last writer, readers and bumpers, and the last global event, before it.
-    global: Option<(Vec<Option<u32>>, Vec<Vec<u32>>, Vec<Vec<u32>>, Option<u32>)>,
+    /// For a global event: every object's writers, readers and bumpers, and the last global event, before it.
+    global: Option<(Vec<Vec<u32>>, Vec<Vec<u32>>, Vec<Vec<u32>>, Option<u32>)>,
 }
 
-/// Per object ([`Footprint`]), the last event that wrote it and the events that read or bumped it since; per agent,
+/// Per object ([`Footprint`]), the last events that wrote it and the events that read or bumped it since; per agent,
 /// its events. From these, the events a new event depends on that can happen before it directly: every other event it
-/// depends on happens before one of them (an object's writers, readers and bumpers before its last writer, an agent's
-/// earlier events, everything before a global event).
+/// depends on happens before one of them (an object's writers, readers and bumpers before a writer that replaced
+/// them, an agent's earlier events, everything before a global event).
+///
+/// A writer replaces the writers, readers and bumpers that happen before it, unless it is *kept*: a local event
+/// ([`Footprint::local`]) that a later event may not depend on ([`Events::push`]), whose writes then leave the
+/// events before it in place, so that such a later event still finds them.
 struct Tracker {
-    /// Per object: the last event that wrote it.
-    last_write: Vec<Option<u32>>,
-    /// Per object: the events that read it (and did not write it) since its last write.
+    /// Per object: the events that wrote it and happen before no writer that replaced them.
+    writers: Vec<Vec<u32>>,
+    /// Per object: the events that read it (and did not write it) since its writers.
     readers: Vec<Vec<u32>>,
-    /// Per object: the events that bumped it since its last write.
+    /// Per object: the events that bumped it since its writers.
     bumpers: Vec<Vec<u32>>,
     last_global: Option<u32>,
     /// Per agent: the positions of its events, ascending.
@@ -139,7 +151,7 @@ struct Tracker {
 impl Tracker {
     fn new(agents: usize, objects: usize) -> Tracker {
         Tracker {
-            last_write: vec![None; objects],
+            writers: vec![vec![]; objects],
             readers: vec![vec![]; objects],
             bumpers: vec![vec![]; objects],
             last_global: None,
@@ -153,7 +165,9 @@ impl Tracker {
         if ev.global {
             cand.extend(self.by_agent.iter().filter_map(|v| v.last().copied()));
         } else {
-            cand.extend(ev.reads.iter().chain(&ev.bumps).filter_map(|q| self.last_write[*q as usize]));
+            for q in ev.reads.iter().chain(&ev.bumps) {
+                cand.extend(self.writers[*q as usize].iter().copied());
+            }
             for q in &ev.writes {
                 cand.extend(self.readers[*q as usize].iter().copied());
             }
@@ -171,12 +185,14 @@ impl Tracker {
         cand
     }
 
-    fn record(&mut self, j: u32, ev: &Footprint) -> Undo {
-        let mut undo = Undo { written: vec![], read: vec![], bumped: vec![], global: None };
+    /// Records event `j`; `keep`: its writes replace no earlier event (module docs of [`Tracker`]); `before`:
+    /// whether an earlier event happens before `j`.
+    fn record(&mut self, j: u32, ev: &Footprint, keep: bool, before: impl Fn(u32) -> bool) -> Undo {
+        let mut undo = Undo { written: vec![], added: vec![], read: vec![], bumped: vec![], global: None };
         if ev.global {
             let n = self.readers.len();
             undo.global = Some((
-                std::mem::replace(&mut self.last_write, vec![None; n]),
+                std::mem::replace(&mut self.writers, vec![vec![]; n]),
                 std::mem::replace(&mut self.readers, vec![vec![]; n]),
                 std::mem::replace(&mut self.bumpers, vec![vec![]; n]),
                 self.last_global,
@@ -184,9 +200,20 @@ impl Tracker {
             self.last_global = Some(j);
         } else {
             for &q in &ev.writes {
-                let r = std::mem::take(&mut self.readers[q as usize]);
-                let b = std::mem::take(&mut self.bumpers[q as usize]);
-                undo.written.push((q, self.last_write[q as usize].replace(j), r, b));
+                let q = q as usize;
+                if keep {
+                    self.writers[q].push(j);
+                    undo.added.push(q as u32);
+                    continue;
+                }
+                let after = |v: &[u32]| v.iter().copied().filter(|x| !before(*x)).collect::<Vec<u32>>();
+                let (w, r, b) = (after(&self.writers[q]), after(&self.readers[q]), after(&self.bumpers[q]));
+                let mut w = w;
+                w.push(j);
+                let w = std::mem::replace(&mut self.writers[q], w);
+                let r = std::mem::replace(&mut self.readers[q], r);
+                let b = std::mem::replace(&mut self.bumpers[q], b);
+                undo.written.push((q as u32, w, r, b));
             }
             for &q in &ev.reads {
                 if ev.writes.binary_search(&q).is_err() {
@@ -205,8 +232,8 @@ impl Tracker {
 
     fn undo(&mut self, ev: &Footprint, undo: Undo) {
         self.by_agent[ev.agent].pop();
-        if let Some((lw, rd, bu, lg)) = undo.global {
-            self.last_write = lw;
+        if let Some((w, rd, bu, lg)) = undo.global {
+            self.writers = w;
             self.readers = rd;
             self.bumpers = bu;
             self.last_global = lg;
@@ -217,16 +244,20 @@ impl Tracker {
         for q in undo.read {
             self.readers[q as usize].pop();
         }
-        for (q, lw, rd, bu) in undo.written.into_iter().rev() {
-            self.last_write[q as usize] = lw;
+        for q in undo.added {
+            self.writers[q as usize].pop();
+        }
+        for (q, w, rd, bu) in undo.written.into_iter().rev() {
+            self.writers[q as usize] = w;
             self.readers[q as usize] = rd;
             self.bumpers[q as usize] = bu;
         }
     }
 }
 
-/// The events of the current execution with their happens-before relation (the transitive closure of dependency in
-/// execution order), as vector clocks over agents.
+/// The events of the current execution with their happens-before relation, as vector clocks over agents: the
+/// transitive closure, in execution order, of dependency, less the order of a local event before a later event that
+/// was enabled, continuously, since before it (module docs, "Persistent sets").
 struct Events {
     agents: usize,
     events: Vec<Footprint>,
@@ -257,14 +288,29 @@ impl Events {
         self.clocks[k as usize][self.events[i as usize].agent] > i
     }
 
-    /// Appends `ev` and returns the events whose order with it is to be reversed: the events of other agents it
-    /// depends on that happen before it through no other such event (Source-DPOR's `e ≺ e'`), ascending, where
-    /// local events ([`Footprint::local`]) are left out: a race with one is not reversed (it is alone in a persistent
-    /// set where it was taken), and a path through one does not hide a race with an event before it.
-    fn push(&mut self, ev: Footprint) -> Vec<u32> {
+    /// Appends `ev`, a step enabled in every state of the execution since the one before event `since` (its
+    /// position or earlier), and returns the events whose order with it is to be reversed: the events of other
+    /// agents it depends on that happen before it through no other such event (Source-DPOR's `e ≺ e'`), ascending,
+    /// where local events ([`Footprint::local`]) are left out: a race with one is not reversed (it is alone in a
+    /// persistent set where it was taken), and a path through one does not hide a race with an event before it.
+    ///
+    /// A local event at or after `since` does not happen before `ev` for what they both touch: it commutes with
+    /// every step enabled beside it, and `ev` was ([`Semantics::is_local`]), so it can be moved after `ev`. (Letting
+    /// it order `ev` after it made a race of an event before it with `ev` look irreversible; seed 2809 of the
+    /// differential campaign: a kernel's start, taken alone, put the end of a gather after the host call that
+    /// issued the kernel, and the execution in which another thread's event synchronize returns first was never
+    /// explored, "data race in every execution".)
+    fn push(&mut self, ev: Footprint, since: u32) -> Vec<u32> {
         let j = self.events.len() as u32;
         let mut clock = vec![0u32; self.agents];
+        let movable = |k: u32| {
+            let e = &self.events[k as usize];
+            !ev.global && e.local && !e.global && e.agent != ev.agent && k >= since
+        };
         for k in self.all.candidates(&ev) {
+            if movable(k) {
+                continue;
+            }
             for (c, x) in clock.iter_mut().zip(&self.clocks[k as usize]) {
                 *c = (*c).max(*x);
             }
@@ -277,8 +323,10 @@ impl Events {
             .copied()
             .filter(|&i| self.events[i as usize].agent != ev.agent && !cand.iter().any(|&k| k != i && self.before(i, k)))
             .collect();
-        let all = self.all.record(j, &ev);
-        let nonlocal = (!ev.local || ev.global).then(|| self.nonlocal.record(j, &ev));
+        let (clocks, events) = (&self.clocks, &self.events);
+        let before_j = |x: u32| clocks[j as usize][events[x as usize].agent] > x;
+        let all = self.all.record(j, &ev, ev.local && !ev.global, before_j);
+        let nonlocal = (!ev.local || ev.global).then(|| self.nonlocal.record(j, &ev, false, |_| true));
         self.events.push(ev);
         self.undo.push((all, nonlocal));
         races
@@ -294,7 +342,6 @@ impl Events {
             self.nonlocal.undo(&ev, u);
         }
     }
-
     /// The agents of the initials of `notdep(i, E).j` (the events after `i` that do not happen after it, then `j`):
     /// those of its events that no earlier event of the sequence happens before, in order. Stops at the first one
     /// `stop` accepts (an agent already in the backtrack set).
@@ -330,10 +377,32 @@ impl Events {
     }
 }
 
+/// Per enabled step of a state of the current execution: the depth of the first state from which it has been
+/// enabled, and not withholdable ([`Semantics::starvable`]), in every state up to this one, without its agent taking
+/// a step meanwhile (the next state's depth if it may be withheld here).
+type Since = HashMap<Step, u32>;
+
+/// [`Since`] for the state at `depth` (its enabled steps `front`), reached by a step of `agent` from the state whose
+/// [`Since`] is `prev`.
+fn advance_since(sem: &Semantics, st: &State, front: &Frontier, prev: &Since, agent: usize, depth: u32) -> Since {
+    front
+        .iter()
+        .map(|(s, withheld)| {
+            let at = match prev.get(s) {
+                _ if withheld => depth + 1,
+                Some(d) if step_agent(sem, st, s) != agent => *d,
+                _ => depth,
+            };
+            (s.clone(), at)
+        })
+        .collect()
+}
+
 /// One state of the current execution.
 struct Node {
-    /// The state and its enabled steps, kept at every [`CHECKPOINT`]-th depth, with its estimated bytes.
-    saved: Option<(State, Frontier, usize)>,
+    /// The state, its enabled steps and since when each is enabled, kept at every [`CHECKPOINT`]-th depth, with its
+    /// estimated bytes.
+    saved: Option<(State, Frontier, Since, usize)>,
     /// Steps not to take from here: asleep on arrival, and those explored from here since.
     sleep: Vec<Footprint>,
     /// Agents to explore from here.
@@ -401,16 +470,17 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
 
     let init = sem.initial();
     let init_front = Frontier::new(sem, &init);
-    let mut cur = Some((0usize, init.clone(), init_front.clone()));
+    let init_since: Since = init_front.iter().map(|(s, w)| (s.clone(), u32::from(w))).collect();
+    let mut cur = Some((0usize, init.clone(), init_front.clone(), init_since.clone()));
     let mut init_st = init.clone();
     let backtrack = arrive(&mut init_st, &init_front, &[], &path, &mut found);
-    let mut nodes = vec![Node { saved: Some((init, init_front, 0)), sleep: vec![], backtrack, done: vec![], todo: vec![] }];
+    let mut nodes = vec![Node { saved: Some((init, init_front, init_since, 0)), sleep: vec![], backtrack, done: vec![], todo: vec![] }];
 
     'search: while let Some(d) = nodes.len().checked_sub(1) {
         let node = &nodes[d];
         if node.todo.is_empty() && node.backtrack.iter().all(|p| node.done.contains(p)) {
             // Done here: back to the state before.
-            if let Some((_, _, bytes)) = nodes[d].saved.take() {
+            if let Some((_, _, _, bytes)) = nodes[d].saved.take() {
                 held -= bytes;
             }
             nodes.pop();
@@ -421,16 +491,18 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
             continue;
         }
         // The state at depth `d`: the current one, or rebuilt from the checkpoint before it.
-        let (st, front) = match cur.take() {
-            Some((depth, st, front)) if depth == d => (st, front),
+        let (st, front, since) = match cur.take() {
+            Some((depth, st, front, since)) if depth == d => (st, front, since),
             _ => {
                 let c = d - d % CHECKPOINT;
-                let (st, front, _) = nodes[c].saved.as_ref().expect("a checkpoint at every CHECKPOINT-th depth");
-                let (mut st, mut front) = (st.clone(), front.clone());
-                for s in &path[c..d] {
+                let (st, front, since, _) = nodes[c].saved.as_ref().expect("a checkpoint at every CHECKPOINT-th depth");
+                let (mut st, mut front, mut since) = (st.clone(), front.clone(), since.clone());
+                for (k, s) in path[c..d].iter().enumerate() {
+                    let agent = step_agent(sem, &st, s);
                     front.apply(sem, &mut st, s);
+                    since = advance_since(sem, &st, &front, &since, agent, (c + k + 1) as u32);
                 }
-                (st, front)
+                (st, front, since)
             }
         };
         let node = &mut nodes[d];
@@ -470,7 +542,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
         }
         // Races of the new event with earlier ones: explore, at the state before the earlier one, an agent that can
         // start the reversed order (Source-DPOR), unless one already is to be explored there.
-        let races = events.push(ev.clone());
+        let races = events.push(ev.clone(), since[&step]);
         for i in races {
             let j = (events.events.len() - 1) as u32;
             let bt = &nodes[i as usize].backtrack;
@@ -482,6 +554,7 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
             }
         }
         let sleep: Vec<Footprint> = nodes[d].sleep.iter().filter(|x| independent(x, &ev)).cloned().collect();
+        let agent = ev.agent;
         nodes[d].sleep.push(ev);
         path.push(step);
         // The state the step reaches is explored (and counted) only within the limit, as the exhaustive search
@@ -495,15 +568,16 @@ pub fn explore_dpor(sem: &Semantics, limits: &Limits) -> Dpor {
             p.set_states(states as u64);
         }
         let depth = d + 1;
+        let since = advance_since(sem, &st, &front, &since, agent, depth as u32);
         let saved = (depth % CHECKPOINT == 0).then(|| {
             sem.forget(&mut st);
-            let bytes = crate::budget::state_bytes(&st);
+            let bytes = crate::budget::state_bytes(&st) + since.len() * (std::mem::size_of::<(Step, u32)>() + 8);
             held += bytes;
-            (st.clone(), front.clone(), bytes)
+            (st.clone(), front.clone(), since.clone(), bytes)
         });
         let backtrack = arrive(&mut st, &front, &sleep, &path, &mut found);
         nodes.push(Node { saved, sleep, backtrack, done: vec![], todo: vec![] });
-        cur = Some((depth, st, front));
+        cur = Some((depth, st, front, since));
         // Limits.
         let why = if limits.first && !found.findings.is_empty() {
             Some("stopped at the first finding (--first); the verdict covers only the executions explored".to_string())
@@ -818,14 +892,17 @@ impl<'a, 'p> Dependency<'a, 'p> {
 /// happens-before relation DPOR computes for it: a random linearization (seeded) of its dependency order, as indices
 /// into `schedule`. The relation is sound when every such order can be replayed, takes each step where the platform
 /// may withhold it exactly when the original did, and reaches a state with the same problems (`tests/dpor.rs`).
+/// `local`: with the order DPOR gives local events ([`Semantics::is_local`]): one does not happen before a later
+/// step enabled since before it (module docs, "Persistent sets"); otherwise they order like any other.
 /// Errors: the step of `schedule` that is not enabled where it comes.
-pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64) -> Result<Vec<usize>, crate::run::Diverged> {
+pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64, local: bool) -> Result<Vec<usize>, crate::run::Diverged> {
     let deps = Dependency::new(sem);
     let agents = sem.agents + sem.program.comms.len();
     let mut events = Events::new(agents, deps.objects);
     let mut mark = vec![false; sem.program.ranks.len()];
     let mut st = sem.initial();
     let mut front = Frontier::new(sem, &st);
+    let mut since: Since = front.iter().map(|(s, w)| (s.clone(), u32::from(w))).collect();
     for (i, step) in schedule.iter().enumerate() {
         let Some(withheld) = front.iter().find(|(s, _)| *s == step).map(|(_, w)| w) else {
             return Err(crate::run::Diverged { at: i, step: step.clone() });
@@ -833,9 +910,10 @@ pub fn reorder(sem: &Semantics, schedule: &[Step], seed: u64) -> Result<Vec<usiz
         let mut ev = deps.footprint(&st, step, withheld, &mut mark);
         front.apply(sem, &mut st, step);
         ev.global |= st.undefined.is_some();
-        // Races are not asked for here: a local event orders like any other.
-        ev.local = false;
-        events.push(ev);
+        ev.local &= local;
+        let (agent, at) = (ev.agent, since[step]);
+        events.push(ev, at);
+        since = advance_since(sem, &st, &front, &since, agent, i as u32 + 1);
     }
     // Kahn's algorithm over the immediate predecessors, picking uniformly among the events whose predecessors are all
     // placed.
