@@ -52,3 +52,29 @@ fn finished_pairs_and_items_are_forgotten() {
     }
     assert!(eager_sends > 0, "no send finished eagerly: the regression is not exercised");
 }
+
+/// Found by the differential campaign (generator v4, seeds 113594 and 138862, on the lent GPU host's CPUs):
+/// forgetting kept an ended access only while a thread had a host access still to make, and counted host reads and
+/// writes and copies, not a value assertion read on the host (`Expect` without a stream, V1). `main`'s host write
+/// was forgotten once `t1` had passed its last host read, so its race with `t1`'s `Expect` (in the executions where
+/// `k1` is enqueued after `t1`'s synchronize) was missing: a false "no race" for that read.
+#[test]
+fn forgetting_dropped_the_host_write_an_expect_on_the_host_races_with() {
+    use cuorder_sim::explore::Limits;
+    let text = r#"Program(ranks: 1, buffers: [Buffer("x", "4 KiB"), Buffer("y", "4 KiB"), Buffer("h", "4 KiB", space: PinnedHost)],
+      threads: [
+        Thread("main", ranks: [0], ops: [HostWrite("h"), Kernel("k1", stream: "sL", reads: ["x"]), DeviceSync]),
+        Thread("t1", ranks: [0], ops: [HostRead("h"), Memcpy(dst: "h", src: "y", stream: "sL"), StreamSync("sL"), Expect("h", written_by: Memcpy)]),
+      ])"#;
+    let p = cuorder_model::format::load("expect-on-host-forgotten", text).unwrap();
+    let races = |forget: bool| -> Vec<String> {
+        let r = cuorder::report::check(&p, &Profile::portable(), &Limits { forget, ..Limits::default() });
+        let mut v: Vec<String> =
+            r.findings.iter().map(|f| format!("{} {} {:?}", f.kind, f.frequency, f.text.lines().filter(|l| l.contains(" #")).map(str::trim).collect::<Vec<_>>())).collect();
+        v.sort();
+        v
+    };
+    let remembering = races(false);
+    assert!(remembering.iter().any(|l| l.contains("expect(h")), "{remembering:?}");
+    assert_eq!(races(true), remembering);
+}

@@ -239,7 +239,10 @@ impl ThreadFuture {
         let mut host_ranks = vec![];
         let mut last: std::collections::BTreeMap<usize, u32> = Default::default();
         for (i, (op, info)) in ops.iter().zip(infos).enumerate() {
-            if matches!(op.kind, OpKind::HostAccess { .. } | OpKind::Memcpy { .. }) {
+            // Every op whose accesses the host makes (no stream: a host read or write, a value assertion's read, V1)
+            // and every copy (its staging, S5). Listing the op kinds missed `Expect` without a stream, whose read
+            // then found its racing write forgotten (differential campaign, seeds 113594 and 138862).
+            if (info.stream.is_none() && !info.accesses.is_empty()) || matches!(op.kind, OpKind::Memcpy { .. }) {
                 last_host_access = Some(i as u32);
                 host_ranks.extend(info.accesses.iter().map(|a| a.range.buf.rank));
             }
