@@ -863,12 +863,9 @@ fn s7_cudafree_of_another_gpus_buffer_loads_and_may_sync_either_device() {
     assert_eq!(kinds(&verdict_with("s7-free-peer", &synced, |_| {})), Vec::<String>::new());
 }
 
-#[test]
-fn s7_cudafree_of_another_gpus_buffer_may_hang_behind_the_callers_device() {
-    // Rank 0's device spins in a recv whose send rank 1 issues after the barrier; rank 0's thread frees rank 1's
-    // buffer before it reaches the barrier. A free that synchronizes the calling thread's device waits for the recv:
-    // a hang; one that synchronizes the pointer's device (rank 1, idle) does not.
-    let t = r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking)], buffers: [Buffer("a", "1 MiB"), Buffer("w", "1 MiB"), Buffer("x", "1 MiB")],
+/// Rank 0's device spins in a recv whose send rank 1 issues after the barrier; rank 0's thread frees rank 1's
+/// buffer before it reaches the barrier.
+const FREE_BEHIND_RECV: &str = r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking)], buffers: [Buffer("a", "1 MiB"), Buffer("w", "1 MiB"), Buffer("x", "1 MiB")],
         comms: [Comm("world")],
         threads: [Thread("main", [
             Group([Send(to: Next, buf: "a", stream: "sA"), Recv(from: Prev, buf: "w", stream: "sA")]),
@@ -877,6 +874,13 @@ fn s7_cudafree_of_another_gpus_buffer_may_hang_behind_the_callers_device() {
             OnRanks([1], [Barrier("b"), Send(to: Rank(0), buf: "a", stream: "sA")]),
             DeviceSync,
         ])])"#;
+
+#[test]
+fn s7_cudafree_of_another_gpus_buffer_may_hang_behind_the_callers_device() {
+    // Rank 0's device spins in a recv whose send rank 1 issues after the barrier; rank 0's thread frees rank 1's
+    // buffer before it reaches the barrier. A free that synchronizes the calling thread's device waits for the recv:
+    // a hang; one that synchronizes the pointer's device (rank 1, idle) does not.
+    let t = FREE_BEHIND_RECV;
     use cuorder_model::profile::{ImplicitSync, SyncScope};
     let device = ImplicitSync { guaranteed: SyncScope::Device, possible: SyncScope::Device };
     let r = verdict_with("s7-free-peer-hang", t, |p| p.implicit_sync.free = device);
@@ -904,15 +908,7 @@ fn s7_which_device_a_cross_device_free_synchronizes_could_not_be_pinned() {
     assert_eq!(pinned(&t, FreeDevice::Pointer), Vec::<String>::new());
     assert_eq!(pinned(&t, FreeDevice::Caller), vec!["undefined sometimes"]);
     assert_eq!(pinned(&t, FreeDevice::Either), vec!["undefined sometimes"]);
-    let hang = r#"Program(ranks: 2, streams: [Stream("sA", NonBlocking)], buffers: [Buffer("a", "1 MiB"), Buffer("w", "1 MiB"), Buffer("x", "1 MiB")],
-        comms: [Comm("world")],
-        threads: [Thread("main", [
-            Group([Send(to: Next, buf: "a", stream: "sA"), Recv(from: Prev, buf: "w", stream: "sA")]),
-            DeviceSync,
-            OnRanks([0], [Recv(from: Rank(1), buf: "a", stream: "sA"), Free("x@1"), Barrier("b")]),
-            OnRanks([1], [Barrier("b"), Send(to: Rank(0), buf: "a", stream: "sA")]),
-            DeviceSync,
-        ])])"#;
+    let hang = FREE_BEHIND_RECV;
     assert_eq!(pinned(hang, FreeDevice::Pointer), Vec::<String>::new());
     assert_eq!(pinned(hang, FreeDevice::Caller), vec!["deadlock always"]);
     assert_eq!(pinned(hang, FreeDevice::Either), vec!["deadlock sometimes"]);
