@@ -111,9 +111,9 @@ pub struct Packed {
     /// `meta` key -> the 1-based line that set it (the last one, as in `meta`).
     pub meta_lines: BTreeMap<String, usize>,
     pub runs: Vec<PackedRun>,
-    /// Lines that could not be read, as "line N: why", in file order. [`parse`] fails on the first; [`parse_all`]
-    /// keeps every good line beside them.
-    pub bad_lines: Vec<String>,
+    /// Lines that could not be read, as (1-based line, why), in file order. [`parse`] fails on the first;
+    /// [`parse_all`] keeps every good line beside them.
+    pub bad_lines: Vec<(usize, String)>,
 }
 
 /// One packed run, not yet joined with its program.
@@ -142,7 +142,7 @@ fn bad(line: usize, m: impl std::fmt::Display) -> String {
 pub fn parse(text: &str) -> Result<Packed, String> {
     let p = parse_all(text)?;
     match p.bad_lines.first() {
-        Some(e) => Err(e.clone()),
+        Some((n, why)) => Err(bad(*n, why)),
         None => Ok(p),
     }
 }
@@ -177,14 +177,14 @@ pub fn parse_all(text: &str) -> Result<Packed, String> {
                     bad_env = None;
                 }
                 Err(e) => {
-                    out.bad_lines.push(bad(n, format!("environment: {e}")));
+                    out.bad_lines.push((n, format!("environment: {e}")));
                     bad_env = Some(n);
                 }
             }
         } else if l.starts_with("T\t") {
             let f: Vec<String> = l.split('\t').map(str::to_string).collect();
             if f.len() != 8 {
-                out.bad_lines.push(bad(n, format!("a run line has 8 tab-separated fields, this one {}", f.len())));
+                out.bad_lines.push((n, format!("a run line has 8 tab-separated fields, this one {}", f.len())));
                 continue;
             }
             out.runs.push(PackedRun {
@@ -196,7 +196,7 @@ pub fn parse_all(text: &str) -> Result<Packed, String> {
                 fields: f,
             });
         } else {
-            out.bad_lines.push(bad(n, "neither `meta`, `env` nor a run line (`T<tab>...`)"));
+            out.bad_lines.push((n, "neither `meta`, `env` nor a run line (`T<tab>...`)".to_string()));
         }
     }
     Ok(out)

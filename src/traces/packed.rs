@@ -128,10 +128,7 @@ pub fn read_runs(dir: &Path, file: &Path) -> Result<Vec<ReadRun>, LoadError> {
     let mut out: Vec<(usize, ReadRun)> = packed
         .bad_lines
         .iter()
-        .map(|b| {
-            let line = b.strip_prefix("line ").and_then(|r| r.split(':').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
-            (line, (format!("line {line}"), Err(b.clone())))
-        })
+        .map(|(line, why)| (*line, (format!("line {line}"), Err(format!("line {line}: {why}")))))
         .collect();
     for r in &packed.runs {
         let read = match r.bad_environment {
