@@ -204,6 +204,10 @@ impl Tables {
 ///   feed a launch.
 fn launch_feeders(program: &Program, infos: &[Vec<OpInfo>], stream_base: &[u32], launch_streams: &[Vec<usize>]) -> Vec<bool> {
     let streams = stream_base.last().map_or(0, |b| *b as usize + program.ranks.last().map_or(0, |r| r.streams.len()));
+    let multi: Vec<bool> = launch_streams.iter().map(|v| v.len() >= 2).collect();
+    if !multi.iter().any(|m| *m) {
+        return vec![false; streams];
+    }
     let mut event_base = vec![];
     let mut events = 0usize;
     for r in &program.ranks {
@@ -215,11 +219,7 @@ fn launch_feeders(program: &Program, infos: &[Vec<OpInfo>], stream_base: &[u32],
         Resource::Event(e) => Some(event_base[e.rank as usize] + e.index as usize),
         _ => None,
     };
-    let multi: Vec<bool> = launch_streams.iter().map(|v| v.len() >= 2).collect();
     let mut sink = vec![false; streams + events];
-    if !multi.iter().any(|m| *m) {
-        return vec![false; streams];
-    }
     for s in launch_streams.iter().filter(|v| v.len() >= 2).flatten() {
         sink[*s] = true;
     }
